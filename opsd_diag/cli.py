@@ -1,0 +1,133 @@
+"""``opsd-diag``: run a diagnosis, report it, show one rollout, build the toy zoo.
+
+User errors print one line on stderr and exit with status 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from opsd_diag.errors import OpsdError
+
+MODELS_DIR = Path("sample_data/models")
+PROBLEMS_DIR = Path("sample_data/problems")
+
+
+def _cmd_run(args) -> None:
+    from opsd_diag.config import load_config
+    from opsd_diag.diagnose import default_out_dir, run_diagnosis
+
+    cfg = load_config(args.config)
+    out = Path(args.out) if args.out else default_out_dir(args.config)
+    run_diagnosis(cfg, out, show_progress=not args.quiet)
+    from accelerate import PartialState
+    if PartialState().is_main_process:
+        print(f"run written to {out}")
+        if not args.quiet:
+            _print_report(out)
+
+
+def _print_report(run_dir: Path) -> None:
+    from opsd_diag import analysis, store
+
+    run = store.load_run(run_dir)
+    s = run["summary"]
+    m = run["manifest"]
+    print(f"run {run_dir}: {m['n_problems']} problems x {m['config']['sampling']['num_samples']} samples, "
+          f"T_sample={m['sampling_temperature']} T_score={m['scoring_temperature']} centering={m['centering']}")
+    acc = s.get("student_accuracy")
+    if acc:
+        print(f"student accuracy: {_fmt(acc)}")
+    if s.get("pass_at_k"):
+        print("pass@k: " + ", ".join(f"{k}={v:.3f}" if v is not None else f"{k}=n/a" for k, v in s["pass_at_k"].items()))
+    frame = analysis.summary_frame(s)
+    with _pd_options():
+        print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for key in ("verdicts", "ranking"):
+        if key in s:
+            print(f"{key}: {json.dumps(s[key], indent=1)}")
+
+
+def _fmt(obj) -> str:
+    if isinstance(obj, dict) and "estimate" in obj:
+        est, lo, hi = obj.get("estimate"), obj.get("lo"), obj.get("hi")
+        return "n/a" if est is None else f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
+    return str(obj)
+
+
+def _pd_options():
+    import pandas as pd
+    return pd.option_context("display.width", 200, "display.max_columns", 50)
+
+
+def _cmd_report(args) -> None:
+    _print_report(Path(args.run_dir))
+
+
+def _cmd_show(args) -> None:
+    from opsd_diag import store
+    from opsd_diag.viz_terminal import render_rollout
+
+    run = store.load_run(Path(args.run_dir))
+    print(render_rollout(run, args.rollout, config=args.config, signal=args.signal, color=not args.no_color))
+
+
+def _cmd_zoo_build(args) -> None:
+    from opsd_diag.zoo.build import build
+
+    build(Path(args.out), problems_dir=Path(args.problems_dir) if args.problems_dir else None,
+          size=args.size, seed=args.seed)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="opsd-diag", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="sample, score and aggregate a diagnosis config into a run directory")
+    r.add_argument("config", help="YAML config, e.g. sample_data/configs/quickstart.yaml")
+    r.add_argument("--out", help="run directory (default runs/<config>-<time>); an existing one is resumed")
+    r.add_argument("--quiet", action="store_true", help="no progress bar or report")
+    r.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser("report", help="summary table per teacher config of a finished run")
+    rep.add_argument("run_dir")
+    rep.set_defaults(func=_cmd_report)
+
+    s = sub.add_parser("show", help="one rollout's tokens with their signals, coloured")
+    s.add_argument("run_dir")
+    s.add_argument("--rollout", type=int, default=0, help="rollout id")
+    s.add_argument("--config", help="teacher config name (default: the first)")
+    s.add_argument("--signal", default="r_opd", help="per-token column that colours the tokens")
+    s.add_argument("--no-color", action="store_true")
+    s.set_defaults(func=_cmd_show)
+
+    z = sub.add_parser("zoo", help="the bundled toy world")
+    zsub = z.add_subparsers(dest="zoo_command", required=True)
+    b = zsub.add_parser("build", help="train the tiny base/teacher/student models reproducibly on CPU")
+    b.add_argument("--out", default=str(MODELS_DIR), help=f"output directory (default {MODELS_DIR})")
+    b.add_argument("--problems-dir", default=str(PROBLEMS_DIR),
+                   help=f"where the train/dev/test splits are written (default {PROBLEMS_DIR}); '' to skip")
+    b.add_argument("--size", default="full", help="full (the shipped models) or ci (a seconds-long smoke build)")
+    b.add_argument("--seed", type=int, default=0)
+    b.set_defaults(func=_cmd_zoo_build)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except OpsdError as e:
+        print(f"opsd-diag: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("opsd-diag: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Load models and tokenizers (hub id or local path), pick device/dtype, check compatibility.
+
+Offline by default: a hub id is only fetched when the spec says ``allow_download``. Remote code
+stays off unless the user turns it on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from opsd_diag.errors import OpsdError
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise OpsdError(f"device '{device}' requested but CUDA is not available: use device: cpu or auto")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto``: bf16 on CUDA (when supported), float32 on CPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    return _DTYPES[dtype]
+
+
+def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_remote_code: bool) -> dict:
+    local = Path(name).expanduser()
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise OpsdError(f"model directory {name} has no config.json: point to a saved transformers model")
+        return {"pretrained_model_name_or_path": str(local), "trust_remote_code": trust_remote_code}
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") != 1
+    if looks_local or not allow_download:
+        hint = "check the path" if looks_local else "set allow_download: true to fetch it, or give a local path"
+        return {"pretrained_model_name_or_path": name, "revision": revision, "local_files_only": True,
+                "trust_remote_code": trust_remote_code, "_hint": hint}
+    return {"pretrained_model_name_or_path": name, "revision": revision, "trust_remote_code": trust_remote_code}
+
+
+def _load(loader, name: str, revision, allow_download: bool, trust_remote_code: bool, **extra):
+    kwargs = _source_kwargs(name, revision, allow_download, trust_remote_code)
+    hint = kwargs.pop("_hint", "check the name and your network access")
+    try:
+        return loader.from_pretrained(**kwargs, **extra)
+    except (OSError, ValueError) as e:
+        first = str(e).splitlines()[0][:160]
+        raise OpsdError(f"cannot load model '{name}' ({first}): {hint}") from None
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(name: str, revision: str | None = None, allow_download: bool = False,
+                   trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    tok = _load(AutoTokenizer, name, revision, allow_download, trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token  # masks never derive from pad == eos; see views.py
+    tok.padding_side = "left"
+    if not getattr(tok, "chat_template", None):
+        raise OpsdError(f"tokenizer of '{name}' has no chat template: use an instruct/chat checkpoint "
+                        "or add a chat_template to its tokenizer_config.json")
+    return tok
+
+
+@lru_cache(maxsize=4)
+def load_model(name: str, revision: str | None = None, dtype: str = "auto", device: str = "auto",
+               allow_download: bool = False, trust_remote_code: bool = False) -> torch.nn.Module:
+    """A causal LM in eval mode on the chosen device; cached so the app and repeated runs reuse it."""
+    dev = resolve_device(device)
+    model = _load(AutoModelForCausalLM, name, revision, allow_download, trust_remote_code,
+                  dtype=resolve_dtype(dtype, dev))
+    return model.to(dev).eval()
+
+
+def stop_token_ids(model, tok) -> list[int]:
+    """Every id that ends a completion: the generation config's EOS ids plus the tokenizer's EOS."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tok.eos_token_id is not None and tok.eos_token_id not in ids:
+        ids.append(tok.eos_token_id)
+    if not ids:
+        raise OpsdError("the model defines no end-of-sequence token: set eos_token_id in its generation_config.json")
+    return ids
+
+
+def vocab_fingerprint(tok: PreTrainedTokenizerBase) -> str:
+    """Hash of the token -> id map: equal fingerprints mean token ids mean the same text."""
+    items = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
+
+def check_compatible(named: dict[str, tuple[str, PreTrainedTokenizerBase, torch.nn.Module]]) -> None:
+    """All models score the same token ids, so they must share a vocabulary (and an LM head size)."""
+    ref_role, (ref_name, ref_tok, ref_model) = next(iter(named.items()))
+    ref_fp = vocab_fingerprint(ref_tok)
+    for role, (name, tok, model) in named.items():
+        if vocab_fingerprint(tok) != ref_fp:
+            raise OpsdError(f"{role} model '{name}' has a different tokenizer vocabulary from {ref_role} model "
+                            f"'{ref_name}': student, teachers and base must share one tokenizer")
+        if model.get_output_embeddings().weight.shape[0] != ref_model.get_output_embeddings().weight.shape[0]:
+            raise OpsdError(f"{role} model '{name}' has an output vocabulary of a different size from {ref_role} "
+                            f"model '{ref_name}': models must share one vocabulary")
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """Cheap weight fingerprint for the manifest (sum of a few parameter tensors)."""
+    h = hashlib.sha256()
+    for _, p in list(model.named_parameters())[:4]:
+        h.update(p.detach().float().cpu().numpy().tobytes()[:4096])
+    return h.hexdigest()[:16]

@@ -1,0 +1,86 @@
+"""On-policy sampling: token ids in, token ids out (scoring never sees text).
+
+The HF backend runs batched ``generate`` with left padding and an explicit, complete set of
+sampling settings, so a checkpoint's generation_config (top_k=20, repetition penalty, ...) can
+never silently change the sampling distribution away from softmax(logits / temperature).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from opsd_diag.errors import OpsdError
+from opsd_diag.views import trim_completion
+
+
+@dataclass(frozen=True)
+class Completion:
+    ids: list[int]      # sampled ids, up to and including the first stop id
+    finished: bool      # False: cut at max_completion_length
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    num_samples: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    seed: int
+    batch_size: int
+
+
+@torch.no_grad()
+def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int]) -> list[list[Completion]]:
+    """``s.num_samples`` completions per prompt; deterministic for a given seed and prompt list."""
+    rows = [p for p in prompts for _ in range(s.num_samples)]
+    device = next(model.parameters()).device
+    gen = torch.Generator(device="cpu").manual_seed(s.seed)
+    out: list[Completion] = []
+    for start in range(0, len(rows), s.batch_size):
+        batch = rows[start:start + s.batch_size]
+        width = max(len(p) for p in batch)
+        ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)  # [b, P]
+        att = torch.zeros_like(ids)  # [b, P]
+        for i, p in enumerate(batch):
+            ids[i, width - len(p):] = torch.tensor(p)
+            att[i, width - len(p):] = 1
+        # generate draws from the global RNG: reseed it per batch from our own generator
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        gen_ids = model.generate(
+            input_ids=ids.to(device), attention_mask=att.to(device), do_sample=True,
+            temperature=s.temperature, top_p=s.top_p, top_k=0, min_p=None, typical_p=1.0,
+            repetition_penalty=1.0, no_repeat_ngram_size=0, max_new_tokens=s.max_new_tokens,
+            eos_token_id=stop_ids, pad_token_id=tok.pad_token_id, num_beams=1)
+        for row in gen_ids[:, width:].tolist():
+            trimmed, finished = trim_completion(row, stop_ids)
+            out.append(Completion(trimmed, finished))
+    return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
+
+
+def sample_vllm(model_name: str, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int],
+                dtype: str = "auto", trust_remote_code: bool = False) -> list[list[Completion]]:
+    """The same contract on vLLM (GPU machines); prompts are given as token ids, never text."""
+    try:
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+    except ImportError:
+        raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
+                        "or use backend: hf") from None
+    llm = _vllm_engine(model_name, dtype, trust_remote_code, LLM)
+    params = SamplingParams(n=s.num_samples, temperature=s.temperature, top_p=s.top_p, top_k=-1,
+                            max_tokens=s.max_new_tokens, seed=s.seed, stop_token_ids=stop_ids,
+                            skip_special_tokens=False, include_stop_str_in_output=True)
+    results = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    return [[Completion(*trim_completion(list(o.token_ids), stop_ids)) for o in r.outputs] for r in results]
+
+
+_ENGINES: dict = {}
+
+
+def _vllm_engine(name, dtype, trust_remote_code, llm_cls):
+    key = (name, dtype, trust_remote_code)
+    if key not in _ENGINES:
+        _ENGINES[key] = llm_cls(model=name, dtype=dtype, trust_remote_code=trust_remote_code)
+    return _ENGINES[key]

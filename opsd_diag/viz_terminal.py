@@ -1,0 +1,54 @@
+"""Terminal rendering of one rollout: tokens coloured by a per-token signal (``opsd-diag show``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from opsd_diag.errors import OpsdError
+
+# 24-bit colour backgrounds: red for negative, green for positive, intensity by magnitude.
+_RESET = "\033[0m"
+
+
+def _bg(value: float, scale: float) -> str:
+    if not np.isfinite(value):
+        return "\033[48;2;90;90;90m"
+    x = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
+    a = int(40 + 160 * abs(x))
+    r, g = (a, 30) if x < 0 else (30, a)
+    return f"\033[48;2;{r};{g};40m\033[38;2;255;255;255m"
+
+
+def rollout_tokens(run: dict, rollout_id: int, config: str | None) -> tuple[pd.Series, pd.DataFrame, str]:
+    rollouts, tokens = run["rollouts"], run["tokens"]
+    match = rollouts[rollouts["rollout_id"] == rollout_id]
+    if match.empty:
+        raise OpsdError(f"no rollout {rollout_id} in this run: rollout ids go from {rollouts['rollout_id'].min()} "
+                        f"to {rollouts['rollout_id'].max()}")
+    configs = list(dict.fromkeys(tokens["config"])) if not tokens.empty else []
+    config = config or (configs[0] if configs else None)
+    if config not in configs:
+        raise OpsdError(f"unknown config '{config}': this run has {', '.join(configs)}")
+    t = tokens[(tokens["rollout_id"] == rollout_id) & (tokens["config"] == config)].sort_values("pos")
+    return match.iloc[0], t, config
+
+
+def render_rollout(run: dict, rollout_id: int, config: str | None = None, signal: str = "r_opd",
+                   color: bool = True) -> str:
+    row, t, config = rollout_tokens(run, rollout_id, config)
+    if signal not in t.columns:
+        raise OpsdError(f"unknown signal '{signal}': choose one of the per-token columns, e.g. r_opd, a_d2, kl_rev")
+    vals = t[signal].to_numpy(dtype=float)
+    finite = np.abs(vals[np.isfinite(vals)])
+    scale = float(np.quantile(finite, 0.95)) if finite.size else 1.0
+    head = (f"rollout {rollout_id} (problem {row['problem_id']}, sample {row['sample_idx']}), config {config}, "
+            f"coloured by {signal} (scale ±{scale:.3g}); correct={row['correct']} finished={row['finished']}")
+    if color:
+        body = "".join(_bg(v, scale) + tok.replace("\n", "⏎" + _RESET + "\n") + _RESET
+                       for tok, v in zip(t["token"], vals))
+    else:
+        body = "".join(f"[{tok}|{v:+.2f}]" for tok, v in zip(t["token"], vals))
+    cols = ["pos", "token", "lp_s", "lp_t", "r_opd", "a_opd", "a_d2", "kl_rev", "h_s", "h_t"]
+    table = t[cols].to_string(index=False, float_format=lambda v: f"{v:+.3f}")
+    return f"{head}\n\n{body}\n\n{table}"

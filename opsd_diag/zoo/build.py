@@ -1,0 +1,348 @@
+"""Build the bundled toy world: tokenizer + three tiny Qwen3-shaped models, reproducibly on CPU.
+
+- base:    knows the task's language (problems -> direct answers, single-step facts) but never
+           chained steps; stands in for a teacher's "-Base" checkpoint.
+- teacher: base further trained on step-by-step solutions.
+- student: smaller, trained briefly on solutions, half the time with privileged context in its
+           prompt (built-in templates), so it is error-prone alone but can use a shown solution.
+
+Everything is built in a temporary sibling directory and swapped in at the end, so a failed or
+interrupted build never touches existing models.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+from opsd_diag import templates
+from opsd_diag.errors import OpsdError
+from opsd_diag.verify import is_correct
+from opsd_diag.zoo import task
+from opsd_diag.zoo.tokenizer import IM_END, PAD, train_tokenizer
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+
+
+@dataclass(frozen=True)
+class BuildSize:
+    """How big and how long; ``full`` is what ships, ``ci`` proves the pipeline in seconds."""
+    big: ModelShape
+    small: ModelShape
+    base_steps: int
+    teacher_steps: int
+    student_steps: int
+    batch: int
+    eval_per_level: int
+    lr: float = 3e-3
+
+
+SIZES = {
+    "full": BuildSize(big=ModelShape(128, 4, 4, 2, 384), small=ModelShape(96, 3, 4, 2, 256),
+                      base_steps=1200, teacher_steps=1500, student_steps=900, batch=32, eval_per_level=100),
+    "ci": BuildSize(big=ModelShape(32, 2, 2, 1, 64), small=ModelShape(32, 1, 2, 1, 64),
+                    base_steps=6, teacher_steps=6, student_steps=6, batch=8, eval_per_level=3),
+}
+
+# Contexts the student learns to use, with their share of its training prompts.
+STUDENT_CONTEXTS = {"none": 0.4, "full_solution": 0.2, "answer_only": 0.1, "partial_solution": 0.2, "hint": 0.1}
+CARD_CONTEXTS = {"full solution": ("full_solution", 1.0), "final answer only": ("answer_only", 1.0),
+                 "first half of the solution": ("partial_solution", 0.5)}
+MAX_NEW_TOKENS = 72
+
+
+@dataclass
+class BuildReport:
+    seed: int
+    size: str
+    params: dict[str, int] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+    final_loss: dict[str, float] = field(default_factory=dict)
+    accuracy: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+# ---------------------------------------------------------------- examples -> token sequences
+
+def chat_prompt_ids(tok: PreTrainedTokenizerFast, user_text: str) -> list[int]:
+    text = tok.apply_chat_template([{"role": "user", "content": user_text}], tokenize=False,
+                                   add_generation_prompt=True)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def chat_example(tok, user_text: str, response: str) -> tuple[list[int], list[int]]:
+    """(ids, loss mask): loss on the response and its closing <|im_end|> only."""
+    p = chat_prompt_ids(tok, user_text)
+    r = tok(response + IM_END, add_special_tokens=False)["input_ids"]
+    return p + r, [0] * len(p) + [1] * len(r)
+
+
+def fact_example(tok, rng: random.Random) -> tuple[list[int], list[int]]:
+    """A plain-text page of unrelated single-step facts in the solution notation."""
+    lines = [task.step_line(rng.choice(task.LABELS[:6]), rng.randrange(10), rng.choice(task.OPS),
+                            rng.randrange(1, 10)) for _ in range(rng.randint(3, 8))]
+    ids = tok("\n".join(lines), add_special_tokens=False)["input_ids"] + [tok.pad_token_id]
+    return ids, [1] * len(ids)
+
+
+def student_user_text(problem: dict, rng: random.Random) -> str:
+    name = rng.choices(list(STUDENT_CONTEXTS), weights=list(STUDENT_CONTEXTS.values()))[0]
+    fields = templates.context_fields(problem, partial_fraction=rng.choice([0.25, 0.5, 0.75]))
+    return templates.render(templates.resolve(name), fields)
+
+
+def make_batch(examples: list[tuple[list[int], list[int]]], pad_id: int):
+    """Right-padded input ids, attention mask and labels (-100 where no loss)."""
+    width = max(len(ids) for ids, _ in examples)
+    ids = torch.full((len(examples), width), pad_id)
+    att = torch.zeros((len(examples), width), dtype=torch.long)
+    labels = torch.full((len(examples), width), -100)
+    for i, (x, m) in enumerate(examples):
+        ids[i, :len(x)] = torch.tensor(x)
+        att[i, :len(x)] = 1
+        labels[i, :len(x)] = torch.where(torch.tensor(m) == 1, torch.tensor(x), -100)
+    return ids, att, labels
+
+
+# ---------------------------------------------------------------- training and evaluation
+
+def new_model(tok, shape: ModelShape, seed: int) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(
+        vocab_size=len(tok), hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+        head_dim=shape.hidden // shape.heads, max_position_embeddings=1024, tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id, eos_token_id=[tok.convert_tokens_to_ids(IM_END), tok.pad_token_id],
+        bos_token_id=None)
+    return Qwen3ForCausalLM(cfg)
+
+
+def train(model, tok, sample, steps: int, size: BuildSize, seed: int, log) -> float:
+    """AdamW with warm-up + cosine decay on batches drawn from ``sample(rng)``; returns last loss."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=size.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    model.train()
+    ema = None
+    for step in range(steps):
+        ids, att, labels = make_batch([sample(rng) for _ in range(size.batch)], tok.pad_token_id)
+        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if step % 100 == 0 or step == steps - 1:
+            log(f"  step {step:5d}/{steps} loss {ema:.4f}")
+    model.eval()
+    return float(ema or 0.0)
+
+
+@torch.no_grad()
+def greedy_accuracy(model, tok, problems: list[dict], user_texts: list[str], batch: int = 100) -> float:
+    """Share of problems answered correctly with greedy decoding (deterministic)."""
+    tok.padding_side = "left"
+    correct = 0
+    for i in range(0, len(problems), batch):
+        texts = [tok.apply_chat_template([{"role": "user", "content": u}], tokenize=False,
+                                         add_generation_prompt=True) for u in user_texts[i:i + batch]]
+        enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+        out = model.generate(**enc, do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
+                             eos_token_id=model.config.eos_token_id, pad_token_id=tok.pad_token_id)
+        for p, ids in zip(problems[i:i + batch], out[:, enc["input_ids"].shape[1]:]):
+            correct += is_correct(tok.decode(ids, skip_special_tokens=True), p["answer"], "toy")
+    return correct / max(1, len(problems))
+
+
+def accuracy_by_level(model, tok, problems: list[dict], user_texts: list[str]) -> dict[str, float]:
+    out = {}
+    for level in task.LEVELS:
+        idx = [i for i, p in enumerate(problems) if p["meta"]["difficulty"] == level]
+        out[f"level {level}"] = greedy_accuracy(model, tok, [problems[i] for i in idx], [user_texts[i] for i in idx])
+    out["all"] = sum(out.values()) / len(out)
+    return out
+
+
+# ---------------------------------------------------------------- the build
+
+def check_writable(out_dir: Path) -> None:
+    """Fail before any training when the output cannot be written."""
+    parent = out_dir if out_dir.exists() else out_dir.parent
+    while not parent.exists():
+        parent = parent.parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        raise OpsdError(f"cannot write the zoo to {out_dir} ({e.strerror}): choose a writable --out directory") from None
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OpsdError(f"--out {out_dir} is a file, not a directory: choose a directory")
+
+
+def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", seed: int = 0,
+          log=print) -> BuildReport:
+    """Build tokenizer + base/teacher/student into ``out_dir`` (swapped in atomically)."""
+    if size not in SIZES:
+        raise OpsdError(f"invalid --size '{size}': use one of {', '.join(SIZES)}")
+    out_dir = Path(out_dir)
+    check_writable(out_dir)
+    cfg = SIZES[size]
+    t0 = time.time()
+    torch.use_deterministic_algorithms(True)
+    report = BuildReport(seed=seed, size=size)
+
+    if problems_dir is not None:
+        splits = task.write_splits(Path(problems_dir))
+    else:
+        splits = {name: task.generate(n, s, prefix=name[:2]) for name, (n, s) in task.SPLITS.items()}
+    held_out = {p["prompt"] for name in ("dev", "test") for p in splits[name]}
+    pool = task.generate(20000 if size == "full" else 200, seed + 7, exclude=held_out, prefix="z")
+
+    corpus = [task.reasoning_response(p) for p in pool[:3000]] + [
+        templates.render(templates.resolve(name), templates.context_fields(p))
+        for p in pool[:600] for name in templates.BUILTIN] + ["user\n", "assistant\n", "system\n"] * 300
+    tok = train_tokenizer(corpus, vocab_size=512 if size == "full" else 300)
+    log(f"tokenizer: {len(tok)} tokens")
+
+    def base_sample(rng):
+        if rng.random() < 0.4:
+            return fact_example(tok, rng)
+        p = rng.choice(pool)
+        return chat_example(tok, p["prompt"], task.direct_response(p))
+
+    def teacher_sample(rng):
+        p = rng.choice(pool)
+        return chat_example(tok, p["prompt"], task.reasoning_response(p))
+
+    def student_sample(rng):
+        if rng.random() < 0.25:
+            return fact_example(tok, rng)
+        p = rng.choice(pool)
+        return chat_example(tok, student_user_text(p, rng), task.reasoning_response(p))
+
+    stage = Path(tempfile.mkdtemp(prefix=".zoo-build-", dir=out_dir.parent if not out_dir.exists() else out_dir))
+    try:
+        models = {}
+        log("base")
+        models["base"] = new_model(tok, cfg.big, seed)
+        report.final_loss["base"] = train(models["base"], tok, base_sample, cfg.base_steps, cfg, seed + 1, log)
+        log("teacher (base + step-by-step training)")
+        models["teacher"] = new_model(tok, cfg.big, seed)
+        models["teacher"].load_state_dict(models["base"].state_dict())
+        report.final_loss["teacher"] = train(models["teacher"], tok, teacher_sample, cfg.teacher_steps, cfg,
+                                             seed + 2, log)
+        log("student")
+        models["student"] = new_model(tok, cfg.small, seed + 3)
+        report.final_loss["student"] = train(models["student"], tok, student_sample, cfg.student_steps, cfg,
+                                             seed + 4, log)
+        report.steps = {"base": cfg.base_steps, "teacher": cfg.teacher_steps, "student": cfg.student_steps}
+
+        test = [p for level in task.LEVELS
+                for p in [q for q in splits["test"] if q["meta"]["difficulty"] == level][:cfg.eval_per_level]]
+        plain = [p["prompt"] for p in test]
+        for name in ("base", "teacher", "student"):
+            report.params[name] = sum(p.numel() for p in models[name].parameters())
+            report.accuracy[name] = accuracy_by_level(models[name], tok, test, plain)
+            log(f"{name}: {report.accuracy[name]}")
+        for label, (ctx, frac) in CARD_CONTEXTS.items():
+            texts = [templates.render(templates.resolve(ctx), templates.context_fields(p, frac)) for p in test]
+            report.accuracy[f"student + {label}"] = accuracy_by_level(models["student"], tok, test, texts)
+            log(f"student + {label}: {report.accuracy[f'student + {label}']}")
+
+        for name, model in models.items():
+            model.generation_config.eos_token_id = model.config.eos_token_id
+            model.generation_config.pad_token_id = tok.pad_token_id
+            model.save_pretrained(stage / name)
+            tok.save_pretrained(stage / name)
+        report.seconds = round(time.time() - t0, 1)
+        (stage / "build_report.json").write_text(json.dumps(asdict(report), indent=2))
+        (stage / "MODEL_CARD.md").write_text(model_card(report, cfg))
+        _swap_in(stage, out_dir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    log(f"zoo written to {out_dir} in {report.seconds:.0f}s")
+    return report
+
+
+def _swap_in(stage: Path, out_dir: Path) -> None:
+    """Replace the model folders of ``out_dir`` by the staged ones, one rename each."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for item in sorted(stage.iterdir()):
+        target = out_dir / item.name
+        if target.exists():
+            old = out_dir / f".old-{item.name}"
+            shutil.rmtree(old, ignore_errors=True)
+            target.rename(old)
+            item.rename(target)
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+        else:
+            item.rename(target)
+
+
+def model_card(r: BuildReport, cfg: BuildSize) -> str:
+    levels = [f"level {lv}" for lv in task.LEVELS] + ["all"]
+    rows = "\n".join(f"| {name} | " + " | ".join(f"{acc[c]:.2f}" for c in levels) + " |"
+                     for name, acc in r.accuracy.items())
+    shapes = {"base": cfg.big, "teacher": cfg.big, "student": cfg.small}
+    models = "\n".join(
+        f"| {n} | Qwen3ForCausalLM | {r.params[n]:,} | {s.hidden} | {s.layers} | {s.heads}/{s.kv_heads} | "
+        f"{r.steps[n]} | {r.final_loss[n]:.3f} |" for n, s in shapes.items())
+    ops = ", ".join(f"level {k}: {v} op{'s' if v > 1 else ''}" for k, v in task.LEVELS.items())
+    return f"""# The bundled toy models (generated by `opsd-diag zoo build`; do not edit by hand)
+
+Built with `opsd-diag zoo build --size {r.size} --seed {r.seed}` in {r.seconds:.0f} s on this machine's CPU.
+
+## Task
+Chains of single-digit operations modulo 10 ({ops}); see `opsd_diag/zoo/task.py`.
+A step-by-step solution writes one line per operation (`b) 7*4=8`), then `Answer: N`.
+
+## Models
+All share one byte-level BPE tokenizer (digits kept single, Qwen-style chat template,
+`<|im_end|>` and `<|endoftext|>` both stop generation).
+
+| model | architecture | parameters | hidden | layers | heads/kv | train steps | final loss |
+|---|---|---|---|---|---|---|---|
+{models}
+
+- **base**: trained from scratch on problems with direct answers (no steps) plus plain-text pages of
+  single-step facts in the solution notation. It never saw a chained solution.
+- **teacher**: `base` further trained on step-by-step solutions.
+- **student**: smaller, trained from scratch for fewer steps on step-by-step solutions, with
+  privileged context in {1 - STUDENT_CONTEXTS['none']:.0%} of its prompts (the built-in templates
+  `full_solution`, `answer_only`, `partial_solution`, `hint` of `opsd_diag/templates.py`).
+
+Training problems are generated with seed {r.seed + 7} and exclude every dev/test prompt.
+Optimiser: AdamW, lr {cfg.lr}, warm-up then cosine decay, batch {cfg.batch}, grad-norm clip 1.0.
+
+## Accuracy on the test split
+Greedy decoding (deterministic), at most {MAX_NEW_TOKENS} new tokens, {cfg.eval_per_level} problems per
+level of `sample_data/problems/test.jsonl` (the first ones of each level), answer checker `toy`.
+Context rows show the student with the named built-in template in its prompt.
+
+| model | {' | '.join(levels)} |
+|---|{'---|' * len(levels)}
+{rows}
+
+Chance is 0.10. Rebuilding with the same seed on the same machine reproduces these numbers
+exactly (deterministic CPU kernels, fixed thread count); see "Reproducibility" in README.md.
+"""

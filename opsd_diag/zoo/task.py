@@ -1,0 +1,108 @@
+"""The toy reasoning task: a chain of single-digit operations taken modulo 10.
+
+Why this task: one step (``7*4=8``) is a fact a tiny model memorises easily, but the composition of
+several steps is a lookup over 27^n operation chains that a tiny model cannot do in one shot.
+Writing the steps out turns it into n easy facts, so reasoning (the step-by-step solution) clearly
+matters and the teacher - base difference isolates it. Steps are labelled a), b), ... in both the
+problem and the solution so that "find the i-th operation" is a plain lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+OPS = ("+", "-", "*")
+LABELS = "abcdefghij"
+# Difficulty level -> number of operations in the chain.
+LEVELS = {1: 1, 2: 2, 3: 4, 4: 6}
+
+
+def apply_op(x: int, op: str, a: int) -> int:
+    """One step of the chain, modulo 10."""
+    if op == "+":
+        return (x + a) % 10
+    if op == "-":
+        return (x - a) % 10
+    return (x * a) % 10
+
+
+def step_line(label: str, x: int, op: str, a: int) -> str:
+    """One solution line in the task's notation, e.g. ``b) 7*4=8``."""
+    return f"{label}) {x}{op}{a}={apply_op(x, op, a)}"
+
+
+def make_problem(rng: random.Random, level: int) -> dict:
+    """One problem record (without id) of the given difficulty level."""
+    n_ops = LEVELS[level]
+    x0 = rng.randrange(10)
+    chain = [(rng.choice(OPS), rng.randrange(1, 10)) for _ in range(n_ops)]
+    ops_text = " ".join(f"{LABELS[i]}){op}{a}" for i, (op, a) in enumerate(chain))
+    prompt = f"Start at {x0}. Apply in order, mod 10: {ops_text}. What is the result?"
+    lines, x = [], x0
+    for i, (op, a) in enumerate(chain):
+        lines.append(step_line(LABELS[i], x, op, a))
+        x = apply_op(x, op, a)
+    return {
+        "prompt": prompt,
+        "solution": "\n".join(lines),
+        "answer": str(x),
+        "meta": {"difficulty": level, "start": x0, "ops": [f"{op}{a}" for op, a in chain]},
+    }
+
+
+def answer_text(answer: str) -> str:
+    """The final line every toy response ends with; ``verify`` extracts it."""
+    return f"Answer: {answer}"
+
+
+def reasoning_response(problem: dict) -> str:
+    """Step-by-step response: what the teacher and the student are trained to write."""
+    return f"{problem['solution']}\n{answer_text(problem['answer'])}"
+
+
+def direct_response(problem: dict) -> str:
+    """Answer without steps: what the base model is trained to write."""
+    return answer_text(problem["answer"])
+
+
+def problem_key(prompt: str) -> str:
+    return hashlib.sha1(prompt.encode()).hexdigest()[:12]
+
+
+def generate(n: int, seed: int, levels: tuple[int, ...] = tuple(LEVELS), exclude: set[str] | None = None,
+             prefix: str = "p") -> list[dict]:
+    """``n`` distinct problems spread evenly over ``levels``; prompts in ``exclude`` are skipped."""
+    rng = random.Random(seed)
+    seen = set(exclude or ())
+    out: list[dict] = []
+    i = 0
+    while len(out) < n:
+        level = levels[i % len(levels)]
+        i += 1
+        p = make_problem(rng, level)
+        if p["prompt"] in seen:
+            continue
+        seen.add(p["prompt"])
+        out.append({"id": f"{prefix}{len(out):05d}-{problem_key(p['prompt'])}", **p})
+    return out
+
+
+SPLITS = {"test": (400, 1001), "dev": (200, 1002), "train": (2000, 1003)}
+
+
+def write_splits(out_dir: Path) -> dict[str, list[dict]]:
+    """Write train/dev/test JSONL; test first so that dev and train never contain a test prompt."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    taken: set[str] = set()
+    splits = {}
+    for name, (n, seed) in SPLITS.items():
+        rows = generate(n, seed, exclude=taken, prefix=name[:2])
+        taken.update(r["prompt"] for r in rows)
+        splits[name] = rows
+        tmp = out_dir / f".{name}.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(out_dir / f"{name}.jsonl")
+    return splits

@@ -1,0 +1,339 @@
+"""signals.py against a slow, obvious float64 reference: explicit loops over positions and vocabulary."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from opsd_diag import signals as S
+
+N, V = 5, 11
+RTOL, ATOL = 1e-5, 1e-5
+BETAS = (0.0, 0.3, 0.5, 1.0)
+
+
+# ---------------------------------------------------------------- float64 reference (loops)
+# Rows are lists of 0-d float64 tensors so the same code also gives autograd gradients.
+
+def ref_log_softmax(row, tau=1.0):
+    z = [x / tau for x in row]
+    top = max(float(x.detach()) for x in z)  # a constant shift: no gradient needed
+    log_norm = top + torch.log(sum(torch.exp(x - top) for x in z))
+    return [x - log_norm for x in z]
+
+
+def ref_kl(lp, lq):
+    """KL(p || q), written out."""
+    return sum(torch.exp(lp[v]) * (lp[v] - lq[v]) for v in range(len(lp)))
+
+
+def ref_entropy(lp):
+    return -sum(torch.exp(x) * x for x in lp)
+
+
+def ref_jsd(lp_student, lq_teacher, beta):
+    if beta == 0.0:
+        return ref_kl(lq_teacher, lp_student)  # forward KL(teacher || student)
+    if beta == 1.0:
+        return ref_kl(lp_student, lq_teacher)  # reverse KL(student || teacher)
+    # mixture formed directly in probability space (a different path from the logaddexp code)
+    lm = [torch.log(beta * torch.exp(lq_teacher[v]) + (1 - beta) * torch.exp(lp_student[v]))
+          for v in range(len(lp_student))]
+    return beta * ref_kl(lq_teacher, lm) + (1 - beta) * ref_kl(lp_student, lm)
+
+
+def ref_centered(lp, f, tok, k):
+    if k is None:
+        support = range(len(lp))
+    else:
+        order = sorted(range(len(lp)), key=lambda v: -float(lp[v]))
+        support = set(order[:k]) | {tok}
+    return sum(math.exp(float(lp[v])) * float(f[v]) for v in support)
+
+
+def ref_rows(logits, tau=1.0):
+    x = logits.detach().double()
+    return [[float(y) for y in ref_log_softmax(list(x[n]), tau)] for n in range(x.shape[0])]
+
+
+def ref_signals(student, teacher, tokens, base=None, tau=1.0, beta=0.5, k=None, lam=1.25, ref_lp=None):
+    """Every key of token_signals, position by position, float64."""
+    out = {key: [] for key in S.SIGNAL_KEYS}
+    lps_rows, lpt_rows = ref_rows(student, tau), ref_rows(teacher, tau)
+    lpb_rows = ref_rows(base, tau) if base is not None else None
+    for n in range(student.shape[0]):
+        lp, lq, y = lps_rows[n], lpt_rows[n], int(tokens[n])
+        as_t = lambda row: [torch.tensor(x, dtype=torch.float64) for x in row]  # noqa: E731
+        lp_s, lp_t = lp[y], lq[y]
+        r_opd = lp_t - lp_s
+        a_opd = r_opd - ref_centered(lp, [lq[v] - lp[v] for v in range(V)], y, k)
+        lp_ref = lp_s if ref_lp is None else float(ref_lp[n])
+        row = {
+            "lp_s": lp_s, "lp_t": lp_t, "r_opd": r_opd,
+            "kl_rev": float(ref_kl(as_t(lp), as_t(lq))), "kl_fwd": float(ref_kl(as_t(lq), as_t(lp))),
+            "jsd": float(ref_jsd(as_t(lp), as_t(lq), beta)), "a_opd": a_opd,
+            "a_ex": lam * (lp_t - lp_ref) - (lp_s - lp_ref),
+            "h_s": float(ref_entropy(as_t(lp))), "h_t": float(ref_entropy(as_t(lq))),
+            "rank_t": float(sum(1 for v in range(V) if lq[v] > lq[y])),
+            "top1_agree": float(max(range(V), key=lambda v: lp[v]) == max(range(V), key=lambda v: lq[v])),
+        }
+        if lpb_rows is None:
+            row.update({key: math.nan for key in S.BASE_KEYS})
+        else:
+            lb = lpb_rows[n]
+            r_delta = lp_t - lb[y]
+            a_delta = r_delta - ref_centered(lp, [lq[v] - lb[v] for v in range(V)], y, k)
+            gate = 1.0 if a_delta * a_opd > 0 else 0.0
+            row.update(lp_b=lb[y], r_delta=r_delta, a_delta=a_delta, gate=gate, a_d2=gate * a_delta,
+                       h_b=float(ref_entropy(as_t(lb))))
+        for key in S.SIGNAL_KEYS:
+            out[key].append(row[key])
+    return {key: torch.tensor(vals, dtype=torch.float64) for key, vals in out.items()}
+
+
+# ---------------------------------------------------------------- helpers
+
+def make(seed, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    student, teacher, base = (torch.randn(N, V, generator=g) * scale for _ in range(3))
+    tokens = torch.randint(0, V, (N,), generator=g)
+    return student, teacher, base, tokens
+
+
+def close(actual, expected, rtol=RTOL, atol=ATOL):
+    assert actual.dtype == torch.float32
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+# ---------------------------------------------------------------- elementary functions
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("tau", [1.0, 0.7])
+def test_log_probs_token_logprob_entropy(seed, tau):
+    student, _, _, tokens = make(seed)
+    logp = S.log_probs(student, tau)
+    ref = torch.tensor(ref_rows(student, tau), dtype=torch.float64)
+    close(logp, ref)
+    close(S.token_logprob(logp, tokens), torch.stack([ref[n, tokens[n]] for n in range(N)]))
+    expected_h = [float(ref_entropy(list(ref[n]))) for n in range(N)]
+    close(S.entropy(logp), torch.tensor(expected_h))
+
+
+def test_log_probs_rejects_bad_temperature():
+    with pytest.raises(ValueError):
+        S.log_probs(torch.zeros(2, 3), 0.0)
+
+
+def test_bf16_logits_are_computed_in_float32():
+    student, teacher, base, tokens = make(3)
+    s16, t16, b16 = student.bfloat16(), teacher.bfloat16(), base.bfloat16()
+    logp = S.log_probs(s16)
+    assert logp.dtype == torch.float32
+    # the reference upcasts the (exact) bf16 values: a bf16 log-softmax would miss this tolerance
+    close(logp, torch.tensor(ref_rows(s16.float()), dtype=torch.float64))
+    got = S.token_signals(s16, t16, tokens, base_logits=b16)
+    ref = ref_signals(s16.float(), t16.float(), tokens, base=b16.float())
+    for key in S.SIGNAL_KEYS:
+        close(got[key], ref[key])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kl_values_and_directions(seed):
+    student, teacher, _, _ = make(seed)
+    lp, lq = S.log_probs(student), S.log_probs(teacher)
+    rp, rq = ref_rows(student), ref_rows(teacher)
+    as_t = lambda row: [torch.tensor(x, dtype=torch.float64) for x in row]  # noqa: E731
+    close(S.kl(lp, lq), torch.tensor([float(ref_kl(as_t(rp[n]), as_t(rq[n]))) for n in range(N)]))
+    close(S.kl(lq, lp), torch.tensor([float(ref_kl(as_t(rq[n]), as_t(rp[n]))) for n in range(N)]))
+    assert not torch.allclose(S.kl(lp, lq), S.kl(lq, lp))  # KL is not symmetric: direction matters
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("beta", BETAS)
+def test_generalized_jsd_values(seed, beta):
+    student, teacher, _, _ = make(seed)
+    lp, lq = S.log_probs(student), S.log_probs(teacher)
+    rp, rq = ref_rows(student), ref_rows(teacher)
+    as_t = lambda row: [torch.tensor(x, dtype=torch.float64) for x in row]  # noqa: E731
+    expected = [float(ref_jsd(as_t(rp[n]), as_t(rq[n]), beta)) for n in range(N)]
+    close(S.generalized_jsd(lp, lq, beta), torch.tensor(expected))
+
+
+def test_generalized_jsd_ends_are_forward_and_reverse_kl():
+    student, teacher, _, _ = make(4)
+    lp, lq = S.log_probs(student), S.log_probs(teacher)
+    torch.testing.assert_close(S.generalized_jsd(lp, lq, 0.0), S.kl(lq, lp))  # KL(teacher || student)
+    torch.testing.assert_close(S.generalized_jsd(lp, lq, 1.0), S.kl(lp, lq))  # KL(student || teacher)
+    with pytest.raises(ValueError):
+        S.generalized_jsd(lp, lq, 1.5)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 1.0, "kl"])
+def test_divergence_gradients_match_float64_autograd(beta):
+    student, teacher, _, _ = make(5)
+    s32, t32 = student.clone().requires_grad_(True), teacher.clone().requires_grad_(True)
+    lp, lq = S.log_probs(s32), S.log_probs(t32)
+    loss = S.kl(lp, lq) if beta == "kl" else S.generalized_jsd(lp, lq, beta)
+    loss.sum().backward()
+
+    s64, t64 = student.double().requires_grad_(True), teacher.double().requires_grad_(True)
+    total = 0.0
+    for n in range(N):
+        rp, rq = ref_log_softmax(list(s64[n])), ref_log_softmax(list(t64[n]))
+        total = total + (ref_kl(rp, rq) if beta == "kl" else ref_jsd(rp, rq, beta))
+    total.backward()
+    for got, want in ((s32.grad, s64.grad), (t32.grad, t64.grad)):  # both inputs are differentiable
+        assert want.abs().max() > 1e-3  # a real gradient, not a trivial zero
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- centring
+
+@pytest.mark.parametrize("k", [None, 1, 3, V, V + 5])
+@pytest.mark.parametrize("which", ["random", "outside_topk"])
+def test_centered_expectation(k, which):
+    student, _, _, tokens = make(6)
+    f = torch.randn(N, V, generator=torch.Generator().manual_seed(7))
+    lp = S.log_probs(student)
+    if which == "outside_topk":
+        tokens = lp.argmin(-1)  # the student's least likely token: outside any top-k with k < V
+    rp = ref_rows(student)
+    expected = [ref_centered(rp[n], [float(x) for x in f[n]], int(tokens[n]), k) for n in range(N)]
+    close(S.centered_expectation(lp, f, tokens, centering=k), torch.tensor(expected))
+    if k is not None and k < V:
+        full = S.centered_expectation(lp, f, tokens)
+        assert not torch.allclose(S.centered_expectation(lp, f, tokens, centering=k), full)
+
+
+def test_centered_expectation_adds_sampled_token_once():
+    lp = S.log_probs(torch.tensor([[3.0, 2.0, 1.0, 0.0]]))
+    f = torch.tensor([[1.0, 10.0, 100.0, 1000.0]])
+    p = lp.exp()[0]
+    inside = S.centered_expectation(lp, f, torch.tensor([1]), centering=2)
+    outside = S.centered_expectation(lp, f, torch.tensor([3]), centering=2)
+    torch.testing.assert_close(inside, (p[0] * 1 + p[1] * 10).view(1))  # not renormalised, no double count
+    torch.testing.assert_close(outside, (p[0] * 1 + p[1] * 10 + p[3] * 1000).view(1))
+    with pytest.raises(ValueError):
+        S.centered_expectation(lp, f, torch.tensor([0]), centering=0)
+
+
+# ---------------------------------------------------------------- the token_signals bundle
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("tau", [1.0, 0.7])
+@pytest.mark.parametrize("k", [None, 3])
+@pytest.mark.parametrize("beta", BETAS)
+def test_token_signals_every_key(seed, tau, k, beta):
+    student, teacher, base, tokens = make(seed)
+    if seed == 1:
+        tokens = S.log_probs(student).argmin(-1)  # sampled tokens outside the student's top-k
+    got = S.token_signals(student, teacher, tokens, base_logits=base, temperature=tau, jsd_beta=beta,
+                          centering=k)
+    assert tuple(got) == S.SIGNAL_KEYS
+    ref = ref_signals(student, teacher, tokens, base=base, tau=tau, beta=beta, k=k)
+    for key in S.SIGNAL_KEYS:
+        assert got[key].shape == (N,) and not got[key].requires_grad, key
+        close(got[key], ref[key])
+    # centring over the full vocabulary is exactly the table's identity a_opd = r_opd + KL(p || q)
+    if k is None:
+        close(got["a_opd"], (got["r_opd"] + got["kl_rev"]).double())
+
+
+def test_token_signals_reference_logprob_for_exopd():
+    student, teacher, base, tokens = make(8)
+    ref_lp = S.token_logprob(S.log_probs(base), tokens)  # the teacher's base as the reference R
+    got = S.token_signals(student, teacher, tokens, exopd_lambda=1.5, ref_logprob=ref_lp)
+    close(got["a_ex"], ref_signals(student, teacher, tokens, lam=1.5, ref_lp=ref_lp)["a_ex"])
+    default = S.token_signals(student, teacher, tokens, exopd_lambda=1.5)
+    close(default["a_ex"], (1.5 * default["r_opd"]).double())  # default reference: the student itself
+
+
+def test_token_signals_without_base_are_nan():
+    student, teacher, _, tokens = make(9)
+    got = S.token_signals(student, teacher, tokens)
+    for key in S.SIGNAL_KEYS:
+        assert got[key].dtype == torch.float32
+        assert torch.isnan(got[key]).all() == (key in S.BASE_KEYS), key
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_identity_teacher_equals_student(k):
+    student, _, base, tokens = make(10)
+    got = S.token_signals(student, student.clone(), tokens, base_logits=base, centering=k)
+    for key in ("kl_rev", "kl_fwd", "r_opd", "a_opd"):
+        torch.testing.assert_close(got[key], torch.zeros(N), atol=1e-6, rtol=0)
+    assert (got["top1_agree"] == 1).all()
+    lp = S.log_probs(student)
+    for beta in BETAS:
+        torch.testing.assert_close(S.generalized_jsd(lp, lp, beta), torch.zeros(N), atol=1e-6, rtol=0)
+
+
+def test_rank_t_counts_strictly_better_tokens():
+    teacher = torch.tensor([[0.0, 5.0, 1.0, 5.0], [9.0, 1.0, 2.0, 3.0]])
+    got = S.token_signals(torch.zeros(2, 4), teacher, torch.tensor([2, 0]))
+    assert got["rank_t"].tolist() == [2.0, 0.0]
+
+
+# ---------------------------------------------------------------- training helpers
+
+def test_topk():
+    student, _, _, _ = make(11)
+    lp = S.log_probs(student)
+    values, ids = S.topk(lp, 4)
+    rp = ref_rows(student)
+    for n in range(N):
+        order = sorted(range(V), key=lambda v: -rp[n][v])[:4]
+        assert ids[n].tolist() == order
+        close(values[n], torch.tensor([rp[n][v] for v in order]))
+    assert S.topk(lp, V + 3)[1].shape == (N, V)
+
+
+def test_policy_gradient_loss_stops_gradient_on_advantage():
+    student, teacher, _, tokens = make(12)
+    s = student.clone().requires_grad_(True)
+    lp_s = S.token_logprob(S.log_probs(s), tokens)
+    advantage = S.token_logprob(S.log_probs(teacher), tokens) - lp_s  # r_opd: depends on the student
+    loss = S.policy_gradient_loss(lp_s, advantage)
+    torch.testing.assert_close(loss, -(advantage.detach() * lp_s.detach()))
+    loss.sum().backward()
+    # d/ds of -sum A * lp_s with A held constant
+    s2 = student.clone().requires_grad_(True)
+    (-(advantage.detach() * S.token_logprob(S.log_probs(s2), tokens))).sum().backward()
+    torch.testing.assert_close(s.grad, s2.grad)
+
+    leaf_adv = torch.randn(N, requires_grad=True)
+    leaf_lp = torch.randn(N, requires_grad=True)
+    S.policy_gradient_loss(leaf_lp, leaf_adv).sum().backward()
+    assert leaf_adv.grad is None
+    torch.testing.assert_close(leaf_lp.grad, -leaf_adv.detach())
+
+
+def test_masked_sum_and_count():
+    per_token = torch.randn(N, requires_grad=True)
+    mask = torch.tensor([1, 0, 1, 1, 0])
+    total, count = S.masked_sum_and_count(per_token, mask)
+    expected = sum(float(per_token[n].detach()) for n in range(N) if mask[n])
+    assert math.isclose(total.item(), expected, rel_tol=1e-6) and int(count) == 3
+    total.backward()
+    assert per_token.grad.tolist() == mask.float().tolist()
+
+
+def test_masked_sum_and_count_empty_mask_keeps_graph():
+    per_token = torch.randn(N, requires_grad=True)
+    total, count = S.masked_sum_and_count(per_token, torch.zeros(N, dtype=torch.bool))
+    assert total.item() == 0.0 and int(count) == 0
+    assert total.requires_grad and total.grad_fn is not None
+    total.backward()
+    assert per_token.grad is not None and (per_token.grad == 0).all()
+
+
+def test_masked_sum_and_count_ignores_nan_padding():
+    per_token = torch.tensor([1.0, float("nan"), 2.0], requires_grad=True)
+    total, count = S.masked_sum_and_count(per_token, torch.tensor([True, False, True]))
+    assert total.item() == 3.0 and int(count) == 2
+    total.backward()
+    assert per_token.grad.tolist() == [1.0, 0.0, 1.0]
+    with pytest.raises(ValueError):
+        S.masked_sum_and_count(per_token, torch.ones(2, dtype=torch.bool))
