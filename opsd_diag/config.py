@@ -119,6 +119,16 @@ class AnalysisSpec(_Strict):
         return v
 
 
+class IdealSpec(_Strict):
+    """The ideal-gradient predictor (SIGNALS.md): targeted student continuations at chosen nodes."""
+    enabled: bool = True
+    budget: int = Field(512, ge=1)  # student continuations per diagnosis, all nodes together
+    k: int = Field(3, ge=1, le=32)  # top-k candidates from the student and from each teacher config
+    m: int = Field(4, ge=1, le=256)  # continuations per candidate token
+    max_continuation_length: int | None = Field(None, ge=1)  # None: sampling.max_completion_length
+    seed: int = 0
+
+
 class DiagnosisConfig(_Strict):
     student: ModelSpec
     base: ModelSpec | None = None
@@ -129,7 +139,7 @@ class DiagnosisConfig(_Strict):
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
     device: str = "auto"  # auto: CUDA when available, else CPU
     shard_size: int = Field(8, ge=1)  # prompts per stored shard (the unit of resume)
-    ideal: dict[str, Any] | None = None  # the ideal-gradient predictor's section
+    ideal: IdealSpec | None = None  # the ideal-gradient predictor; off when absent
     training: dict[str, Any] | None = None  # the trainer's section
 
     @model_validator(mode="after")

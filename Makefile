@@ -1,0 +1,26 @@
+# The two set-up commands of README.md. Both install into the active Python environment.
+PYTHON ?= python3
+# CPU machines get the CPU build of torch; a machine that already has torch (a CUDA build) keeps it.
+TORCH ?= torch==2.13.0
+PORT ?= 8501
+
+.PHONY: install install-dev app test zoo
+
+install:
+	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH)"
+	$(PYTHON) -m pip install -e .
+
+install-dev: install
+	$(PYTHON) -m pip install -e ".[dev]"
+
+# Run the bundled example diagnosis (once) and open the app on it at http://127.0.0.1:$(PORT)
+app: install
+	$(PYTHON) -m app.serve --port $(PORT)
+
+# The whole test suite (CI runs exactly this)
+test: install-dev
+	$(PYTHON) -m pytest -q
+
+# Rebuild the bundled toy models and problem splits (about 15 minutes on 2 CPU cores)
+zoo: install
+	opsd-diag zoo build --out sample_data/models --problems-dir sample_data/problems --size full --seed 0
