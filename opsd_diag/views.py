@@ -52,7 +52,8 @@ def teacher_view(tok, problem: dict, context: str, *, partial_fraction: float = 
     fields = templates.context_fields({**problem, "prompt_text": prompt_text(problem)}, partial_fraction)
 
     def build(keep: float) -> list[int]:
-        cut = {k: (v[:int(len(v) * keep)] if k in templates.PRIVILEGED and keep < 1 else v) for k, v in fields.items()}
+        cut = {k: (v[:max(1, int(len(v) * keep))] if k in templates.PRIVILEGED and keep < 1 else v)
+               for k, v in fields.items()}
         return encode_chat(tok, _messages(problem, templates.render(template, cut), system_prompt))
 
     ids = build(1.0)
@@ -61,13 +62,13 @@ def teacher_view(tok, problem: dict, context: str, *, partial_fraction: float = 
     if not templates.placeholders(template) & set(templates.PRIVILEGED):
         raise OpsdError(f"problem {problem['id']}: the prompt alone is {len(ids)} tokens, over "
                         f"scoring.max_prompt_length={max_length}: raise the limit")
+    if len(build(0.0)) > max_length:
+        raise OpsdError(f"problem {problem['id']}: the teacher prompt does not fit scoring.max_prompt_length="
+                        f"{max_length} even without its context: raise the limit")
     lo, hi = 0.0, 1.0  # bisect the kept share of the privileged text
     for _ in range(20):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if len(build(mid)) <= max_length else (lo, mid)
-    if len(build(lo)) > max_length or lo == 0.0:
-        raise OpsdError(f"problem {problem['id']}: the teacher prompt does not fit scoring.max_prompt_length="
-                        f"{max_length} even without its context: raise the limit")
     return PromptView(build(lo), context_truncated=True)
 
 

@@ -65,6 +65,7 @@ STUDENT_CONTEXTS = {"none": 0.4, "full_solution": 0.2, "answer_only": 0.1, "part
 CARD_CONTEXTS = {"full solution": ("full_solution", 1.0), "final answer only": ("answer_only", 1.0),
                  "first half of the solution": ("partial_solution", 0.5)}
 MAX_NEW_TOKENS = 72
+SUBSET_PER_LEVEL = 10  # the fixed subset tests/test_zoo.py re-evaluates
 
 
 @dataclass
@@ -75,6 +76,7 @@ class BuildReport:
     steps: dict[str, int] = field(default_factory=dict)
     final_loss: dict[str, float] = field(default_factory=dict)
     accuracy: dict[str, dict[str, float]] = field(default_factory=dict)
+    subset_accuracy: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -159,10 +161,10 @@ def train(model, tok, sample, steps: int, size: BuildSize, seed: int, log) -> fl
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tok, problems: list[dict], user_texts: list[str], batch: int = 100) -> float:
-    """Share of problems answered correctly with greedy decoding (deterministic)."""
+def greedy_correct(model, tok, problems: list[dict], user_texts: list[str], batch: int = 100) -> list[bool]:
+    """Per problem: answered correctly with greedy decoding (deterministic)?"""
     tok.padding_side = "left"
-    correct = 0
+    correct = []
     for i in range(0, len(problems), batch):
         texts = [tok.apply_chat_template([{"role": "user", "content": u}], tokenize=False,
                                          add_generation_prompt=True) for u in user_texts[i:i + batch]]
@@ -170,17 +172,30 @@ def greedy_accuracy(model, tok, problems: list[dict], user_texts: list[str], bat
         out = model.generate(**enc, do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
                              eos_token_id=model.config.eos_token_id, pad_token_id=tok.pad_token_id)
         for p, ids in zip(problems[i:i + batch], out[:, enc["input_ids"].shape[1]:]):
-            correct += is_correct(tok.decode(ids, skip_special_tokens=True), p["answer"], "toy")
-    return correct / max(1, len(problems))
+            correct.append(is_correct(tok.decode(ids, skip_special_tokens=True), p["answer"], "toy"))
+    return correct
 
 
-def accuracy_by_level(model, tok, problems: list[dict], user_texts: list[str]) -> dict[str, float]:
+def eval_problems(test: list[dict], per_level: int) -> list[dict]:
+    """The first ``per_level`` test problems of each level, level by level."""
+    return [p for level in task.LEVELS for p in [q for q in test if q["meta"]["difficulty"] == level][:per_level]]
+
+
+def accuracy_by_level(problems: list[dict], correct: list[bool], per_level: int | None = None) -> dict[str, float]:
+    """Accuracy per level (over the first ``per_level`` of each level when given) and overall."""
     out = {}
     for level in task.LEVELS:
-        idx = [i for i, p in enumerate(problems) if p["meta"]["difficulty"] == level]
-        out[f"level {level}"] = greedy_accuracy(model, tok, [problems[i] for i in idx], [user_texts[i] for i in idx])
-    out["all"] = sum(out.values()) / len(out)
+        hits = [c for p, c in zip(problems, correct) if p["meta"]["difficulty"] == level][:per_level]
+        out[f"level {level}"] = sum(hits) / max(1, len(hits))
+    out["all"] = sum(out.values()) / len(task.LEVELS)
     return out
+
+
+def user_texts(problems: list[dict], context: str | None, fraction: float = 1.0) -> list[str]:
+    """The student/teacher prompt text of each problem, with a built-in context or without."""
+    if context is None:
+        return [p["prompt"] for p in problems]
+    return [templates.render(templates.resolve(context), templates.context_fields(p, fraction)) for p in problems]
 
 
 # ---------------------------------------------------------------- the build
@@ -206,6 +221,8 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
         raise OpsdError(f"invalid --size '{size}': use one of {', '.join(SIZES)}")
     out_dir = Path(out_dir)
     check_writable(out_dir)
+    if problems_dir is not None:
+        check_writable(Path(problems_dir))
     cfg = SIZES[size]
     t0 = time.time()
     torch.use_deterministic_algorithms(True)
@@ -257,17 +274,16 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
                                              seed + 4, log)
         report.steps = {"base": cfg.base_steps, "teacher": cfg.teacher_steps, "student": cfg.student_steps}
 
-        test = [p for level in task.LEVELS
-                for p in [q for q in splits["test"] if q["meta"]["difficulty"] == level][:cfg.eval_per_level]]
-        plain = [p["prompt"] for p in test]
+        test = eval_problems(splits["test"], cfg.eval_per_level)
+        rows = {name: (name, None, 1.0) for name in ("base", "teacher", "student")}
+        rows.update({f"student + {label}": ("student", ctx, frac) for label, (ctx, frac) in CARD_CONTEXTS.items()})
+        for row, (name, ctx, frac) in rows.items():
+            correct = greedy_correct(models[name], tok, test, user_texts(test, ctx, frac))
+            report.accuracy[row] = accuracy_by_level(test, correct)
+            report.subset_accuracy[row] = accuracy_by_level(test, correct, SUBSET_PER_LEVEL)
+            log(f"{row}: {report.accuracy[row]}")
         for name in ("base", "teacher", "student"):
             report.params[name] = sum(p.numel() for p in models[name].parameters())
-            report.accuracy[name] = accuracy_by_level(models[name], tok, test, plain)
-            log(f"{name}: {report.accuracy[name]}")
-        for label, (ctx, frac) in CARD_CONTEXTS.items():
-            texts = [templates.render(templates.resolve(ctx), templates.context_fields(p, frac)) for p in test]
-            report.accuracy[f"student + {label}"] = accuracy_by_level(models["student"], tok, test, texts)
-            log(f"student + {label}: {report.accuracy[f'student + {label}']}")
 
         for name, model in models.items():
             model.generation_config.eos_token_id = model.config.eos_token_id
@@ -301,8 +317,10 @@ def _swap_in(stage: Path, out_dir: Path) -> None:
 
 def model_card(r: BuildReport, cfg: BuildSize) -> str:
     levels = [f"level {lv}" for lv in task.LEVELS] + ["all"]
-    rows = "\n".join(f"| {name} | " + " | ".join(f"{acc[c]:.2f}" for c in levels) + " |"
-                     for name, acc in r.accuracy.items())
+    def table(accs: dict) -> str:
+        head = f"| model | {' | '.join(levels)} |\n|---|{'---|' * len(levels)}\n"
+        return head + "\n".join(f"| {name} | " + " | ".join(f"{acc[c]:.2f}" for c in levels) + " |"
+                                 for name, acc in accs.items())
     shapes = {"base": cfg.big, "teacher": cfg.big, "student": cfg.small}
     models = "\n".join(
         f"| {n} | Qwen3ForCausalLM | {r.params[n]:,} | {s.hidden} | {s.layers} | {s.heads}/{s.kv_heads} | "
@@ -339,9 +357,11 @@ Greedy decoding (deterministic), at most {MAX_NEW_TOKENS} new tokens, {cfg.eval_
 level of `sample_data/problems/test.jsonl` (the first ones of each level), answer checker `toy`.
 Context rows show the student with the named built-in template in its prompt.
 
-| model | {' | '.join(levels)} |
-|---|{'---|' * len(levels)}
-{rows}
+{table(r.accuracy)}
+
+The fixed subset that `tests/test_zoo.py` re-evaluates (the first {SUBSET_PER_LEVEL} of each level, same settings):
+
+{table(r.subset_accuracy)}
 
 Chance is 0.10. Rebuilding with the same seed on the same machine reproduces these numbers
 exactly (deterministic CPU kernels, fixed thread count); see "Reproducibility" in README.md.

@@ -1,0 +1,54 @@
+"""Shared fixtures: a seconds-sized random zoo (plumbing tests) and paths of the bundled one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ZOO = REPO / "sample_data" / "models"
+
+
+@pytest.fixture(scope="session")
+def ci_zoo(tmp_path_factory) -> Path:
+    """Tokenizer + random tiny base/teacher/student built by the real build code (size 'ci')."""
+    from opsd_diag.zoo.build import build
+
+    out = tmp_path_factory.mktemp("zoo") / "models"
+    build(out, size="ci", seed=0, log=lambda *a: None)
+    return out
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture()
+def problems_file(tmp_path) -> Path:
+    from opsd_diag.zoo import task
+
+    return write_jsonl(tmp_path / "problems.jsonl", task.generate(6, 11))
+
+
+def tiny_config(zoo: Path, data: Path, **over) -> dict:
+    """A small diagnosis config over a zoo directory, as a plain dict (tests tweak it)."""
+    cfg = {
+        "student": {"model": str(zoo / "student")},
+        "base": {"model": str(zoo / "base")},
+        "teachers": [{"name": "teacher", "model": str(zoo / "teacher")},
+                     {"name": "self_full", "context": "full_solution"}],
+        "data": {"path": str(data)},
+        "sampling": {"num_samples": 2, "max_completion_length": 10, "teacher_samples": 1, "batch_size": 8},
+        "scoring": {"batch_size": 3, "chunk_size": 7},
+        "analysis": {"bootstrap": 20, "checker": "toy"},
+        "shard_size": 2,
+    }
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    return cfg
