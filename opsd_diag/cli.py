@@ -118,6 +118,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
+    hf_logging.set_verbosity_error()
     try:
         args.func(args)
     except OpsdError as e:

@@ -1,0 +1,93 @@
+"""What every page shares: which run is open, loading it (cached), the sidebar run picker."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import streamlit as st
+
+from app import jobs
+from opsd_diag import store
+from opsd_diag.errors import OpsdError
+
+
+def init_state(argv: list[str]) -> None:
+    """``--run DIR`` / ``--runs-root DIR`` from the command line, unless the session already chose."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--run")
+    p.add_argument("--runs-root", default=str(jobs.RUNS_ROOT))
+    args, _ = p.parse_known_args(argv)
+    st.session_state.setdefault("run_dir", args.run)
+    st.session_state.setdefault("runs_root", args.runs_root)
+
+
+def sidebar_run_picker() -> None:
+    runs = [str(p) for p in jobs.list_runs(st.session_state["runs_root"])]
+    current = st.session_state.get("run_dir")
+    if current and current not in runs:
+        runs.insert(0, current)
+    with st.sidebar:
+        if runs:
+            st.session_state["run_dir"] = st.selectbox(
+                "Run", runs, index=runs.index(current) if current in runs else 0,
+                help=f"run directories under {st.session_state['runs_root']}/")
+        else:
+            st.info(f"No runs under {st.session_state['runs_root']}/: start one on 'New diagnosis'.")
+        typed = st.text_input("…or open a run directory", key="typed_run")
+        if typed and typed != st.session_state.get("opened"):
+            st.session_state["run_dir"] = st.session_state["opened"] = typed
+            st.rerun()
+
+
+@st.cache_resource(show_spinner="loading run", max_entries=4)
+def _load(path: str, stamp: int) -> dict:
+    # Shared, read-only: cache_resource avoids copying a large token table on every rerun.
+    return store.load_run(Path(path))
+
+
+def require_run() -> dict:
+    """The open run, or a message in place of the page (no run, still running, not a run)."""
+    run_dir = st.session_state.get("run_dir")
+    if not run_dir:
+        st.info("No run open: pick one in the sidebar, or start a diagnosis on 'New diagnosis'.")
+        st.stop()
+    manifest = Path(run_dir) / "manifest.json"
+    try:
+        if manifest.is_file() and store.read_manifest(Path(run_dir)).get("status") != "finished":
+            p = jobs.progress(run_dir)
+            st.progress(p.fraction, text=f"{run_dir}: {p.text}")
+            st.info("This run is not finished yet; its pages open when it is (reload to check).")
+            st.stop()
+        return _load(str(run_dir), manifest.stat().st_mtime_ns if manifest.is_file() else 0)
+    except OpsdError as e:
+        st.error(str(e))
+        st.stop()
+
+
+@st.cache_resource(show_spinner="loading tokenizer", max_entries=4)
+def _tokenizer(model: str, revision: str | None, trust_remote_code: bool):
+    from opsd_diag.models import load_tokenizer
+
+    return load_tokenizer(model, revision, False, trust_remote_code)
+
+
+def tokenizer(run: dict):
+    """The student's tokenizer for decoding top-k ids, or None (ids are shown) when it is not here."""
+    spec = run["manifest"].get("config", {}).get("student") or {}
+    if not spec.get("model"):
+        return None
+    try:
+        return _tokenizer(spec["model"], spec.get("revision"), bool(spec.get("trust_remote_code")))
+    except OpsdError as e:
+        st.caption(f"Top-k alternatives shown as token ids: {e}")
+        return None
+
+
+def signal_select(key: str, default: str = "r_opd") -> str:
+    from opsd_diag.analysis import TOKEN_COLUMNS
+    from opsd_diag.viz import SIGNAL_LABELS
+
+    cols = list(TOKEN_COLUMNS)
+    return st.selectbox("Signal", cols, index=cols.index(default), key=key,
+                        format_func=lambda c: SIGNAL_LABELS.get(c, c))

@@ -1,0 +1,27 @@
+"""OPSD-Diag app entry: ``streamlit run app/main.py -- --run runs/quickstart`` (or ``python -m app.serve``).
+
+Without ``--run`` the sidebar lists the run directories under ``runs/``.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `streamlit run` puts app/ on the path, not the repository root
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app import common  # noqa: E402
+
+st.set_page_config(page_title="OPSD-Diag", layout="wide")
+common.init_state(sys.argv[1:])
+common.sidebar_run_picker()
+pages = [
+    st.Page("pages/overview.py", title="Overview", default=True),
+    st.Page("pages/tokens.py", title="Tokens"),
+    st.Page("pages/signals.py", title="Signals"),
+    st.Page("pages/export.py", title="Export"),
+    st.Page("pages/new_run.py", title="New diagnosis"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,67 @@
+"""Launch the app on 127.0.0.1: ``python -m app.serve [--run DIR] [--port N]``.
+
+Without ``--run`` it opens the bundled example run ``runs/quickstart``, producing it first with
+``opsd-diag run sample_data/configs/quickstart.yaml --out runs/quickstart`` when it is missing or
+unfinished (a rerun resumes). Everything runs as child processes from argument lists, never a shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART_CONFIG = Path("sample_data/configs/quickstart.yaml")
+QUICKSTART_RUN = Path("runs/quickstart")
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def run_finished(run_dir: Path) -> bool:
+    manifest = run_dir / "manifest.json"
+    return manifest.is_file() and json.loads(manifest.read_text()).get("status") == "finished"
+
+
+def diagnose_command(config: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "opsd_diag.cli", "run", str(config), "--out", str(out)]
+
+
+def streamlit_command(port: int, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(REPO / "app" / "main.py"),
+            "--server.address", HOST, "--server.port", str(port), "--", "--run", str(run_dir)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m app.serve", description=__doc__.splitlines()[0])
+    p.add_argument("--run", help=f"run directory to open (default {QUICKSTART_RUN}, built when missing)")
+    p.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    args = p.parse_args(argv)
+
+    run_dir = Path(args.run).resolve() if args.run else QUICKSTART_RUN  # streamlit runs in REPO
+    if not args.run and not run_finished(REPO / run_dir):
+        cmd = diagnose_command(QUICKSTART_CONFIG, run_dir)
+        print(f"building the example run: {' '.join(cmd)}", flush=True)
+        rc = subprocess.run(cmd, cwd=REPO).returncode
+        if rc != 0:
+            print(f"opsd-diag: error: the example run failed (status {rc}); if sample_data/models is missing, "
+                  "build it with 'opsd-diag zoo build', or pass --run DIR", file=sys.stderr)
+            return 2
+    port = args.port or free_port()
+    print(f"OPSD-Diag app: http://{HOST}:{port}  (run {run_dir}; Ctrl+C to stop)", flush=True)
+    try:
+        return subprocess.run(streamlit_command(port, run_dir), cwd=REPO).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
