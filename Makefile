@@ -2,7 +2,7 @@
 PYTHON ?= python3
 # CPU machines get the CPU build of torch; a machine that already has torch (a CUDA build) keeps it.
 TORCH ?= torch==2.13.0
-PORT ?= 8501
+PORT ?=
 
 .PHONY: install install-dev app test zoo
 
@@ -13,9 +13,9 @@ install:
 install-dev: install
 	$(PYTHON) -m pip install -e ".[dev]"
 
-# Run the bundled example diagnosis (once) and open the app on it at http://127.0.0.1:$(PORT)
+# Run the bundled example diagnosis (once) and open the app on it at 127.0.0.1 (the port is printed)
 app: install
-	$(PYTHON) -m app.serve --port $(PORT)
+	$(PYTHON) -m app.serve $(if $(PORT),--port $(PORT))
 
 # The whole test suite (CI runs exactly this)
 test: install-dev

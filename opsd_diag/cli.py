@@ -18,9 +18,10 @@ PROBLEMS_DIR = Path("sample_data/problems")
 
 def _cmd_run(args) -> None:
     from opsd_diag.config import load_config
+
+    cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
     from opsd_diag.diagnose import default_out_dir, run_diagnosis
 
-    cfg = load_config(args.config)
     out = Path(args.out) if args.out else default_out_dir(args.config)
     run_diagnosis(cfg, out, show_progress=not args.quiet)
     from accelerate import PartialState
