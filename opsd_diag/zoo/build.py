@@ -198,6 +198,20 @@ def user_texts(problems: list[dict], context: str | None, fraction: float = 1.0)
     return [templates.render(templates.resolve(context), templates.context_fields(p, fraction)) for p in problems]
 
 
+def evaluate(models: dict, tok, test_split: list[dict], cfg: BuildSize, report: BuildReport, log) -> None:
+    """Fill the report's accuracy tables (the MODEL_CARD numbers) and parameter counts."""
+    test = eval_problems(test_split, cfg.eval_per_level)
+    rows = {name: (name, None, 1.0) for name in ("base", "teacher", "student")}
+    rows.update({f"student + {label}": ("student", ctx, frac) for label, (ctx, frac) in CARD_CONTEXTS.items()})
+    for row, (name, ctx, frac) in rows.items():
+        correct = greedy_correct(models[name], tok, test, user_texts(test, ctx, frac))
+        report.accuracy[row] = accuracy_by_level(test, correct)
+        report.subset_accuracy[row] = accuracy_by_level(test, correct, SUBSET_PER_LEVEL)
+        log(f"{row}: {report.accuracy[row]}")
+    for name in ("base", "teacher", "student"):
+        report.params[name] = sum(p.numel() for p in models[name].parameters())
+
+
 # ---------------------------------------------------------------- the build
 
 def check_writable(out_dir: Path) -> None:
@@ -274,16 +288,7 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
                                              seed + 4, log)
         report.steps = {"base": cfg.base_steps, "teacher": cfg.teacher_steps, "student": cfg.student_steps}
 
-        test = eval_problems(splits["test"], cfg.eval_per_level)
-        rows = {name: (name, None, 1.0) for name in ("base", "teacher", "student")}
-        rows.update({f"student + {label}": ("student", ctx, frac) for label, (ctx, frac) in CARD_CONTEXTS.items()})
-        for row, (name, ctx, frac) in rows.items():
-            correct = greedy_correct(models[name], tok, test, user_texts(test, ctx, frac))
-            report.accuracy[row] = accuracy_by_level(test, correct)
-            report.subset_accuracy[row] = accuracy_by_level(test, correct, SUBSET_PER_LEVEL)
-            log(f"{row}: {report.accuracy[row]}")
-        for name in ("base", "teacher", "student"):
-            report.params[name] = sum(p.numel() for p in models[name].parameters())
+        evaluate(models, tok, splits["test"], cfg, report, log)
 
         for name, model in models.items():
             model.generation_config.eos_token_id = model.config.eos_token_id

@@ -1,0 +1,27 @@
+"""The bundled example end to end on the shipped tiny models (what `make app` shows first)."""
+
+import subprocess
+import sys
+
+from opsd_diag.store import load_run
+
+from conftest import REPO
+
+
+def test_quickstart_run(tmp_path):
+    out = tmp_path / "quickstart"
+    r = subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", "sample_data/configs/quickstart.yaml",
+                        "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "student accuracy" in r.stdout and "self_full_solution" in r.stdout
+    run = load_run(out)
+    s = run["summary"]
+    configs = s["configs"]
+    assert set(configs) == {"teacher", "self_full_solution", "self_answer_only", "self_partial_solution", "self_hint"}
+    student = s["student_accuracy"]["estimate"]
+    # the privileged views are what the toy world was built to show: they solve far more problems
+    assert configs["self_full_solution"]["teacher_accuracy"]["estimate"] > student + 0.2
+    assert configs["teacher"]["teacher_accuracy"]["estimate"] > student + 0.1
+    # a teacher shown the solution is more confident on the student's own tokens than the student is
+    assert configs["self_full_solution"]["overall"]["r_opd"]["mean"] > 0
+    assert len(run["tokens"]) == 5 * run["rollouts"]["length"].sum()
