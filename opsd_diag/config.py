@@ -88,7 +88,7 @@ class ScoringSpec(_Strict):
     base_view: Literal["student", "teacher"] = "student"
     top_k: int = Field(5, ge=0, le=100)
     batch_size: int = Field(8, ge=1)
-    chunk_size: int = Field(256, ge=1)
+    chunk_size: int = Field(128, ge=1)  # 128 keeps vocab-152k scoring memory small (benchmarks/)
     max_prompt_length: int = Field(2048, ge=16)
 
     @field_validator("centering")

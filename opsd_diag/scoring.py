@@ -29,7 +29,7 @@ class ScoreSettings:
     exopd_lambda: float = 1.25
     exopd_reference: str = "student"  # or "base"
     top_k: int = 5
-    chunk_size: int = 256
+    chunk_size: int = 128
 
 
 @dataclass
@@ -102,25 +102,25 @@ def score_batch(student, completions: list[list[int]], student_prompts: list[lis
     for lo in range(0, n, s.chunk_size):
         sl = slice(lo, min(n, lo + s.chunk_size))
         ids = token_ids[sl].to(device)  # [n]
-        s_logits = lm_logits(student, h_s[sl])  # [n, V]
-        shared_b = lm_logits(base, h_b[sl]) if h_b is not None else None  # [n, V]
+        # each model-view's LM head and log-softmax run once per chunk; student and base are shared
+        student_d = signals.distribution(lm_logits(student, h_s[sl]), ids, s.temperature)
+        shared_b = signals.distribution(lm_logits(base, h_b[sl]), ids, s.temperature) if h_b is not None else None
         if s.top_k:
-            v, i = signals.topk(signals.log_probs(s_logits, s.temperature), s.top_k)  # [n, k]
+            v, i = signals.topk(student_d.logp, s.top_k)  # [n, k]
             tops["student"][0].append(v.cpu()), tops["student"][1].append(i.cpu())
         for name, t in teachers.items():
-            t_logits = lm_logits(t.model, h_t[name][sl])  # [n, V]
-            b_logits = lm_logits(base, h_bt[name][sl]) if name in h_bt else shared_b  # [n, V] or None
-            ref = None
-            if s.exopd_reference == "base" and b_logits is not None:
-                ref = signals.token_logprob(signals.log_probs(b_logits, s.temperature), ids)  # [n]
-            sig = signals.token_signals(
-                s_logits, t_logits, ids, base_logits=b_logits, temperature=s.temperature, jsd_beta=s.jsd_beta,
-                centering=s.centering, exopd_lambda=s.exopd_lambda, ref_logprob=ref)
+            teacher_d = signals.distribution(lm_logits(t.model, h_t[name][sl]), ids, s.temperature)
+            base_d = (signals.distribution(lm_logits(base, h_bt[name][sl]), ids, s.temperature)
+                      if name in h_bt else shared_b)
+            ref = base_d.lp if s.exopd_reference == "base" and base_d is not None else None  # [n]
+            sig = signals.signals_from(student_d, teacher_d, ids, base=base_d, jsd_beta=s.jsd_beta,
+                                       centering=s.centering, exopd_lambda=s.exopd_lambda, ref_logprob=ref)
             for c in COLUMNS:
                 cols[name][c].append(sig[c].float().cpu())
             if s.top_k:
-                v, i = signals.topk(signals.log_probs(t_logits, s.temperature), s.top_k)  # [n, k]
+                v, i = signals.topk(teacher_d.logp, s.top_k)  # [n, k]
                 tops[name][0].append(v.cpu()), tops[name][1].append(i.cpu())
+            del teacher_d
 
     tokens = {name: {**{c: torch.cat(v).numpy() for c, v in cs.items()}, "row": row, "pos": pos}
               for name, cs in cols.items()}

@@ -17,6 +17,7 @@ Conventions:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -104,6 +105,23 @@ def centered_expectation(student_logp: Tensor, f: Tensor, token_ids: Tensor, *,
     return top_sum + torch.where(outside, tok_term, torch.zeros_like(tok_term))  # [N]
 
 
+class Dist(NamedTuple):
+    """One model's distribution on a chunk, computed once and reused by every teacher config."""
+    logp: Tensor  # [N, V] float32 log-probs
+    p: Tensor     # [N, V] probabilities
+    lp: Tensor    # [N] log-prob of the sampled token
+    h: Tensor     # [N] entropy (nats)
+    top1: Tensor  # [N] argmax id
+
+
+@torch.no_grad()
+def distribution(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Dist:
+    """log-softmax once, then everything per-model that the signals need (no grad)."""
+    logp = log_probs(logits, temperature)  # [N, V]
+    p = logp.exp()  # [N, V]
+    return Dist(logp, p, token_logprob(logp, token_ids), -(p * logp).sum(-1), logp.argmax(-1))
+
+
 @torch.no_grad()
 def token_signals(student_logits: Tensor, teacher_logits: Tensor, token_ids: Tensor, *,
                   base_logits: Tensor | None = None, temperature: float = 1.0, jsd_beta: float = 0.5,
@@ -113,6 +131,19 @@ def token_signals(student_logits: Tensor, teacher_logits: Tensor, token_ids: Ten
 
     Keys are exactly ``SIGNAL_KEYS``. Without ``base_logits`` the base-dependent keys
     (``BASE_KEYS``) are NaN-filled, never zeros, so an aggregate cannot mistake them for data.
+    See ``signals_from`` for the definitions; this wrapper computes the distributions first.
+    """
+    base = None if base_logits is None else distribution(base_logits, token_ids, temperature)
+    return signals_from(distribution(student_logits, token_ids, temperature),
+                        distribution(teacher_logits, token_ids, temperature), token_ids, base=base,
+                        jsd_beta=jsd_beta, centering=centering, exopd_lambda=exopd_lambda, ref_logprob=ref_logprob)
+
+
+@torch.no_grad()
+def signals_from(student: Dist, teacher: Dist, token_ids: Tensor, *, base: Dist | None = None,
+                 jsd_beta: float = 0.5, centering: int | None = None, exopd_lambda: float = 1.25,
+                 ref_logprob: Tensor | None = None) -> dict[str, Tensor]:
+    """The signals from precomputed distributions (the scorer reuses student and base per chunk).
 
     - ``kl_rev`` = KL(student || teacher), ``kl_fwd`` = KL(teacher || student),
       ``jsd`` = generalized_jsd(student, teacher, jsd_beta).
@@ -123,40 +154,41 @@ def token_signals(student_logits: Tensor, teacher_logits: Tensor, token_ids: Ten
       default, ``lp_s`` (the student's initial model), which makes ``a_ex = lambda * r_opd``.
     - ``rank_t`` counts vocabulary entries the teacher ranks strictly above the sampled token.
     """
-    student_logp = log_probs(student_logits, temperature)  # [N, V]
-    teacher_logp = log_probs(teacher_logits, temperature)  # [N, V]
-    lp_s = token_logprob(student_logp, token_ids)  # [N]
-    lp_t = token_logprob(teacher_logp, token_ids)  # [N]
-    r_opd = lp_t - lp_s  # [N]
-    # E_p[log q - log p] = -KL(p || q) in full; computed generically so top-k centring is the same code
-    a_opd = r_opd - centered_expectation(student_logp, teacher_logp - student_logp, token_ids,
-                                         centering=centering)  # [N]
-    lp_ref = lp_s if ref_logprob is None else ref_logprob.float()  # [N]
-    out = {
-        "lp_s": lp_s,
-        "lp_t": lp_t,
-        "r_opd": r_opd,
-        "kl_rev": kl(student_logp, teacher_logp),  # [N] KL(student || teacher)
-        "kl_fwd": kl(teacher_logp, student_logp),  # [N] KL(teacher || student)
-        "jsd": generalized_jsd(student_logp, teacher_logp, jsd_beta),  # [N]
-        "a_opd": a_opd,
-        "a_ex": exopd_lambda * (lp_t - lp_ref) - (lp_s - lp_ref),  # [N]
-        "h_s": entropy(student_logp),  # [N]
-        "h_t": entropy(teacher_logp),  # [N]
-        "rank_t": (teacher_logp > lp_t.unsqueeze(-1)).sum(-1).float(),  # [N]
-        "top1_agree": (student_logp.argmax(-1) == teacher_logp.argmax(-1)).float(),  # [N]
-    }
-    if base_logits is None:
-        out.update({key: torch.full_like(lp_s, float("nan")) for key in BASE_KEYS})  # [N] each
+    full = centering is None or centering >= student.logp.shape[-1]
+    diff = student.logp - teacher.logp  # [N, V] log p - log q, formed once (difference form: precise)
+    kl_rev = (student.p * diff).sum(-1)  # [N] KL(student || teacher)
+    kl_fwd = -(teacher.p * diff).sum(-1)  # [N] KL(teacher || student)
+    r_opd = teacher.lp - student.lp  # [N]
+    # E_p[log q - log p] = -KL(p || q) over the full vocabulary
+    a_opd = r_opd + kl_rev if full else r_opd - centered_expectation(
+        student.logp, -diff, token_ids, centering=centering)  # [N]
+    if jsd_beta == 0.0:
+        jsd = kl_fwd
+    elif jsd_beta == 1.0:
+        jsd = kl_rev
     else:
-        base_logp = log_probs(base_logits, temperature)  # [N, V]
-        lp_b = token_logprob(base_logp, token_ids)  # [N]
-        r_delta = lp_t - lp_b  # [N]
-        a_delta = r_delta - centered_expectation(student_logp, teacher_logp - base_logp, token_ids,
-                                                 centering=centering)  # [N]
+        mix = torch.logaddexp(teacher.logp + math.log(jsd_beta), student.logp + math.log1p(-jsd_beta))  # [N, V]
+        jsd = (jsd_beta * (teacher.p * (teacher.logp - mix)).sum(-1)
+               + (1.0 - jsd_beta) * (student.p * (student.logp - mix)).sum(-1))  # [N]
+    lp_ref = student.lp if ref_logprob is None else ref_logprob.float()  # [N]
+    out = {
+        "lp_s": student.lp, "lp_t": teacher.lp, "r_opd": r_opd, "kl_rev": kl_rev, "kl_fwd": kl_fwd, "jsd": jsd,
+        "a_opd": a_opd,
+        "a_ex": exopd_lambda * (teacher.lp - lp_ref) - (student.lp - lp_ref),  # [N]
+        "h_s": student.h, "h_t": teacher.h,
+        "rank_t": (teacher.logp > teacher.lp.unsqueeze(-1)).sum(-1).float(),  # [N]
+        "top1_agree": (student.top1 == teacher.top1).float(),  # [N]
+    }
+    if base is None:
+        out.update({key: torch.full_like(student.lp, float("nan")) for key in BASE_KEYS})  # [N] each
+    else:
+        r_delta = teacher.lp - base.lp  # [N]
+        t_minus_b = teacher.logp - base.logp  # [N, V]
+        expect = (student.p * t_minus_b).sum(-1) if full else centered_expectation(
+            student.logp, t_minus_b, token_ids, centering=centering)  # [N]
+        a_delta = r_delta - expect  # [N]
         gate = (a_delta * a_opd > 0).float()  # [N] OPD² joint conditioning
-        out.update(lp_b=lp_b, r_delta=r_delta, a_delta=a_delta, gate=gate, a_d2=gate * a_delta,
-                   h_b=entropy(base_logp))
+        out.update(lp_b=base.lp, r_delta=r_delta, a_delta=a_delta, gate=gate, a_d2=gate * a_delta, h_b=base.h)
     return {key: out[key] for key in SIGNAL_KEYS}
 
 
