@@ -6,7 +6,6 @@ User errors print one line on stderr and exit with status 2 (no traceback).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -47,9 +46,16 @@ def _print_report(run_dir: Path) -> None:
     frame = analysis.summary_frame(s)
     with _pd_options():
         print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    for key in ("verdicts", "ranking"):
-        if key in s:
-            print(f"{key}: {json.dumps(s[key], indent=1)}")
+    ideal = s.get("ideal") or {}
+    if ideal.get("status") not in (None, "ok"):
+        print(f"ideal-gradient predictor: {ideal.get('reason')}")
+    if s.get("ranking"):
+        import pandas as pd
+
+        rows = [{**r, "reason": s["verdicts"][r["config"]][r["signal"]]["reason"]} for r in s["ranking"]]
+        print("\nverdicts, ranked by predicted benefit (rule: README.md, 'The verdict'):")
+        with _pd_options():
+            print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}", max_colwidth=110))
 
 
 def _fmt(obj) -> str:
@@ -74,6 +80,31 @@ def _cmd_show(args) -> None:
 
     run = store.load_run(Path(args.run_dir))
     print(render_rollout(run, args.rollout, config=args.config, signal=args.signal, color=not args.no_color))
+
+
+def _cmd_predict(args) -> None:
+    from pydantic import ValidationError
+
+    from opsd_diag import store
+    from opsd_diag.config import IdealSpec, format_error, load_config
+
+    run_dir = Path(args.run_dir)
+    store.load_run(run_dir)  # a finished run, or a clear error
+    cfg = load_config(run_dir / "config.yaml")
+    spec = (cfg.ideal or IdealSpec()).model_dump()
+    spec.update({k: v for k, v in (("budget", args.budget), ("k", args.k), ("m", args.m)) if v is not None})
+    spec["enabled"] = True
+    try:
+        spec = IdealSpec.model_validate(spec)
+    except ValidationError as e:
+        raise OpsdError(format_error(e, "predict options")) from None
+    from opsd_diag.diagnose import prepare
+    from opsd_diag.ideal import run_ideal
+
+    result = run_ideal(prepare(cfg), run_dir, spec, show_progress=True)
+    if result.get("status") != "ok":
+        print(result.get("reason", "skipped"))
+    _print_report(run_dir)
 
 
 def _cmd_zoo_build(args) -> None:
@@ -104,6 +135,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--signal", default="r_opd", help="per-token column that colours the tokens")
     s.add_argument("--no-color", action="store_true")
     s.set_defaults(func=_cmd_show)
+
+    pr = sub.add_parser("predict", help="add the ideal-gradient analysis (and verdicts) to a finished run")
+    pr.add_argument("run_dir")
+    pr.add_argument("--budget", type=int, help="student continuations in all (default: the config's ideal.budget)")
+    pr.add_argument("--k", type=int, help="top-k candidates per model at each node")
+    pr.add_argument("--m", type=int, help="continuations per candidate")
+    pr.set_defaults(func=_cmd_predict)
 
     z = sub.add_parser("zoo", help="the bundled toy world")
     zsub = z.add_subparsers(dest="zoo_command", required=True)

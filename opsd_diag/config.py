@@ -157,7 +157,7 @@ class DiagnosisConfig(_Strict):
         return self.scoring.temperature or self.sampling.temperature
 
 
-def _format_error(e: ValidationError, source: str) -> str:
+def format_error(e: ValidationError, source: str) -> str:
     err = e.errors()[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
@@ -171,7 +171,7 @@ def from_dict(data: dict, source: str = "config") -> DiagnosisConfig:
     try:
         return DiagnosisConfig.model_validate(data)
     except ValidationError as e:
-        raise OpsdError(_format_error(e, source)) from None
+        raise OpsdError(format_error(e, source)) from None
 
 
 def load_config(path: str | Path) -> DiagnosisConfig:

@@ -291,5 +291,9 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     state.wait_for_everyone()
     if state.is_main_process:
         finish(prep, out_dir, started)
+        if cfg.ideal is not None and cfg.ideal.enabled:
+            from opsd_diag.ideal import run_ideal
+
+            run_ideal(prep, out_dir, cfg.ideal, show_progress=show_progress)
     state.wait_for_everyone()
     return out_dir

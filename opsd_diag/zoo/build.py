@@ -57,7 +57,7 @@ class BuildSize:
 
 SIZES = {
     "full": BuildSize(big=ModelShape(128, 4, 4, 2, 384), small=ModelShape(96, 3, 4, 2, 256),
-                      base_steps=1000, teacher_steps=1000, student_steps=1000, batch=32, eval_per_level=100),
+                      base_steps=1000, teacher_steps=1000, student_steps=2500, batch=32, eval_per_level=100),
     "ci": BuildSize(big=ModelShape(32, 2, 2, 1, 64), small=ModelShape(32, 1, 2, 1, 64),
                     base_steps=6, teacher_steps=6, student_steps=6, batch=8, eval_per_level=3),
 }
