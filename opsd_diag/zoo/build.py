@@ -57,13 +57,13 @@ class BuildSize:
 
 SIZES = {
     "full": BuildSize(big=ModelShape(128, 4, 4, 2, 384), small=ModelShape(96, 3, 4, 2, 256),
-                      base_steps=1000, teacher_steps=1000, student_steps=2500, batch=32, eval_per_level=100),
+                      base_steps=1000, teacher_steps=1000, student_steps=2000, batch=32, eval_per_level=100),
     "ci": BuildSize(big=ModelShape(32, 2, 2, 1, 64), small=ModelShape(32, 1, 2, 1, 64),
                     base_steps=6, teacher_steps=6, student_steps=6, batch=8, eval_per_level=3),
 }
 
 # Contexts the student learns to use, with their share of its training prompts.
-STUDENT_CONTEXTS = {"none": 0.4, "full_solution": 0.2, "answer_only": 0.1, "partial_solution": 0.2, "hint": 0.1}
+STUDENT_CONTEXTS = {"none": 0.4, "full_solution": 0.25, "answer_only": 0.1, "partial_solution": 0.15, "hint": 0.1}
 CARD_CONTEXTS = {"full solution": ("full_solution", 1.0), "final answer only": ("answer_only", 1.0),
                  "first half of the solution": ("partial_solution", 0.5)}
 MAX_NEW_TOKENS = 72
@@ -99,18 +99,36 @@ def chat_example(tok, user_text: str, response: str) -> tuple[list[int], list[in
     return p + r, [0] * len(p) + [1] * len(r)
 
 
-def fact_example(tok, rng: random.Random) -> tuple[list[int], list[int]]:
+def fact_example(tok, rng: random.Random, apply=task.apply_op) -> tuple[list[int], list[int]]:
     """A plain-text page of unrelated single-step facts in the solution notation."""
     lines = [task.step_line(rng.choice(task.LABELS[:6]), rng.randrange(10), rng.choice(task.OPS),
-                            rng.randrange(1, 10)) for _ in range(rng.randint(3, 8))]
+                            rng.randrange(1, 10), apply) for _ in range(rng.randint(3, 8))]
     ids = tok("\n".join(lines), add_special_tokens=False)["input_ids"] + [tok.pad_token_id]
     return ids, [1] * len(ids)
 
 
-def student_user_text(problem: dict, rng: random.Random) -> str:
+def student_example(problem: dict, rng: random.Random) -> tuple[str, str]:
+    """(prompt text, target response) for the student.
+
+    The student holds a misconception (``task.misconceived_op``): its own steps multiply by 7-9
+    wrongly. Shown solution lines are copied correctly; steps it must work out itself carry the
+    misconception; a shown final answer is copied. So privileged context genuinely helps it.
+    """
     name = rng.choices(list(STUDENT_CONTEXTS), weights=list(STUDENT_CONTEXTS.values()))[0]
     fields = templates.context_fields(problem, partial_fraction=rng.choice([0.25, 0.5, 0.75]))
-    return templates.render(templates.resolve(name), fields)
+    shown = {"full_solution": fields["solution"], "partial_solution": fields["partial_solution"],
+             "hint": fields["hint"]}.get(name, "")
+    n_shown = len(shown.splitlines()) if shown else 0
+    correct_lines, correct_x = task.solve(problem)
+    if n_shown:
+        value = int(correct_lines[n_shown - 1].rsplit("=", 1)[1])
+        own, x = task.solve(problem, task.misconceived_op, n_shown, value)
+        lines = correct_lines[:n_shown] + own
+    else:
+        lines, x = task.solve(problem, task.misconceived_op)
+    answer = problem["answer"] if name == "answer_only" else str(x)
+    prompt = templates.render(templates.resolve(name), fields)
+    return prompt, "\n".join(lines) + "\n" + task.answer_text(answer)
 
 
 def make_batch(examples: list[tuple[list[int], list[int]]], pad_id: int):
@@ -218,26 +236,30 @@ def evaluate(models: dict, tok, test_split: list[dict], cfg: BuildSize, report: 
 
 # ---------------------------------------------------------------- the build
 
+def _pick(pool: dict[int, list[dict]], rng) -> dict:
+    """A training problem of a uniformly drawn level (level 1 has only 270 distinct problems)."""
+    return rng.choice(pool[rng.choice(sorted(pool))])
+
+
 def _base_sample(tok, pool, rng):
     if rng.random() < 0.4:
         return fact_example(tok, rng)
-    p = rng.choice(pool)
+    p = _pick(pool, rng)
     return chat_example(tok, p["prompt"], task.direct_response(p))
 
 
 def _teacher_sample(tok, pool, rng):
-    p = rng.choice(pool)
+    p = _pick(pool, rng)
     return chat_example(tok, p["prompt"], task.reasoning_response(p))
 
 
 def _student_sample(tok, pool, rng):
     if rng.random() < 0.25:
-        return fact_example(tok, rng)
-    p = rng.choice(pool)
-    return chat_example(tok, student_user_text(p, rng), task.reasoning_response(p))
+        return fact_example(tok, rng, task.misconceived_op)
+    return chat_example(tok, *student_example(_pick(pool, rng), rng))
 
 
-def _train_chain(roles: tuple[str, ...], stage: Path, size: str, seed: int, pool: list[dict]) -> dict[str, float]:
+def _train_chain(roles: tuple[str, ...], stage: Path, size: str, seed: int, pool: dict[int, list[dict]]) -> dict[str, float]:
     """Train ``roles`` in order (each starts from the previous one) and save them under ``stage``."""
     cfg = SIZES[size]
     tok = PreTrainedTokenizerFast.from_pretrained(stage / "tokenizer")
@@ -311,7 +333,8 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
         tok.save_pretrained(stage / "tokenizer")
         # Two independent chains (base -> teacher, and the student), one thread each: deterministic
         # single-threaded kernels, and both cores busy. The smoke size runs them in-process.
-        chains = [(("base", "teacher"), stage, size, seed, pool), (("student",), stage, size, seed, pool)]
+        by_level = {lv: [p for p in pool if p["meta"]["difficulty"] == lv] for lv in task.LEVELS}
+        chains = [(("base", "teacher"), stage, size, seed, by_level), (("student",), stage, size, seed, by_level)]
         if size == "full":
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as ex:
@@ -386,7 +409,11 @@ All share one byte-level BPE tokenizer (digits kept single, Qwen-style chat temp
 - **teacher**: `base` further trained on step-by-step solutions.
 - **student**: smaller, trained from scratch on step-by-step solutions, with
   privileged context in {1 - STUDENT_CONTEXTS['none']:.0%} of its prompts (the built-in templates
-  `full_solution`, `answer_only`, `partial_solution`, `hint` of `opsd_diag/templates.py`).
+  `full_solution`, `answer_only`, `partial_solution`, `hint` of `opsd_diag/templates.py`). It holds a
+  systematic misconception (`task.misconceived_op`: multiplying by 7, 8 or 9 comes out one too
+  high) in the steps it works out itself, and copies shown solution lines and shown answers, so a
+  privileged context genuinely corrects it and the per-token signals concentrate on the
+  misconceived steps.
 
 Training problems are generated with seed {r.seed + 7} and exclude every dev/test prompt.
 Optimiser: AdamW, lr {cfg.lr}, warm-up then cosine decay, batch {cfg.batch}, grad-norm clip 1.0.

@@ -29,9 +29,25 @@ def apply_op(x: int, op: str, a: int) -> int:
     return (x * a) % 10
 
 
-def step_line(label: str, x: int, op: str, a: int) -> str:
+def misconceived_op(x: int, op: str, a: int) -> int:
+    """The student's systematic error: multiplying by 7, 8 or 9 comes out one too high."""
+    return (x * a + 1) % 10 if op == "*" and a >= 7 else apply_op(x, op, a)
+
+
+def step_line(label: str, x: int, op: str, a: int, apply=apply_op) -> str:
     """One solution line in the task's notation, e.g. ``b) 7*4=8``."""
-    return f"{label}) {x}{op}{a}={apply_op(x, op, a)}"
+    return f"{label}) {x}{op}{a}={apply(x, op, a)}"
+
+
+def solve(problem: dict, apply=apply_op, start_step: int = 0, start_value: int | None = None) -> tuple[list[str], int]:
+    """Solution lines and result, computed with ``apply`` from step ``start_step`` on."""
+    x = problem["meta"]["start"] if start_value is None else start_value
+    lines = []
+    for i, o in enumerate(problem["meta"]["ops"][start_step:], start=start_step):
+        op, a = o[0], int(o[1:])
+        lines.append(step_line(LABELS[i], x, op, a, apply))
+        x = apply(x, op, a)
+    return lines, x
 
 
 def make_problem(rng: random.Random, level: int) -> dict:
