@@ -238,18 +238,18 @@ def evaluate(models: dict, tok, test_split: list[dict], cfg: BuildSize, report: 
 
 def _pick(pool: dict[int, list[dict]], rng) -> dict:
     """A training problem of a uniformly drawn level (level 1 has only 270 distinct problems)."""
-    return rng.choice(pool[rng.choice(sorted(pool))])
+    return rng.choice(pool[rng.choice(sorted(task.LEVELS))])
 
 
 def _base_sample(tok, pool, rng):
     if rng.random() < 0.4:
         return fact_example(tok, rng)
-    p = _pick(pool, rng)
+    p = rng.choice(pool["all"])
     return chat_example(tok, p["prompt"], task.direct_response(p))
 
 
 def _teacher_sample(tok, pool, rng):
-    p = _pick(pool, rng)
+    p = rng.choice(pool["all"])
     return chat_example(tok, p["prompt"], task.reasoning_response(p))
 
 
@@ -259,7 +259,7 @@ def _student_sample(tok, pool, rng):
     return chat_example(tok, *student_example(_pick(pool, rng), rng))
 
 
-def _train_chain(roles: tuple[str, ...], stage: Path, size: str, seed: int, pool: dict[int, list[dict]]) -> dict[str, float]:
+def _train_chain(roles: tuple[str, ...], stage: Path, size: str, seed: int, pool: dict) -> dict[str, float]:
     """Train ``roles`` in order (each starts from the previous one) and save them under ``stage``."""
     cfg = SIZES[size]
     tok = PreTrainedTokenizerFast.from_pretrained(stage / "tokenizer")
@@ -333,7 +333,7 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
         tok.save_pretrained(stage / "tokenizer")
         # Two independent chains (base -> teacher, and the student), one thread each: deterministic
         # single-threaded kernels, and both cores busy. The smoke size runs them in-process.
-        by_level = {lv: [p for p in pool if p["meta"]["difficulty"] == lv] for lv in task.LEVELS}
+        by_level = {"all": pool, **{lv: [p for p in pool if p["meta"]["difficulty"] == lv] for lv in task.LEVELS}}
         chains = [(("base", "teacher"), stage, size, seed, by_level), (("student",), stage, size, seed, by_level)]
         if size == "full":
             ctx = multiprocessing.get_context("spawn")
@@ -410,8 +410,7 @@ All share one byte-level BPE tokenizer (digits kept single, Qwen-style chat temp
 - **student**: smaller, trained from scratch on step-by-step solutions, with
   privileged context in {1 - STUDENT_CONTEXTS['none']:.0%} of its prompts (the built-in templates
   `full_solution`, `answer_only`, `partial_solution`, `hint` of `opsd_diag/templates.py`). It holds a
-  systematic misconception (`task.misconceived_op`: multiplying by 7, 8 or 9 comes out one too
-  high) in the steps it works out itself, and copies shown solution lines and shown answers, so a
+  systematic misconception (`task.misconceived_op`: multiplying by 9 comes out one too high) in the steps it works out itself, and copies shown solution lines and shown answers, so a
   privileged context genuinely corrects it and the per-token signals concentrate on the
   misconceived steps.
 

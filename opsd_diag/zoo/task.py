@@ -30,8 +30,8 @@ def apply_op(x: int, op: str, a: int) -> int:
 
 
 def misconceived_op(x: int, op: str, a: int) -> int:
-    """The student's systematic error: multiplying by 7, 8 or 9 comes out one too high."""
-    return (x * a + 1) % 10 if op == "*" and a >= 7 else apply_op(x, op, a)
+    """The student's systematic error: multiplying by 9 comes out one too high."""
+    return (x * a + 1) % 10 if op == "*" and a == 9 else apply_op(x, op, a)
 
 
 def step_line(label: str, x: int, op: str, a: int, apply=apply_op) -> str:
