@@ -33,14 +33,14 @@ def problems_file(tmp_path) -> Path:
     return write_jsonl(tmp_path / "problems.jsonl", task.generate(6, 11))
 
 
-def tiny_config(zoo: Path, data: Path, **over) -> dict:
+def tiny_config(zoo: Path, data_file: Path, **over) -> dict:
     """A small diagnosis config over a zoo directory, as a plain dict (tests tweak it)."""
     cfg = {
         "student": {"model": str(zoo / "student")},
         "base": {"model": str(zoo / "base")},
         "teachers": [{"name": "teacher", "model": str(zoo / "teacher")},
                      {"name": "self_full", "context": "full_solution"}],
-        "data": {"path": str(data)},
+        "data": {"path": str(data_file)},
         "sampling": {"num_samples": 2, "max_completion_length": 10, "teacher_samples": 1, "batch_size": 8},
         "scoring": {"batch_size": 3, "chunk_size": 7},
         "analysis": {"bootstrap": 20, "checker": "toy"},

@@ -19,9 +19,9 @@ from opsd_diag.store import TABLES, load_run
 from conftest import REPO, tiny_config
 
 
-def _write_cfg(tmp_path, zoo, data, **over) -> Path:
+def _write_cfg(tmp_path, zoo, data_file, **over) -> Path:
     p = tmp_path / "cfg.yaml"
-    p.write_text(yaml.safe_dump(tiny_config(zoo, data, **over)))
+    p.write_text(yaml.safe_dump(tiny_config(zoo, data_file, **over)))
     return p
 
 

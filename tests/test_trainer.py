@@ -1,0 +1,290 @@
+"""The trainer in-process on a tiny random world: every method runs, config errors, invariances."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from opsd_diag.config import from_dict
+from opsd_diag.errors import OpsdError
+from test_trainer_world import build_world, config_dict, read_metrics, write_config
+from trainer import cli, config, launch, rundir
+from trainer.rollouts import MicroBatch
+from trainer.setup import prepare
+from trainer.step import micro_batch_backward
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("world"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, above all on a shared machine; restored afterwards."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def resolve(world, **training):
+    return config.resolve(from_dict(config_dict(world, **training)))
+
+
+# ------------------------------------------------------------------------------- config errors
+
+@pytest.mark.parametrize("training,needle", [
+    ({"lr": 1e-3}, "training.lr: unknown key"),
+    ({"method": "ppo"}, "unknown method 'ppo'"),
+    ({"teacher": "nope"}, "'nope' is not a configured teacher"),
+    ({"method": "opsd", "teacher": "teacher"}, "use method opd"),
+    ({"method": "opd", "teacher": "self_full"}, "use method opsd"),
+    ({"generation_batch_size": 3}, "generation_batch_size 3"),
+    ({"eval": {"num_samples": 2, "pass_k": [4]}}, "pass_k [4]"),
+])
+def test_config_errors_name_the_key(world, training, needle):
+    with pytest.raises(OpsdError) as e:
+        resolve(world, **training)
+    assert needle in str(e.value)
+
+
+def test_opd2_without_base_is_refused(world):
+    d = config_dict(world, method="opd2")
+    del d["base"]
+    with pytest.raises(OpsdError, match="opd2' needs a base model"):
+        config.resolve(from_dict(d))
+
+
+def test_inherited_settings_are_resolved(world):
+    tc = resolve(world, method="jsd", temperature=0.8)
+    assert tc.spec.beta == 0.5 and tc.spec.scoring_temperature == 0.8  # scored at the sampling temperature
+    assert tc.spec.max_completion_length == 8 and tc.spec.chunk_size == 7
+    assert tc.spec.generation_batch_size == 2
+    assert config.resolve(from_dict(yaml.safe_load(tc.to_yaml()))).to_yaml() == tc.to_yaml()  # idempotent
+
+
+@pytest.mark.parametrize("case", ["no_base", "unknown_method", "lora_without_peft", "unwritable", "bad_key"])
+def test_cli_user_errors_exit_2_and_write_nothing(world, tmp_path, capsys, case):
+    d = config_dict(world)
+    out = tmp_path / "runs" / "train-x"
+    if case == "no_base":
+        d["training"]["method"] = "opd2"
+        del d["base"]
+    elif case == "unknown_method":
+        d["training"]["method"] = "grpo"
+    elif case == "lora_without_peft":
+        d["training"]["lora"] = {"r": 4}
+    elif case == "bad_key":
+        d["training"]["eval"] = {"nsamples": 3}
+    elif case == "unwritable":
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        os.chmod(locked, 0o500)
+        out = locked / "train-x"
+        if os.access(locked, os.W_OK):  # root ignores permissions: use a path under a file instead
+            (tmp_path / "afile").write_text("")
+            out = tmp_path / "afile" / "train-x"
+    if case == "lora_without_peft" and __import__("importlib").util.find_spec("peft") is not None:
+        pytest.skip("peft is installed here")
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(yaml.safe_dump(d))
+    before = sorted(p for p in tmp_path.rglob("*"))
+    assert cli.main([str(cfg_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("opsd-train: error: ")
+    expected = {"no_base": "needs a base model", "unknown_method": "unknown method 'grpo'",
+                "lora_without_peft": "needs the peft package", "unwritable": "--out",
+                "bad_key": "training.eval.nsamples: unknown key"}[case]
+    assert expected in err[0]
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing half-written
+
+
+def test_existing_run_needs_resume_and_same_config(world, tmp_path):
+    out = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=1)
+    assert cli.main([str(cfg), "--out", str(out)]) == 0
+    assert cli.main([str(cfg), "--out", str(out)]) == 2  # exists: needs --resume
+    other = write_config(tmp_path / "d.yaml", world, max_steps=3)
+    assert cli.main([str(other), "--out", str(out), "--resume"]) == 2  # a different config
+    assert json.loads((out / "status.json").read_text())["status"] == "finished"
+
+
+# ------------------------------------------------------------------------------- every method runs
+
+METHODS = [
+    {"method": "opd", "clip": 0.5},
+    {"method": "jsd", "beta": 0.3, "gradient_checkpointing": True},
+    {"method": "opsd", "loss": "jsd", "teacher_weights": "frozen"},
+    {"method": "opsd", "loss": "opd", "teacher_weights": "ema", "ema_decay": 0.5},
+    {"method": "opsd", "loss": "jsd", "teacher_weights": "live"},
+    {"method": "opd2", "centering": "topk=5"},
+    {"method": "exopd", "exopd_lambda": 1.25, "exopd_reference": "student"},
+    {"method": "exopd", "exopd_reference": "base"},
+    {"method": "sft", "sft_target": "{solution}\nAnswer: {answer}"},
+]
+
+
+@pytest.mark.parametrize("training", METHODS, ids=lambda t: "-".join(str(v) for v in t.values()))
+def test_every_method_trains_and_saves_a_loadable_checkpoint(world, tmp_path, training):
+    from transformers import AutoModelForCausalLM
+
+    dev = {"path": str(world / "dev.jsonl"), "limit": 2}
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=2, num_generations=2, gradient_accumulation_steps=2,
+                       eval={"data": dev, "regression": dev, "num_samples": 2, "pass_k": [1, 2]}, **training)
+    out = tmp_path / "run"
+    assert cli.main([str(cfg), "--out", str(out)]) == 0
+    recs = read_metrics(out)
+    assert [r["step"] for r in recs] == [1, 2]
+    for r in recs:
+        assert all(torch.isfinite(torch.tensor(r[k])) for k in ("loss", "lr", "grad_norm", "tokens_per_s"))
+        assert r["sampling_temperature"] == 1.0 and r["scoring_temperature"] == 1.0
+        if training["method"] != "sft":
+            assert {"r_opd", "kl_k1", "kl_k3", "entropy_student", "entropy_teacher", "clipped_ratio"} <= set(r)
+    if training["method"] == "opd2":
+        assert 0.0 <= recs[0]["gate_fraction"] <= 1.0
+    evals = read_metrics(out, "eval")
+    assert [e["step"] for e in evals] == [0, 2] and "pass@2" in evals[0]
+    assert {"regression_pass@1", "regression_nll"} <= set(evals[0]) and evals[0]["regression_nll"] > 0
+    assert evals[0]["kl_to_initial"] == pytest.approx(0.0, abs=1e-6)
+    assert json.loads((out / "status.json").read_text())["status"] == "finished"
+    ckpt = out / "checkpoints" / "step-000002"
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    assert model.config.vocab_size > 0 and (ckpt / "tokenizer.json").is_file()
+    if training.get("teacher_weights") == "ema":
+        assert (ckpt / "ema" / "model.safetensors").is_file()
+    assert {"config.yaml", "command.txt", "metrics.jsonl", "stdout.log", "status.json", "checkpoints"} <= \
+        set(os.listdir(out))
+
+
+# ------------------------------------------------------------------------------- invariances
+
+def _grads(st, mbs, n_global):
+    st.roles.student.zero_grad(set_to_none=True)
+    from trainer.roles import CompletionHidden
+
+    hidden = CompletionHidden(st.roles.student)
+    for mb in mbs:
+        micro_batch_backward(hidden, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.tc.spec.chunk_size,
+                             scale=1.0 / n_global, ref=st.reference)
+    return {n: p.grad.clone() for n, p in st.roles.student.named_parameters()}
+
+
+def _split(mb: MicroBatch, lo: int, hi: int) -> MicroBatch:
+    cut = (lambda xs: None if xs is None else xs[lo:hi])
+    return MicroBatch(mb.index, mb.problem_idx[lo:hi], cut(mb.student_prompts), cut(mb.teacher_prompts),
+                      cut(mb.base_prompts), mb.completions[lo:hi], mb.finished[lo:hi])
+
+
+@pytest.mark.parametrize("method", ["opd", "jsd", "opd2", "exopd"])
+def test_two_half_micro_batches_equal_one_full_batch(world, method):
+    """Normalising by the global token count makes accumulation exact (ragged lengths included)."""
+    tc = resolve(world, method=method)
+    st = prepare(tc, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    rows = list(range(6))
+    comps = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (3, 9, 1, 6, 8, 2)]
+    full = MicroBatch(0, rows, [st.train.student_prompts[i] for i in rows],
+                      [st.train.teacher_prompts[i] for i in rows], [st.train.base_prompts[i] for i in rows],
+                      comps, [False] * 6)
+    n = full.n_tokens
+    one = _grads(st, [full], n)
+    two = _grads(st, [_split(full, 0, 3), _split(full, 3, 6)], n)
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-7)
+
+
+def test_accumulation_run_equals_full_batch_run(world, tmp_path):
+    """2 x half micro-batch == 1 x full micro-batch over whole steps (same generation chunks)."""
+    runs = {}
+    for name, kw in {"full": {"per_device_train_batch_size": 4},
+                     "half": {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2}}.items():
+        cfg = write_config(tmp_path / f"{name}.yaml", world, method="jsd", max_steps=3, generation_batch_size=2, **kw)
+        assert cli.main([str(cfg), "--out", str(tmp_path / name)]) == 0
+        runs[name] = read_metrics(tmp_path / name)
+    for a, b in zip(runs["full"], runs["half"]):
+        assert a["tokens"] == b["tokens"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+
+
+# ------------------------------------------------------------------------------- run directory, launch
+
+def test_stop_file_saves_and_resume_finishes_like_an_uninterrupted_run(world, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", world, method="opd", max_steps=4, save_steps=3)
+    assert cli.main([str(cfg), "--out", str(tmp_path / "ref")]) == 0
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "stdout.log").write_text("")  # as launch.start leaves it
+    real_step = __import__("trainer.loop", fromlist=["train_step"]).train_step
+
+    def stop_after_two(acc, st, *a):
+        rec = real_step(acc, st, *a)
+        if a[-1] == 1:  # the second step: ask for a graceful stop
+            rundir.stop_file(out).touch()
+        return rec
+
+    import trainer.loop as loop
+    loop.train_step, saved = stop_after_two, loop.train_step
+    try:
+        assert cli.main([str(cfg), "--out", str(out)]) == 0
+    finally:
+        loop.train_step = saved
+    assert rundir.read_status(out)["status"] == "stopped"
+    assert (out / "checkpoints" / "step-000002").is_dir()
+    assert rundir.stop_file(out).exists()  # left behind: the resume must not stop at once
+    assert cli.main([str(cfg), "--out", str(out), "--resume"]) == 0
+    assert rundir.read_status(out)["status"] == "finished"
+    from test_trainer_world import without_time
+    assert without_time(read_metrics(out)) == without_time(read_metrics(tmp_path / "ref"))
+
+
+def test_launch_command_and_run_discovery(world, tmp_path):
+    argv = launch.command("c.yaml", "runs/train-a")
+    assert argv[1:] == ["-m", "trainer", "c.yaml", "--out", "runs/train-a"]
+    argv2 = launch.command("c.yaml", "runs/train-a", num_processes=2, resume=True)
+    assert argv2[1:3] == ["-m", "accelerate.commands.launch"] and "--num_processes" in argv2
+    assert argv2[-6:] == ["-m", "trainer", "c.yaml", "--out", "runs/train-a", "--resume"]
+    run = tmp_path / "runs" / "train-x"
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=1)
+    assert cli.main([str(cfg), "--out", str(run)]) == 0
+    assert launch.find_runs(tmp_path / "runs") == [run]
+    f = launch.Follower(run)
+    recs = f.poll()
+    assert [r["kind"] for r in recs] == ["train"] and f.poll() == []
+    st = launch.status(run)
+    assert st["status"] == "finished"  # (alive: this test process ran it in-process)
+
+
+def test_a_crash_is_recorded_as_failed_with_its_message(world, tmp_path, monkeypatch):
+    import trainer.loop as loop
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(loop, "train_step", boom)
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=2)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        cli.main([str(cfg), "--out", str(tmp_path / "run")])
+    st = rundir.read_status(tmp_path / "run")
+    assert st["status"] == "failed" and "simulated crash" in st["error"]
+
+
+def test_user_error_in_a_launcher_prepared_dir_is_reported_in_status(world, tmp_path):
+    d = config_dict(world)
+    d["student"]["model"] = str(tmp_path / "no-such-model")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(d))
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "stdout.log").write_text("")  # what launch.start leaves before the process starts
+    assert cli.main([str(cfg), "--out", str(out)]) == 2
+    st = rundir.read_status(out)
+    assert st["status"] == "failed" and "no-such-model" in st["error"]
+    assert sorted(os.listdir(out)) == ["status.json", "stdout.log"]

@@ -1,0 +1,105 @@
+"""The trainer as separate processes: 2-process gloo DDP, kill -9 + resume, launch/stop by SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_trainer_world import build_world, read_metrics, without_time, write_config
+from trainer import cli, launch, rundir
+
+ENV = {"OMP_NUM_THREADS": "1"}  # as torchrun sets it; the in-process runs below use one thread too
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("world"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _wait(proc_pid: int, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pid, _ = os.waitpid(proc_pid, os.WNOHANG)
+        if pid:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the run did not end in time")
+
+
+@pytest.mark.slow
+def test_two_process_gloo_ddp_equals_one_process_with_the_same_global_batch(world, tmp_path):
+    single = write_config(tmp_path / "single.yaml", world, method="jsd", max_steps=5, per_device_train_batch_size=2,
+                          gradient_accumulation_steps=2, generation_batch_size=2)
+    ddp = write_config(tmp_path / "ddp.yaml", world, method="jsd", max_steps=5, per_device_train_batch_size=2,
+                       generation_batch_size=2)
+    argv = launch.command(ddp, tmp_path / "ddp", num_processes=2)
+    assert "--num_processes" in argv
+    done = subprocess.run(argv, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "2 process(es)" in (tmp_path / "ddp" / "stdout.log").read_text()
+    assert cli.main([str(single), "--out", str(tmp_path / "single")]) == 0
+    a, b = read_metrics(tmp_path / "single"), read_metrics(tmp_path / "ddp")
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5]  # one record per step: only the main process writes
+    for x, y in zip(a, b):
+        assert x["tokens"] == y["tokens"]
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-6)
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_ends_like_an_uninterrupted_run(world, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", world, method="opd", max_steps=8, save_steps=2, num_generations=2,
+                       lr_scheduler_type="cosine", warmup_steps=2)
+    assert cli.main([str(cfg), "--out", str(tmp_path / "ref")]) == 0
+    out = tmp_path / "run"
+    run = launch.start(cfg, out, env=ENV)
+    deadline = time.time() + 180
+    while not (out / "checkpoints" / "step-000002").is_dir():
+        assert time.time() < deadline, (out / "stdout.log").read_text()[-2000:]
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGKILL)  # mid-run: no chance to save or to write a status
+    _wait(run.pid, 30)
+    assert rundir.read_status(out)["status"] == "running"
+    assert launch.status(out)["status"] == "died"
+    assert cli.main([str(cfg), "--out", str(out), "--resume"]) == 0
+    assert rundir.read_status(out)["status"] == "finished"
+    assert without_time(read_metrics(out)) == without_time(read_metrics(tmp_path / "ref"))
+    assert len((out / "command.txt").read_text().splitlines()) == 2  # the start and the resume
+
+
+@pytest.mark.slow
+def test_launch_start_then_stop_by_sigterm_saves_and_reports_stopped(world, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", world, method="opd", max_steps=500)
+    run = launch.start(cfg, None, runs_root=tmp_path / "runs", env=ENV)
+    assert run.run_dir.parent == tmp_path / "runs" and run.run_dir.name.startswith("train-c-")
+    follower = launch.Follower(run.run_dir)
+    deadline = time.time() + 180
+    seen = []
+    while not seen:
+        assert time.time() < deadline, (run.run_dir / "stdout.log").read_text()[-2000:]
+        seen = follower.poll()
+        time.sleep(0.1)
+    launch.stop(run.run_dir)  # STOP file, then SIGTERM to the process group
+    _wait(run.pid, 60)
+    st = launch.status(run.run_dir)
+    assert st["status"] == "stopped" and not st["alive"]
+    ckpt = sorted((run.run_dir / "checkpoints").iterdir())[-1]
+    assert int(ckpt.name.split("-")[1]) == st["step"] >= 1
+    command = (run.run_dir / "command.txt").read_text().split()
+    assert command[:3] == [sys.executable, "-m", "trainer"]
+    assert launch.find_runs(tmp_path / "runs") == [run.run_dir]
