@@ -1,0 +1,252 @@
+"""The training loop on accelerate: sample on-policy, score, step, log, evaluate, checkpoint, stop.
+
+Every process runs this function. Only the main process writes files or prints. A graceful stop
+(``STOP`` file in the run directory, or SIGTERM) is agreed on by all processes at a step boundary,
+saved, and reported as ``stopped``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from trainer import checkpoint, rundir
+from trainer.config import TrainConfig, trackers
+from trainer.evaluate import evaluate
+from trainer.roles import CompletionHidden
+from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
+from trainer.setup import Setup, prepare
+from trainer.step import STAT_NAMES, StepSums, micro_batch_backward
+
+log = logging.getLogger("opsd-train")
+
+
+class Stopper:
+    """SIGTERM, SIGINT or a STOP file asks for a graceful stop at the next step boundary.
+
+    Repeated SIGTERMs stay graceful (a launcher may forward the signal it got itself); a second
+    Ctrl-C (SIGINT) ends the process at once.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, run_dir: Path):
+        self.file = rundir.stop_file(run_dir)
+        self.signalled = False
+        self._old = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
+
+    def _handler(self, signum, frame):
+        if self.signalled and signum == signal.SIGINT:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        self.signalled = True
+
+    def requested(self, accelerator: Accelerator) -> bool:
+        flag = torch.tensor([float(self.signalled or self.file.exists())], device=accelerator.device)
+        return bool(accelerator.reduce(flag, "max").item() > 0)
+
+    def restore(self) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+
+def lr_lambda(spec):
+    def factor(step: int) -> float:
+        if step < spec.warmup_steps:
+            return (step + 1) / (spec.warmup_steps + 1)
+        progress = (step - spec.warmup_steps) / max(1, spec.max_steps - spec.warmup_steps)
+        if spec.lr_scheduler_type == "linear":
+            return max(0.0, 1.0 - progress)
+        if spec.lr_scheduler_type == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+    return factor
+
+
+def _mixed_precision(spec) -> str:
+    if spec.mixed_precision != "auto":
+        return spec.mixed_precision
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
+def _reduce_sums(acc: Accelerator, sums: StepSums, keys: tuple[str, ...]) -> tuple[list[float], dict]:
+    def t(x):
+        return torch.as_tensor(x, dtype=torch.float64, device=acc.device)
+
+    vec = [t(sums.loss), t(sums.tokens), t(sums.rows), t(sums.finished)]
+    vec += [t(sums.stats.get(k, 0.0)) for k in keys] + [t(sums.counts.get(k, 0)) for k in keys]
+    total = acc.reduce(torch.stack(vec), "sum").tolist()  # one all-reduce, one device sync per step
+    means = {k: total[4 + i] / total[4 + len(keys) + i] for i, k in enumerate(keys) if total[4 + len(keys) + i]}
+    return total[:4], means
+
+
+def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, step: int) -> dict:
+    """One optimizer step over ``processes x accumulation`` micro-batches; returns its metrics."""
+    spec = st.tc.spec
+    world, rank = acc.num_processes, acc.process_index
+    global_batch = spec.per_device_train_batch_size * world * spec.gradient_accumulation_steps
+    ids = step_problems(len(st.train.problems), step, global_batch, spec.seed)
+    plan = rank_micro_batches(ids, spec.per_device_train_batch_size, world, rank, spec.gradient_accumulation_steps)
+    t0 = time.perf_counter()
+    with torch.no_grad(), acc.autocast():
+        mbs = [make_micro_batch(st.roles.student, st.tok, st.train, j, idx, step, spec, st.stop_ids)
+               for j, idx in plan]
+    sampling_s = time.perf_counter() - t0
+    local = torch.tensor([sum(mb.n_tokens for mb in mbs)], dtype=torch.float64, device=acc.device)
+    n_global = int(acc.reduce(local, "sum").item())  # all-reduce the count before any backward
+    sums = StepSums()
+    lr = scheduler.get_last_lr()[0]
+    for a, mb in enumerate(mbs):
+        sync = contextlib.nullcontext() if a == len(mbs) - 1 else acc.no_sync(hidden_model)
+        with sync:
+            micro_batch_backward(hidden_model, st.roles, mb, st.loss, pad_id=st.pad_id,
+                                 chunk_size=spec.chunk_size, scale=world / n_global, ref=st.reference,
+                                 autocast=acc.autocast, sums=sums)
+    params = st.roles.trainable()
+    grad_norm = float(acc.clip_grad_norm_(params, spec.max_grad_norm or float("inf")))
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    st.roles.ema_update(spec.ema_decay)
+    (loss, tokens, rows, finished), means = _reduce_sums(acc, sums, tuple(STAT_NAMES))
+    return {"loss": loss / tokens, "lr": lr, "grad_norm": grad_norm, "tokens": int(tokens),
+            "completion_length": tokens / rows, "finished_ratio": finished / rows,
+            **{STAT_NAMES[k]: v for k, v in means.items()}, "sampling_s": sampling_s}
+
+
+def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, scheduler, elapsed: float) -> None:
+    tmp = checkpoint.temp_dir(run_dir, step)
+    if acc.is_main_process:
+        checkpoint.begin(run_dir, step)
+        checkpoint.write_model(tmp, st.roles, st.tok)
+    acc.wait_for_everyone()
+    checkpoint.write_rank_rng(tmp, acc.process_index)
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "elapsed": elapsed}
+        checkpoint.commit(run_dir, tmp, step, state, st.tc.spec.save_total_limit, {"method": st.tc.spec.method})
+        log.info("checkpoint saved: step %d", step)
+    acc.wait_for_everyone()
+
+
+def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None) -> None:
+    ev = st.tc.spec.eval
+    if st.evals.held_out is None and st.evals.regression is None:
+        return
+    res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
+                   pad_id=st.pad_id, chunk=st.tc.spec.chunk_size, tau=st.tc.spec.scoring_temperature,
+                   world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast)
+    if acc.is_main_process:
+        metrics.write({"kind": "eval", "step": step, **res})
+        acc.log({f"eval/{k}": v for k, v in res.items()}, step=step)
+        log.info("eval step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in res.items()))
+
+
+def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str]) -> str:
+    """Train (or resume) into ``run_dir``; returns the final status (finished / stopped)."""
+    spec = tc.spec
+    run_dir = Path(run_dir)
+    # cpu=True on CPU machines also makes several processes under torchrun use gloo (MULTI_CPU)
+    cpu = tc.cfg.device == "cpu" or (tc.cfg.device == "auto" and not torch.cuda.is_available())
+    acc = Accelerator(cpu=cpu, mixed_precision=_mixed_precision(spec), log_with=trackers(spec) or None,
+                      project_dir=str(run_dir))
+    if acc.num_processes > 1 and acc.device.type == "cpu":  # CPU processes share the cores
+        torch.set_num_threads(max(1, torch.get_num_threads() // acc.num_processes))
+    config_yaml = tc.to_yaml()
+    rundir.check(run_dir, config_yaml, resume)
+    ckpt = checkpoint.latest(run_dir) if resume else None
+    torch.manual_seed(spec.seed)
+    st = prepare(tc, acc.device, ckpt)  # every user error surfaces before anything is written
+    if acc.is_main_process:
+        rundir.create(run_dir, config_yaml, argv)
+        rundir.attach_log_file(run_dir)
+        checkpoint.clean_temp(run_dir)
+        if resume:
+            rundir.stop_file(run_dir).unlink(missing_ok=True)  # the STOP that ended the previous segment
+    acc.wait_for_everyone()
+    try:
+        return _train(acc, st, run_dir, ckpt)
+    except BaseException as e:
+        if acc.is_main_process:
+            rundir.write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        acc.end_training()
+
+
+def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str:
+    tc, spec = st.tc, st.tc.spec
+    optimizer = torch.optim.AdamW(st.roles.trainable(), lr=spec.learning_rate, weight_decay=spec.weight_decay,
+                                  betas=(spec.adam_beta1, spec.adam_beta2), eps=spec.adam_epsilon)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(spec))
+    step, elapsed_before = 0, 0.0
+    if ckpt is not None:
+        state, rng = checkpoint.read_state(ckpt, acc.process_index)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step, elapsed_before = int(state["step"]), float(state.get("elapsed", 0.0))
+        if rng is not None:
+            checkpoint.set_rng_state(rng)
+    hidden_model, optimizer = acc.prepare(CompletionHidden(st.roles.student), optimizer)
+    metrics = rundir.MetricsLog(run_dir) if acc.is_main_process else None
+    if acc.is_main_process:
+        metrics.truncate_after(step)
+        rundir.write_status(run_dir, "running", step=step, max_steps=spec.max_steps, method=spec.method,
+                            sampling_temperature=spec.temperature, scoring_temperature=spec.scoring_temperature,
+                            resumed_from=str(ckpt) if ckpt else None)
+        acc.init_trackers("tensorboard", config={k: v for k, v in tc.cfg.training.items()
+                                                if isinstance(v, (int, float, str, bool))})
+        log.info("training %s from step %d to %d (T_sample=%s, T_score=%s, %d process(es))", spec.method, step,
+                 spec.max_steps, spec.temperature, spec.scoring_temperature, acc.num_processes)
+        if tc.cfg.sampling.backend != "hf":
+            log.warning("sampling.backend %s is used by the diagnosis only: training samples with HF generate "
+                        "from the live student weights", tc.cfg.sampling.backend)
+    stopper = Stopper(run_dir)
+    started, first_step = time.time(), step
+    saved_at = step if ckpt is not None else -1
+    try:
+        if step == 0 and spec.eval.at_start:
+            _eval(acc, st, 0, metrics)
+        while step < spec.max_steps:
+            t0 = time.time()
+            rec = train_step(acc, st, hidden_model, optimizer, scheduler, step)
+            step += 1
+            now = time.time()
+            per_step = (now - started) / (step - first_step)
+            rec = {"kind": "train", "step": step, "method": spec.method, **rec,
+                   "sampling_temperature": spec.temperature, "scoring_temperature": spec.scoring_temperature,
+                   "tokens_per_s": rec["tokens"] / (now - t0), "step_time_s": now - t0,
+                   "elapsed_s": elapsed_before + now - started, "eta_s": per_step * (spec.max_steps - step)}
+            if acc.is_main_process:
+                metrics.write(rec)
+                acc.log({f"train/{k}": v for k, v in rec.items() if isinstance(v, (int, float)) and k != "step"},
+                        step=step)
+                rundir.write_status(run_dir, "running", step=step)
+                log.info("step %d/%d loss %.4f tokens %d (%.0f tok/s)", step, spec.max_steps, rec["loss"],
+                         rec["tokens"], rec["tokens_per_s"])
+            last = step == spec.max_steps
+            if (spec.eval_steps and step % spec.eval_steps == 0) or last:
+                _eval(acc, st, step, metrics)
+            if (spec.save_steps and step % spec.save_steps == 0) or last:
+                _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started)
+                saved_at = step
+            if not last and stopper.requested(acc):
+                if saved_at != step:
+                    _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started)
+                if acc.is_main_process:
+                    rundir.write_status(run_dir, "stopped", step=step)
+                    log.info("stopped at step %d (checkpoint saved); resume with --resume", step)
+                return "stopped"
+        if acc.is_main_process:
+            rundir.write_status(run_dir, "finished", step=step)
+        return "finished"
+    finally:
+        stopper.restore()

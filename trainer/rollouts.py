@@ -1,0 +1,142 @@
+"""What each optimizer step trains on: the problems, the views, and fresh on-policy samples.
+
+The global batch of a step is a pure function of (seed, step, global batch size): an epoch-wise
+permutation of the training problems. It is cut into ``processes x accumulation`` micro-batches;
+global micro-batch ``j = a * world + rank`` goes to ``rank`` as its accumulation step ``a``.
+Sampling runs in generation chunks of ``generation_batch_size`` completions, each seeded by
+(seed, step, its position in the global batch). So a chunk's samples do not depend on how the
+global batch is split: one process with accumulation 2, one process with a double micro-batch and
+two processes with accumulation 1 sample and train on identical rollouts (for a fixed generation
+batch size), and a resumed run repeats exactly what the interrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+
+from opsd_diag import templates
+from opsd_diag.config import DiagnosisConfig
+from opsd_diag.data import load_problems, prompt_text
+from opsd_diag.errors import OpsdError
+from opsd_diag.rollout import SamplingSettings, sample_hf
+from opsd_diag.views import student_view, teacher_view
+from trainer.config import TrainingSpec
+
+
+@dataclass
+class ProblemSet:
+    """Problems with every prompt view tokenised once, up front (user errors surface before the run)."""
+    problems: list[dict]
+    student_prompts: list[list[int]]
+    teacher_prompts: list[list[int]] | None
+    base_prompts: list[list[int]] | None
+    targets: list[list[int]] | None  # reference responses (sft / regression NLL), ending in a stop id
+
+
+@dataclass
+class MicroBatch:
+    index: int  # global micro-batch index j within its step
+    problem_idx: list[int]  # per row
+    student_prompts: list[list[int]]
+    teacher_prompts: list[list[int]] | None
+    base_prompts: list[list[int]] | None
+    completions: list[list[int]]
+    finished: list[bool]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(c) for c in self.completions)
+
+
+def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
+    """The reference response as ids: the template rendered, tokenised without specials, plus a stop id."""
+    fields = templates.context_fields({**problem, "prompt_text": prompt_text(problem)})
+    text = templates.render(target_template, fields)
+    return tok(text, add_special_tokens=False)["input_ids"] + [stop_id]
+
+
+def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, tok, problems: list[dict], stop_ids: list[int], *,
+                      system: str | None = None, teacher=None, with_targets: bool = False) -> ProblemSet:
+    student = [student_view(tok, p, system).ids for p in problems]
+    teacher_prompts = None
+    if teacher is not None:
+        teacher_prompts = [teacher_view(tok, p, teacher.context, partial_fraction=teacher.partial_fraction,
+                                        system_prompt=teacher.system_prompt or system,
+                                        max_length=cfg.scoring.max_prompt_length).ids for p in problems]
+    base_prompts = None
+    if cfg.base is not None:
+        base_prompts = teacher_prompts if cfg.scoring.base_view == "teacher" and teacher_prompts else student
+    targets = None
+    if with_targets:
+        targets = [reference_ids(tok, p, spec.sft_target, stop_ids[0]) for p in problems]
+    return ProblemSet(problems, student, teacher_prompts, base_prompts, targets)
+
+
+def load_set(data_spec, what: str) -> list[dict]:
+    problems = load_problems(data_spec)
+    if not problems:
+        raise OpsdError(f"the {what} set is empty: point it at a file with problems")
+    return problems
+
+
+@lru_cache(maxsize=4)
+def _permutation(n: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return tuple(order)
+
+
+def step_problems(n: int, step: int, global_batch: int, seed: int) -> list[int]:
+    """Problem indices of one step's global batch (epoch-wise shuffles, no problem twice per epoch)."""
+    out = []
+    for g in range(step * global_batch, (step + 1) * global_batch):
+        epoch, i = divmod(g, n)
+        out.append(_permutation(n, seed, epoch)[i])
+    return out
+
+
+def rank_micro_batches(problem_ids: list[int], per_device: int, world: int, rank: int,
+                       accumulation: int) -> list[tuple[int, list[int]]]:
+    """(global micro-batch index j, problem indices) for this rank's accumulation steps, in order."""
+    out = []
+    for a in range(accumulation):
+        j = a * world + rank
+        out.append((j, problem_ids[j * per_device:(j + 1) * per_device]))
+    return out
+
+
+def micro_seed(seed: int, step: int, j: int) -> int:
+    return (seed * 1_000_003 + step * 9_176 + j * 7_919 + 17) % (2 ** 31)
+
+
+def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec, stop_ids):
+    k = spec.num_generations
+    per_chunk = spec.generation_batch_size // k  # prompts per generate call
+    first = j * spec.per_device_train_batch_size // per_chunk  # global index of this micro-batch's first chunk
+    samples = []
+    for c, lo in enumerate(range(0, len(idx), per_chunk)):
+        s = SamplingSettings(k, spec.temperature, spec.top_p, spec.max_completion_length,
+                             micro_seed(spec.seed, step, first + c), spec.generation_batch_size)
+        samples += sample_hf(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s, stop_ids)
+    return samples
+
+
+def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec,
+                     stop_ids: list[int]) -> MicroBatch:
+    """On-policy samples from the current student (or the reference responses for sft)."""
+    rows = [i for i in idx for _ in range(spec.num_generations)]
+    if spec.method == "sft":
+        completions = [ps.targets[i] for i in rows]
+        finished = [True] * len(rows)
+    else:
+        was_training = model.training
+        model.eval()
+        samples = _sample(model, tok, ps, j, idx, step, spec, stop_ids)
+        model.train(was_training)
+        completions = [c.ids for per in samples for c in per]
+        finished = [c.finished for per in samples for c in per]
+    pick = (lambda views: None if views is None else [views[i] for i in rows])
+    return MicroBatch(j, rows, pick(ps.student_prompts), pick(ps.teacher_prompts), pick(ps.base_prompts),
+                      completions, finished)

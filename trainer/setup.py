@@ -1,0 +1,115 @@
+"""Load and check everything a run needs, before its directory is written.
+
+Models go through ``opsd_diag.models`` (the same offline rules, errors and compatibility checks as a
+diagnosis); prompts go through ``opsd_diag.views``. Anything a user got wrong surfaces here as an
+``OpsdError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from opsd_diag import models as hub
+from opsd_diag.errors import OpsdError
+from trainer.config import TrainConfig
+from trainer.evaluate import EvalSets
+from trainer.losses import LossSettings
+from trainer.roles import Roles, add_lora, frozen_copy, load_lora, load_trainable
+from trainer.rollouts import ProblemSet, build_problem_set, load_set
+
+
+@dataclass
+class Setup:
+    tc: TrainConfig
+    tok: object
+    roles: Roles
+    train: ProblemSet
+    evals: EvalSets
+    stop_ids: list[int]
+    loss: LossSettings
+    reference: str | None  # ExOPD reference: "student" (initial), "base", or None
+
+    @property
+    def pad_id(self) -> int:
+        return self.tok.pad_token_id
+
+
+def loss_settings(tc: TrainConfig) -> LossSettings:
+    s = tc.spec
+    return LossSettings(method=s.loss_method, temperature=s.scoring_temperature, beta=s.beta,
+                        centering=s.centering_k, exopd_lambda=s.exopd_lambda, clip=s.clip)
+
+
+def _frozen(spec, device: torch.device):
+    tok = hub.load_tokenizer(spec.model, spec.revision, spec.allow_download, spec.trust_remote_code)
+    model = hub.load_model(spec.model, spec.revision, spec.dtype, str(device), spec.allow_download,
+                           spec.trust_remote_code)
+    return tok, model
+
+
+def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -> Roles:
+    cfg, spec = tc.cfg, tc.spec
+    lora = spec.lora is not None
+    student = load_trainable(cfg.student, device, None if (ckpt is None or lora) else str(ckpt))
+    named = {"student": (cfg.student.model, tok, student)}
+    ref = spec.exopd_reference if spec.method == "exopd" else None
+    need_initial = not lora and (
+        (spec.method == "opsd" and spec.teacher_weights == "frozen") or ref == "student"
+        or (spec.eval.kl_to_initial and spec.eval.data is not None))
+    initial = None
+    if need_initial:
+        initial = frozen_copy(student) if ckpt is None else frozen_copy(load_trainable(cfg.student, device))
+    peft_model = None
+    if lora:
+        peft_model = load_lora(student, str(ckpt)) if ckpt is not None else add_lora(student, spec.lora)
+        student = peft_model.get_base_model()  # the HF model, LoRA layers injected in place
+    teacher, mode = None, "none"
+    if tc.teacher is not None and not tc.teacher.is_self:
+        t_spec = cfg.student.model_copy(update={"model": tc.teacher.model, "revision": tc.teacher.revision})
+        t_tok, teacher = _frozen(t_spec, device)
+        named[f"teacher '{tc.teacher.name}'"] = (tc.teacher.model, t_tok, teacher)
+        mode = "external"
+    elif tc.teacher is not None:
+        mode = spec.teacher_weights
+        if mode == "ema":
+            source = ckpt / "ema" if ckpt is not None else None
+            teacher = frozen_copy(load_trainable(cfg.student, device, str(source)) if source else student)
+    base = None
+    if cfg.base is not None and (spec.method == "opd2" or ref == "base"):
+        b_tok, base = _frozen(cfg.base, device)
+        named["base"] = (cfg.base.model, b_tok, base)
+    hub.check_compatible(named)
+    return Roles(student, peft_model, mode, teacher, base, initial)
+
+
+def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> Setup:
+    cfg, spec = tc.cfg, tc.spec
+    train_problems = load_set(spec.data, "training")
+    ev = spec.eval
+    held_out = load_set(ev.data, "evaluation") if ev.data is not None else None
+    regression = load_set(ev.regression, "regression") if ev.regression is not None else None
+    tok = hub.load_tokenizer(cfg.student.model, cfg.student.revision, cfg.student.allow_download,
+                             cfg.student.trust_remote_code)
+    roles = build_roles(tc, device, ckpt, tok)
+    if spec.gradient_checkpointing:
+        # non-reentrant checkpointing works under DDP and with frozen (LoRA) base weights
+        enable = getattr(roles.student, "activation_checkpointing_enable", None)  # transformers >= 5.x
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            roles.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    stop_ids = hub.stop_token_ids(roles.student, tok)
+    train = build_problem_set(cfg, spec, tok, train_problems, stop_ids, system=spec.data.system_prompt,
+                              teacher=tc.teacher, with_targets=spec.method == "sft")
+    sets = EvalSets(
+        build_problem_set(cfg, spec, tok, held_out, stop_ids, system=ev.data.system_prompt) if held_out else None,
+        build_problem_set(cfg, spec, tok, regression, stop_ids, system=ev.regression.system_prompt,
+                          with_targets=True) if regression else None)
+    if held_out is not None and not any(p.get("answer") is not None for p in held_out):
+        raise OpsdError("training.eval.data has no answers, so accuracy cannot be measured: map its answer "
+                        "field with fields: {answer: ...}")
+    ref = spec.exopd_reference if spec.method == "exopd" else None
+    return Setup(tc, tok, roles, train, sets, stop_ids, loss_settings(tc), ref)

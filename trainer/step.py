@@ -1,0 +1,131 @@
+"""One micro-batch: score the rollouts, compute the method's loss chunk by chunk, and backpropagate.
+
+Normalisation (DESIGN.md pitfall 9): the loss of a step is sum over every generated token of every
+micro-batch on every process, divided by that global count ``N``. Each micro-batch contributes
+``sum / N`` and, since DDP averages gradients over ``world`` processes, is scaled by ``world / N``.
+
+Memory: the student's LM head runs chunk by chunk on detached hidden states; each chunk's gradient
+w.r.t. its hidden states and the head's weights is taken at once, so at most one chunk of
+``[chunk, vocab]`` logits lives at a time. One final ``backward`` carries the collected gradients
+through the decoder (and into the head's weights, tied or not) so DDP sees one ordinary backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from opsd_diag import signals
+from opsd_diag.errors import OpsdError
+from opsd_diag.scoring import completion_hidden, lm_logits
+from trainer.losses import LossSettings, token_loss
+from trainer.roles import Roles
+from trainer.rollouts import MicroBatch
+
+# per-token statistic -> its name in metrics.jsonl (means over the step's generated tokens)
+STAT_NAMES = {"r_opd": "r_opd", "k1": "kl_k1", "k3": "kl_k3", "h_s": "entropy_student", "h_t": "entropy_teacher",
+              "gate": "gate_fraction", "clipped": "clipped_ratio", "nll": "nll"}
+
+
+@dataclass
+class StepSums:
+    """Raw sums over tokens (divided by counts only after the all-reduce).
+
+    Sums stay 0-d device tensors until the step ends, so a GPU never waits on a per-chunk ``.item()``.
+    """
+    loss: Tensor | float = 0.0
+    tokens: int = 0
+    rows: int = 0
+    finished: int = 0
+    stats: dict[str, Tensor] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add_stats(self, stats: dict[str, Tensor]) -> None:
+        for k, v in stats.items():
+            if k in STAT_NAMES:
+                self.stats[k] = self.stats.get(k, 0.0) + v.detach().double().sum()
+                self.counts[k] = self.counts.get(k, 0) + v.numel()
+
+
+def _checked(h: Tensor, n: int, role: str) -> Tensor:
+    if h.shape[0] != n:  # pitfall 6: a missing position is an error, never a zero log-prob
+        raise OpsdError(f"the {role} view produced {h.shape[0]} scored positions instead of {n}")
+    return h
+
+
+@torch.no_grad()
+def partner_hidden(roles: Roles, mb: MicroBatch, s: LossSettings, pad_id: int, ref: str | None):
+    """Hidden states of teacher, base and the ExOPD reference at the completion positions."""
+    n = mb.n_tokens
+    h_t = h_b = h_r = None
+    if s.needs_teacher:
+        with roles.teacher_model() as teacher:
+            h_t = (teacher, _checked(completion_hidden(teacher, mb.teacher_prompts, mb.completions, pad_id), n,
+                                     "teacher"))
+    if s.needs_base or ref == "base":
+        h_b = (roles.base, _checked(completion_hidden(roles.base, mb.base_prompts, mb.completions, pad_id), n,
+                                    "base"))
+    if ref == "student":
+        with roles.initial_model() as initial:
+            h_r = (initial, _checked(completion_hidden(initial, mb.student_prompts, mb.completions, pad_id), n,
+                                     "reference"))
+    return h_t, h_b, h_r
+
+
+def _partner_logits(pair, sl: slice, ctx) -> Tensor | None:
+    if pair is None:
+        return None
+    model, h = pair
+    with torch.no_grad(), ctx():
+        return lm_logits(model, h[sl])  # [n, V]
+
+
+def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSettings, *, pad_id: int,
+                         chunk_size: int, scale: float, ref: str | None = None, autocast=contextlib.nullcontext,
+                         sums: StepSums | None = None) -> StepSums:
+    """Forward, loss and backward of one micro-batch; gradients accumulate in the student's ``.grad``.
+
+    ``hidden_model`` is the (possibly DDP-wrapped) ``CompletionHidden``; ``scale`` is ``world / N_global``.
+    ``ref`` names the ExOPD reference (``student``: the initial student, ``base``) or None.
+    """
+    sums = sums or StepSums()
+    n = mb.n_tokens
+    token_ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
+    h_s = _checked(hidden_model(mb.student_prompts, mb.completions, pad_id), n, "student")  # [N, H] grad
+    h_t, h_b, h_r = partner_hidden(roles, mb, s, pad_id, ref)
+    # the student's LM head runs per chunk below; its weights get their gradient with the decoder's
+    head_params = [p for p in roles.student.get_output_embeddings().parameters() if p.requires_grad]
+    grad_h = torch.zeros_like(h_s, dtype=torch.float32)  # [N, H]
+    grad_head = [torch.zeros_like(p) for p in head_params]
+    device = h_s.device
+    for lo in range(0, n, chunk_size):
+        sl = slice(lo, min(n, lo + chunk_size))
+        ids = token_ids_all[sl].to(device)  # [n]
+        h_chunk = h_s[sl].detach().requires_grad_(True)  # [n, H] a leaf: this chunk's graph ends here
+        with autocast():
+            student_logits = lm_logits(roles.student, h_chunk)  # [n, V] float32
+        teacher_logits = _partner_logits(h_t, sl, autocast)  # [n, V] or None
+        base_logits = _partner_logits(h_b, sl, autocast)  # [n, V] or None
+        ref_lp = None
+        if ref is not None:  # ExOPD's reference: the initial student, or the base
+            ref_logits = base_logits if ref == "base" else _partner_logits(h_r, sl, autocast)  # [n, V]
+            ref_lp = signals.token_logprob(signals.log_probs(ref_logits, s.temperature), ids)  # [n]
+        per_token, stats = token_loss(student_logits, ids, s, teacher_logits=teacher_logits,
+                                      base_logits=base_logits, ref_logprob=ref_lp)
+        total, _ = signals.masked_sum_and_count(per_token, torch.ones_like(ids, dtype=torch.bool))
+        grads = torch.autograd.grad(total * scale, [h_chunk, *head_params])
+        grad_h[sl] += grads[0].float()
+        for acc, g in zip(grad_head, grads[1:]):
+            acc += g
+        sums.loss = sums.loss + total.detach().double()
+        sums.tokens += ids.numel()  # every position of a completion is a generated token
+        sums.add_stats(stats)
+    # One backward through the decoder; the head's weight gradient joins as a root so a tied
+    # embedding/head weight gets its single, summed gradient (one DDP hook per parameter).
+    torch.autograd.backward([h_s, *head_params], [grad_h.to(h_s.dtype), *grad_head])
+    sums.rows += len(mb.completions)
+    sums.finished += sum(mb.finished)
+    return sums
