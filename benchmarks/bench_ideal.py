@@ -44,8 +44,9 @@ def main() -> None:
     ap.add_argument("--budgets", type=int, nargs="+", default=[96, 192, 384, 768])
     ap.add_argument("--cap", type=int, default=16, help="ideal.max_continuation_length")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared CPU)")
     args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         zoo = Path(args.zoo) if args.zoo else tmp / "zoo"

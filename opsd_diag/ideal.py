@@ -361,11 +361,12 @@ def _build_jobs(prep, run, spec: IdealSpec, plan: pd.DataFrame, configs: list[st
             cands = list(dict.fromkeys(int(k) for k in cands))
             problem = prep.problems[int(r["problem_index"])]
             if problem["id"] != node.problem_id:
-                raise OpsdError("the run's problems differ from the config's: run the predictor with the run's own config.yaml")
+                raise OpsdError("the run's problems differ from the config's: run the predictor with the "
+                                "run's own config.yaml")
             job = NodeJob(_ids(r["prompt_ids.student"]), prefixes[j], cands, str(problem["answer"]),
                           max(0, min(cap, cfg.sampling.max_completion_length - node.depth)))
             cost = job.cost(spec.m, prep.stop_ids)
-            if cost > left:  # within_budget: the plan is taken as a prefix
+            if not within_budget([cost], left)[0]:  # the plan is taken as a prefix
                 full = True
                 break
             left -= cost

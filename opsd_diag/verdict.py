@@ -3,7 +3,7 @@
 Inputs, per config and signal, each a 95% bootstrap interval over prompts (estimate [lo, hi]):
 
 - A    teacher advantage A_T = Σ_k (q̃_k − p̃_k) Ŝ_k at the ideal-gradient nodes of incorrect
-       rollouts (all nodes when no incorrect rollout has one);
+       rollouts (all nodes when those cover fewer than 5 prompts);
 - C    mean alignment cos(g*, d) between the ideal direction and the signal's direction, same nodes;
 - G    teacher-with-context accuracy minus student accuracy (sampled from the teacher view);
 - keep the gate keep fraction (share of tokens where a_delta and a_opd agree in sign), which
@@ -19,19 +19,32 @@ The rule:
               keep >= 0.5;
 - **unclear** otherwise, including when the ideal-gradient estimate is missing.
 
+An interval resampled from fewer than 5 prompts is no evidence (a bootstrap over one prompt is a
+single point) and counts as missing; A and C come from all nodes when the incorrect rollouts'
+nodes cover fewer than 5 prompts.
+
 Score (the ranking): the mean first-order gain ⟨g*, d/|d|⟩ over all nodes, i.e. the success
 probability gained per unit logit step along the signal at the student's uncertain tokens
-(our estimator; NaN when it is missing, ranked last). The rule is checked against real training
-outcomes in benchmarks/.
+(our estimator; NaN when it is missing, ranked last). The thresholds are a first, explicit
+heuristic: SIGNALS.md asks for them to be checked against real training outcomes (benchmarks/),
+which has not been done yet.
 """
 
 from __future__ import annotations
 
 import math
 
+MIN_PROMPTS = 5
 SIGNALS = {"rev_kl": "reverse KL", "fwd_kl": "forward KL", "jsd": "JSD", "r_opd": "sampled-token OPD",
            "a_d2": "OPD² delta", "a_ex": "ExOPD"}
 MIN_GATE_KEEP = 0.5
+
+
+def _enough(ci: dict | None) -> dict | None:
+    """The interval, or None when it rests on too few prompts to be evidence."""
+    if ci is None or (ci.get("n_prompts") is not None and ci["n_prompts"] < MIN_PROMPTS):
+        return None
+    return ci
 
 
 def _get(ci: dict | None, key: str) -> float:
@@ -47,10 +60,11 @@ def _fmt(ci: dict | None) -> str:
 def verdict(config_summary: dict) -> dict:
     """{"verdict": "helps" | "unclear" | "hurts", "reason": one sentence, "score": float}.
 
-    ``config_summary`` keys (CI dicts have estimate/lo/hi; any may be None): ``teacher_advantage``,
-    ``alignment``, ``gain`` (the score), ``accuracy_gap``, ``gate_keep`` (float), ``signal``.
+    ``config_summary`` keys (CI dicts have estimate/lo/hi and optionally n_prompts; any may be
+    None): ``teacher_advantage``, ``alignment``, ``gain`` (the score), ``accuracy_gap``,
+    ``gate_keep`` (float), ``signal``.
     """
-    a, c, g = (config_summary.get(k) for k in ("teacher_advantage", "alignment", "accuracy_gap"))
+    a, c, g = (_enough(config_summary.get(k)) for k in ("teacher_advantage", "alignment", "accuracy_gap"))
     keep = config_summary.get("gate_keep")
     signal = config_summary.get("signal", "")
     name = SIGNALS.get(signal, signal or "the signal")
@@ -71,7 +85,8 @@ def verdict(config_summary: dict) -> dict:
         return out("hurts", f"the teacher with this context is less accurate than the student "
                             f"(accuracy gap {_fmt(g)}) and no node shows a teacher advantage.")
     if math.isnan(a_est):
-        return out("unclear", f"no ideal-gradient estimate (predictor skipped or no nodes); accuracy gap {_fmt(g)}.")
+        return out("unclear", f"no ideal-gradient estimate over at least {MIN_PROMPTS} prompts (predictor skipped, "
+                              f"budget too small or too few prompts); accuracy gap {_fmt(g)}.")
     if math.isnan(_get(c, "estimate")):
         return out("unclear", f"the alignment of {name} is undefined: no node where the candidate tokens differ "
                               f"in success{', or no base model' if signal == 'a_d2' else ''}.")
@@ -106,7 +121,8 @@ def collect(summary: dict, ideal: dict | None) -> dict[tuple[str, str], dict]:
         for signal in SIGNALS:
             a = c = g = None
             if node:
-                split = "incorrect" if (node["teacher_advantage"]["incorrect"].get("n_nodes") or 0) else "all"
+                split = "incorrect" if (node["teacher_advantage"]["incorrect"].get("n_prompts") or 0) >= MIN_PROMPTS \
+                    else "all"
                 a = node["teacher_advantage"][split]
                 c = node["alignment"][signal][split]["mean"]
                 g = node["gain"][signal]["all"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,6 +16,17 @@ from opsd_diag import ideal as I
 from opsd_diag.config import IdealSpec, from_dict
 from opsd_diag.errors import OpsdError
 from opsd_diag.rollout import sample_hf
+
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models on a shared 2-core machine: extra OpenMP threads only spin (5-10x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 # ---------------------------------------------------------------- float64 references (loops)
 
@@ -359,15 +369,14 @@ WRONG_SOLUTION = ("{prompt}\n\nA correct solution, for reference:\na) 3+4=7\nb) 
 @pytest.fixture(scope="module")
 def zoo_ideal(tmp_path_factory):
     from opsd_diag.diagnose import prepare, run_diagnosis
-
-    tmp_path = tmp_path_factory.mktemp("zoo_ideal")
+    from opsd_diag.verdict import MIN_PROMPTS
     from opsd_diag.zoo import task
 
-    # 2-4 step problems: errors the teacher can fix (the shipped teacher is weak on 1-step problems,
-    # see MODEL_CARD.md). On 6-step ones the student's most uncertain tokens in incorrect rollouts
-    # come after its first mistake, where only a compensating wrong step still reaches the right
-    # answer (see the caveat in ideal.py).
-    problems = [p for p in task.generate(200, 404, levels=(2, 3)) if p["answer"] != "8"][:32]
+    tmp_path = tmp_path_factory.mktemp("zoo_ideal")
+    # All four levels, so that incorrect rollouts span many prompts: the shipped student solves
+    # ~98% of 2-4 step problems, and fails mostly on 1-step ones (where it copies a shown solution,
+    # right or wrong, MODEL_CARD.md) and on 6-step ones.
+    problems = [p for p in task.generate(200, 404) if p["answer"] != "8"][:32]
     data = write_jsonl(tmp_path / "problems.jsonl", problems)
     cfg = from_dict({
         "student": {"model": str(ZOO / "student")}, "base": {"model": str(ZOO / "base")},
@@ -382,6 +391,7 @@ def zoo_ideal(tmp_path_factory):
     res = I.run_ideal(prepare(cfg), tmp_path / "run")
     assert res["status"] == "ok", res
     at = {c: res["configs"][c]["teacher_advantage"]["incorrect"] for c in res["configs"]}
+    assert all(a["n_prompts"] >= MIN_PROMPTS for a in at.values()), at  # real intervals, not one prompt
     return at, json.loads((tmp_path / "run" / "summary.json").read_text())["verdicts"]
 
 
@@ -394,8 +404,6 @@ def test_zoo_teacher_and_solution_help(zoo_ideal):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known gap of the shipped zoo: its student copies a shown solution only "
-                   "on 1-step problems (MODEL_CARD.md), so a wrong solution barely changes it either")
 def test_zoo_wrong_solution_scores_lower(zoo_ideal):
     at, v = zoo_ideal
     assert at["self_wrong_solution"]["estimate"] < min(at["teacher"]["estimate"], at["self_full_solution"]["estimate"])

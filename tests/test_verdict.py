@@ -41,6 +41,31 @@ def test_rule(case, expected):
     assert isinstance(out["score"], float)
 
 
+def test_intervals_from_too_few_prompts_are_no_evidence():
+    one_prompt = inputs(c=(-0.3, -0.3, -0.3))
+    one_prompt["alignment"]["n_prompts"] = 1  # a bootstrap over one prompt: a single point
+    assert V.verdict(one_prompt)["verdict"] == "unclear"
+    one_prompt["alignment"]["n_prompts"] = V.MIN_PROMPTS
+    assert V.verdict(one_prompt)["verdict"] == "hurts"
+    few = inputs(a=None, c=None, gain=None, gap=(-0.3, -0.4, -0.2))
+    few["accuracy_gap"]["n_prompts"] = 2
+    assert V.verdict(few)["verdict"] == "unclear"
+
+
+def test_collect_uses_all_nodes_when_incorrect_rollouts_cover_few_prompts():
+    def entry(n_inc):
+        node = {"teacher_advantage": {"all": {**ci(0.1, 0.05, 0.2), "n_prompts": 9},
+                                      "incorrect": {**ci(-0.5, -0.5, -0.5), "n_prompts": n_inc}},
+                "alignment": {o: {"all": {"mean": ci(0.3, 0.1, 0.5)}, "incorrect": {"mean": ci(-0.5, -0.5, -0.5)}}
+                              for o in V.SIGNALS},
+                "gain": {o: {"all": ci(0.01, 0.0, 0.02)} for o in V.SIGNALS}}
+        return {"configs": {"t": node}}
+
+    summary = {"configs": {"t": {"alignment": {"sign_agreement": 0.8}, "teacher_minus_student_accuracy": None}}}
+    assert V.collect(summary, entry(1))[("t", "rev_kl")]["teacher_advantage"]["estimate"] == 0.1
+    assert V.collect(summary, entry(V.MIN_PROMPTS))[("t", "rev_kl")]["teacher_advantage"]["estimate"] == -0.5
+
+
 def test_score_is_the_gain_and_nan_without_it():
     assert V.verdict(inputs(gain=0.07))["score"] == pytest.approx(0.07)
     assert math.isnan(V.verdict(inputs(gain=None))["score"])
@@ -53,8 +78,9 @@ def test_rank_by_score_nan_last_stable():
 
 
 def test_verdicts_from_summary_and_ideal_result():
-    summary = {"configs": {"good": {"alignment": {"sign_agreement": 0.8}, "teacher_minus_student_accuracy": ci(0.3, 0.2, 0.4)},
-                           "bad": {"alignment": {"sign_agreement": 0.4}, "teacher_minus_student_accuracy": ci(-0.2, -0.3, -0.1)}}}
+    summary = {"configs": {
+        "good": {"alignment": {"sign_agreement": 0.8}, "teacher_minus_student_accuracy": ci(0.3, 0.2, 0.4)},
+        "bad": {"alignment": {"sign_agreement": 0.4}, "teacher_minus_student_accuracy": ci(-0.2, -0.3, -0.1)}}}
 
     def node_entry(a, c, g):
         split = {"n_nodes": 10, **ci(*a)}
