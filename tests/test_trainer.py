@@ -65,7 +65,7 @@ def test_opd2_without_base_is_refused(world):
 def test_inherited_settings_are_resolved(world):
     tc = resolve(world, method="jsd", temperature=0.8)
     assert tc.spec.beta == 0.5 and tc.spec.scoring_temperature == 0.8  # scored at the sampling temperature
-    assert tc.spec.max_completion_length == 8 and tc.spec.chunk_size == 7
+    assert tc.spec.max_completion_length == 8 and tc.spec.top_p == 1.0
     assert tc.spec.generation_batch_size == 2
     assert config.resolve(from_dict(yaml.safe_load(tc.to_yaml()))).to_yaml() == tc.to_yaml()  # idempotent
 
@@ -171,7 +171,7 @@ def _grads(st, mbs, n_global):
 
     hidden = CompletionHidden(st.roles.student)
     for mb in mbs:
-        micro_batch_backward(hidden, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.tc.spec.chunk_size,
+        micro_batch_backward(hidden, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.chunk_size,
                              scale=1.0 / n_global, ref=st.reference)
     return {n: p.grad.clone() for n, p in st.roles.student.named_parameters()}
 

@@ -40,6 +40,7 @@ def build_world(root: Path) -> Path:
 def config_dict(world: Path, **training) -> dict:
     world = Path(world)
     train = {"method": "opd", "max_steps": 2, "per_device_train_batch_size": 2, "learning_rate": 1e-3,
+             "chunk_size": 7,  # several LM-head chunks per micro-batch: exercises the chunked backward
              "eval": {"data": None}, "report_to": "none", **training}
     return {
         "student": {"model": str(world / "student")},
@@ -48,7 +49,6 @@ def config_dict(world: Path, **training) -> dict:
                      {"name": "self_full", "context": "full_solution"}],
         "data": {"path": str(world / "train.jsonl")},
         "sampling": {"temperature": 1.0, "max_completion_length": 8},
-        "scoring": {"chunk_size": 7},  # several chunks per micro-batch: exercises the chunked backward
         "analysis": {"checker": "toy"},
         "training": train,
     }

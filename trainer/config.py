@@ -89,7 +89,7 @@ class TrainingSpec(_Strict):
     scoring_temperature: float | None = Field(None, gt=0.0, le=10.0)  # None: the diagnosis' scoring one
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_completion_length: int | None = Field(None, ge=1, le=32768)
-    chunk_size: int | None = Field(None, ge=1)  # positions per LM-head chunk; None: scoring.chunk_size
+    chunk_size: int | None = Field(None, ge=1)  # positions per LM-head chunk; None: from the vocabulary size
 
     data: DataSpec | None = None  # training prompts; None: the diagnosis' data
     sft_target: str = "{solution}"  # template of the reference response (sft, regression NLL)
@@ -209,8 +209,7 @@ def resolve(cfg: DiagnosisConfig, source: str = "config") -> TrainConfig:
         "beta": cfg.scoring.jsd_beta, "exopd_lambda": cfg.scoring.exopd_lambda,
         "exopd_reference": cfg.scoring.exopd_reference, "centering": cfg.scoring.centering,
         "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
-        "max_completion_length": cfg.sampling.max_completion_length, "chunk_size": cfg.scoring.chunk_size,
-        "data": cfg.data,
+        "max_completion_length": cfg.sampling.max_completion_length, "data": cfg.data,
     }
     fill["generation_batch_size"] = spec.rows_per_micro_batch
     spec = spec.model_copy(update={k: v for k, v in fill.items() if getattr(spec, k) is None})

@@ -108,7 +108,7 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
         sync = contextlib.nullcontext() if a == len(mbs) - 1 else acc.no_sync(hidden_model)
         with sync:
             micro_batch_backward(hidden_model, st.roles, mb, st.loss, pad_id=st.pad_id,
-                                 chunk_size=spec.chunk_size, scale=world / n_global, ref=st.reference,
+                                 chunk_size=st.chunk_size, scale=world / n_global, ref=st.reference,
                                  autocast=acc.autocast, sums=sums)
     params = st.roles.trainable()
     grad_norm = float(acc.clip_grad_norm_(params, spec.max_grad_norm or float("inf")))
@@ -142,7 +142,7 @@ def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None) -> None:
     if st.evals.held_out is None and st.evals.regression is None:
         return
     res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
-                   pad_id=st.pad_id, chunk=st.tc.spec.chunk_size, tau=st.tc.spec.scoring_temperature,
+                   pad_id=st.pad_id, chunk=st.chunk_size, tau=st.tc.spec.scoring_temperature,
                    world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast)
     if acc.is_main_process:
         metrics.write({"kind": "eval", "step": step, **res})

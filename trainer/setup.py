@@ -19,6 +19,7 @@ from trainer.evaluate import EvalSets
 from trainer.losses import LossSettings
 from trainer.roles import Roles, add_lora, frozen_copy, load_lora, load_trainable
 from trainer.rollouts import ProblemSet, build_problem_set, load_set
+from trainer.step import auto_chunk_size
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Setup:
     stop_ids: list[int]
     loss: LossSettings
     reference: str | None  # ExOPD reference: "student" (initial), "base", or None
+    chunk_size: int  # positions per LM-head chunk (training.chunk_size, or sized from the vocabulary)
 
     @property
     def pad_id(self) -> int:
@@ -112,4 +114,6 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
         raise OpsdError("training.eval.data has no answers, so accuracy cannot be measured: map its answer "
                         "field with fields: {answer: ...}")
     ref = spec.exopd_reference if spec.method == "exopd" else None
-    return Setup(tc, tok, roles, train, sets, stop_ids, loss_settings(tc), ref)
+    vocab = roles.student.get_output_embeddings().weight.shape[0]
+    chunk = spec.chunk_size or auto_chunk_size(vocab)
+    return Setup(tc, tok, roles, train, sets, stop_ids, loss_settings(tc), ref, chunk)

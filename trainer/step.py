@@ -25,6 +25,18 @@ from trainer.losses import LossSettings, token_loss
 from trainer.roles import Roles
 from trainer.rollouts import MicroBatch
 
+LOGITS_BUDGET = 2 ** 24  # elements of one [chunk, vocab] float32 tensor (64 MiB) when chunk_size is auto
+
+
+def auto_chunk_size(vocab_size: int) -> int:
+    """Positions per LM-head chunk: a fixed memory budget per logits tensor, at least 128 positions.
+
+    A 152k vocabulary gets 128-position chunks; a toy vocabulary runs a whole micro-batch at once
+    (small chunks only add per-chunk overhead there).
+    """
+    return max(128, LOGITS_BUDGET // max(1, vocab_size))
+
+
 # per-token statistic -> its name in metrics.jsonl (means over the step's generated tokens)
 STAT_NAMES = {"r_opd": "r_opd", "k1": "kl_k1", "k3": "kl_k3", "h_s": "entropy_student", "h_t": "entropy_teacher",
               "gate": "gate_fraction", "clipped": "clipped_ratio", "nll": "nll"}
