@@ -288,3 +288,15 @@ def test_user_error_in_a_launcher_prepared_dir_is_reported_in_status(world, tmp_
     st = rundir.read_status(out)
     assert st["status"] == "failed" and "no-such-model" in st["error"]
     assert sorted(os.listdir(out)) == ["status.json", "stdout.log"]
+
+
+def test_the_bundled_training_example_resolves():
+    """README's example (sample_data/configs/train_opsd.yaml) stays a valid opsd run."""
+    from conftest import REPO
+
+    tc = config.load(REPO / "sample_data/configs/train_opsd.yaml")
+    assert tc.spec.method == "opsd" and tc.spec.loss_method == "jsd" and tc.spec.teacher_weights == "frozen"
+    assert tc.teacher.is_self and tc.teacher.context == "full_solution"
+    assert tc.spec.eval.data is not None and tc.spec.eval.temperature == tc.spec.temperature
+    for path in (tc.cfg.student.model, tc.spec.data.path, tc.spec.eval.data.path):  # relative to the repository
+        assert (REPO / path).exists(), path
