@@ -300,3 +300,74 @@ def test_the_bundled_training_example_resolves():
     assert tc.spec.eval.data is not None and tc.spec.eval.temperature == tc.spec.temperature
     for path in (tc.cfg.student.model, tc.spec.data.path, tc.spec.eval.data.path):  # relative to the repository
         assert (REPO / path).exists(), path
+
+
+# ------------------------------------------------------------------------------- packed forward, sampler
+
+def _world_models(world):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(world / "student")
+    models = {name: AutoModelForCausalLM.from_pretrained(world / name).eval() for name in ("student", "teacher")}
+    return tok, models
+
+
+def test_length_groups_cover_every_row_once_and_cut_long_tails():
+    from trainer.roles import length_groups
+
+    for lengths in ([5], [7, 7, 7, 7], [3, 90, 4, 88, 5, 91, 6, 2], list(range(1, 200, 3))):
+        groups = length_groups(lengths)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert length_groups([]) == []
+    assert length_groups([7, 7, 7, 7]) == [[0, 1, 2, 3]]  # nothing to gain from a split
+    assert len(length_groups([300] * 4 + [40] * 12)) == 2  # a long tail gets its own pass
+
+
+def test_packed_hidden_equals_the_diagnosis_layout_and_ignores_batch_composition(world):
+    """Right padding, no mask and length groups change the cost, never a row's hidden states (pitfall 2)."""
+    from opsd_diag.scoring import completion_hidden
+    from trainer.roles import packed_hidden
+
+    tok, models = _world_models(world)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (5, 17, 9, 30, 12, 8, 22)]
+    comps = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (40, 3, 0, 25, 1, 33, 9)]
+    for model in models.values():
+        with torch.no_grad():
+            ref = completion_hidden(model, prompts, comps, tok.pad_token_id)
+            got = packed_hidden(model, prompts, comps, tok.pad_token_id)
+            assert got.shape == ref.shape == (sum(map(len, comps)), model.config.hidden_size)
+            torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+            part = packed_hidden(model, prompts[3:5], comps[3:5], tok.pad_token_id)  # rows 3-4 alone
+            lo = sum(map(len, comps[:3]))
+            torch.testing.assert_close(part, got[lo:lo + part.shape[0]], rtol=1e-4, atol=1e-5)
+    empty = packed_hidden(models["student"], prompts[:2], [[], []], tok.pad_token_id)  # pitfall 9
+    assert empty.shape == (0, models["student"].config.hidden_size) and empty.requires_grad
+
+
+def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
+    """Identical draws until a row of the batch finishes; every row ends at its first stop id or the limit."""
+    from opsd_diag.rollout import SamplingSettings, sample_hf
+    from trainer import sampler
+
+    tok, models = _world_models(world)
+    model = models["student"]
+    assert sampler.supported(model)
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (4, 9, 6, 12, 5, 7)]
+    stop = [tok.eos_token_id, 7, 11, 13, 17, 19]  # frequent stops: rows end at different lengths
+    for top_p, temp in ((1.0, 1.0), (0.8, 1.3)):
+        s = SamplingSettings(2, temp, top_p, 12, 11, 4)
+        ref = sample_hf(model, tok, prompts, s, stop)
+        got = sampler.sample(model, tok, prompts, s, stop)
+        assert sampler.sample(model, tok, prompts, s, stop) == got  # deterministic for a seed
+        flat_ref = [c for per in ref for c in per]
+        flat = [c for per in got for c in per]
+        assert len(flat) == len(flat_ref) == 12
+        for lo in range(0, 12, s.batch_size):  # per generation batch: same tokens until the first stop
+            first_end = min(len(c.ids) for c in flat_ref[lo:lo + s.batch_size])
+            for a, b in zip(flat_ref[lo:lo + s.batch_size], flat[lo:lo + s.batch_size]):
+                assert a.ids[:first_end] == b.ids[:first_end]
+        for c in flat:
+            assert c.finished == (c.ids[-1] in stop) and not any(t in stop for t in c.ids[:-1])
+            assert c.finished or len(c.ids) == s.max_new_tokens

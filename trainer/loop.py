@@ -207,8 +207,8 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
         log.info("training %s from step %d to %d (T_sample=%s, T_score=%s, %d process(es))", spec.method, step,
                  spec.max_steps, spec.temperature, spec.scoring_temperature, acc.num_processes)
         if tc.cfg.sampling.backend != "hf":
-            log.warning("sampling.backend %s is used by the diagnosis only: training samples with HF generate "
-                        "from the live student weights", tc.cfg.sampling.backend)
+            log.warning("sampling.backend %s is used by the diagnosis only: training samples from the live "
+                        "student weights in-process (trainer.sampler)", tc.cfg.sampling.backend)
     stopper = Stopper(run_dir)
     started, first_step = time.time(), step
     saved_at = step if ckpt is not None else -1

@@ -4,10 +4,12 @@ The global batch of a step is a pure function of (seed, step, global batch size)
 permutation of the training problems. It is cut into ``processes x accumulation`` micro-batches;
 global micro-batch ``j = a * world + rank`` goes to ``rank`` as its accumulation step ``a``.
 Sampling runs in generation chunks of ``generation_batch_size`` completions, each seeded by
-(seed, step, its position in the global batch). So a chunk's samples do not depend on how the
-global batch is split: one process with accumulation 2, one process with a double micro-batch and
-two processes with accumulation 1 sample and train on identical rollouts (for a fixed generation
-batch size), and a resumed run repeats exactly what the interrupted one would have done.
+(seed, step, its position in the global batch) and drawn by ``trainer.sampler`` (the diagnosis'
+``sample_hf`` distribution, finished rows dropped from the batch). So a chunk's samples do not
+depend on how the global batch is split: one process with accumulation 2, one process with a
+double micro-batch and two processes with accumulation 1 sample and train on identical rollouts
+(for a fixed generation batch size), and a resumed run repeats exactly what the interrupted one
+would have done.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from opsd_diag import templates
 from opsd_diag.config import DiagnosisConfig
 from opsd_diag.data import load_problems, prompt_text
 from opsd_diag.errors import OpsdError
-from opsd_diag.rollout import SamplingSettings, sample_hf
+from opsd_diag.rollout import SamplingSettings
 from opsd_diag.views import student_view, teacher_view
+from trainer import sampler
 from trainer.config import TrainingSpec
 
 
@@ -119,7 +122,8 @@ def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec:
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
         s = SamplingSettings(k, spec.temperature, spec.top_p, spec.max_completion_length,
                              micro_seed(spec.seed, step, first + c), spec.generation_batch_size)
-        samples += sample_hf(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s, stop_ids)
+        samples += sampler.sample(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s,
+                                  stop_ids)
     return samples
 
 

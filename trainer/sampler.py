@@ -1,0 +1,122 @@
+"""On-policy sampling for training: a plain ancestral-sampling loop that drops finished rows.
+
+HF ``generate`` keeps every row of a batch in the forward pass until the longest one ends, and
+grows its KV cache by concatenation for all of them. In a training step most rows end well before
+the longest (on the toy zoo: mean ~37 of up to 72 tokens), so this loop removes a row from the
+batch and from the cache as soon as it samples a stop id. Each token is drawn from the same
+distribution as ``opsd_diag.rollout.sample_hf`` (softmax of the float32 logits at the sampling
+temperature, nucleus cut as HF's ``TopPLogitsWarper``, no other processor), with the same seeding
+(the global RNG reseeded per generation batch from the chunk seed): until the first row of a batch
+finishes, the draws are identical to ``sample_hf``'s; after that the random stream differs because
+fewer rows draw.
+
+Models whose generation needs more than a KV cache (a model-specific
+``prepare_inputs_for_generation``, encoder-decoders, caches other than full or sliding-window
+attention) go through ``sample_hf`` unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from opsd_diag.rollout import Completion, SamplingSettings, sample_hf
+from opsd_diag.views import trim_completion
+
+
+def _cache_kwarg(model) -> str | None:
+    params = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):  # transformers >= 5.x renamed past_key_values to cache
+        if name in params:
+            return name
+    return None
+
+
+def supported(model) -> bool:
+    """Whether the plain loop reproduces what ``generate`` would feed this model."""
+    from transformers.generation.utils import GenerationMixin
+
+    cfg = model.config
+    if getattr(cfg, "is_encoder_decoder", False) or _cache_kwarg(model) is None:
+        return False
+    if type(model).prepare_inputs_for_generation is not GenerationMixin.prepare_inputs_for_generation:
+        return False
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    layer_types = getattr(text, "layer_types", None) or ["full_attention"]
+    return set(layer_types) <= {"full_attention", "sliding_attention"}
+
+
+def _new_cache(model):
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # older transformers: the cache needs no config
+        return DynamicCache()
+
+
+def _warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """[b, V] float32 scores: temperature, then HF's nucleus cut (the top token always stays)."""
+    scores = logits / temperature if temperature != 1.0 else logits
+    if top_p < 1.0:
+        sorted_scores, sorted_idx = torch.sort(scores, descending=False)
+        cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        remove = cum <= (1 - top_p)
+        remove[..., -1:] = False
+        scores = scores.masked_fill(remove.scatter(1, sorted_idx, remove), float("-inf"))
+    return scores
+
+
+@torch.no_grad()
+def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: list[int], pad_id: int,
+                  cache_kwarg: str, logits_kw: dict) -> list[Completion]:
+    device = next(model.parameters()).device
+    b, width = len(batch), max(len(p) for p in batch)
+    ids = torch.full((b, width), pad_id, dtype=torch.long)  # [b, P] left-padded, as generate
+    att = torch.zeros_like(ids)  # [b, P]
+    for i, p in enumerate(batch):
+        ids[i, width - len(p):] = torch.tensor(p)
+        att[i, width - len(p):] = 1
+    ids, att = ids.to(device), att.to(device)
+    pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 1)  # [b, P] as generate derives them
+    cache = _new_cache(model)
+    out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **{cache_kwarg: cache},
+                **logits_kw)
+    stop = torch.tensor(stop_ids, device=device)
+    tokens = torch.full((b, s.max_new_tokens), pad_id, dtype=torch.long, device=device)  # [b, T]
+    alive = torch.arange(b, device=device)  # batch rows still sampling
+    last = pos[:, -1]  # [alive] position of each row's latest token
+    for t in range(s.max_new_tokens):
+        scores = _warp(out.logits[:, -1].float(), s.temperature, s.top_p)  # [alive, V]
+        nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)  # [alive]
+        tokens[alive, t] = nxt
+        done = torch.isin(nxt, stop)  # [alive]
+        if t == s.max_new_tokens - 1 or bool(done.all()):
+            break
+        if bool(done.any()):
+            keep = (~done).nonzero().squeeze(1)
+            alive, nxt, att, last = alive[keep], nxt[keep], att[keep], last[keep]
+            cache.batch_select_indices(keep)
+        att = torch.cat([att, att.new_ones((len(alive), 1))], dim=1)  # [alive, P + t + 1]
+        last = last + 1
+        out = model(input_ids=nxt[:, None], attention_mask=att, position_ids=last[:, None], use_cache=True,
+                    **{cache_kwarg: cache})
+    return [Completion(*trim_completion(row, stop_ids)) for row in tokens.tolist()]
+
+
+def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int]) -> list[list[Completion]]:
+    """``s.num_samples`` completions per prompt, the contract of ``sample_hf``; deterministic for a seed."""
+    if not supported(model):
+        return sample_hf(model, tok, prompts, s, stop_ids)
+    cache_kwarg = _cache_kwarg(model)
+    logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    rows = [p for p in prompts for _ in range(s.num_samples)]
+    gen = torch.Generator(device="cpu").manual_seed(s.seed)
+    out: list[Completion] = []
+    for start in range(0, len(rows), s.batch_size):
+        # the global RNG is reseeded per batch from the chunk seed, exactly as sample_hf does
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        out += _sample_batch(model, rows[start:start + s.batch_size], s, stop_ids, tok.pad_token_id, cache_kwarg,
+                             logits_kw)
+    return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
