@@ -3,8 +3,9 @@
 - base:    knows the task's language (problems -> direct answers, single-step facts) but never
            chained steps; stands in for a teacher's "-Base" checkpoint.
 - teacher: base further trained on step-by-step solutions.
-- student: smaller, trained briefly on solutions, half the time with privileged context in its
-           prompt (built-in templates), so it is error-prone alone but can use a shown solution.
+- student: smaller, trained from scratch on solutions with a systematic misconception, most of
+           the time with privileged context in its prompt (built-in templates), so it is
+           error-prone alone on long chains but copies a shown solution.
 
 Everything is built in a temporary sibling directory and swapped in at the end, so a failed or
 interrupted build never touches existing models.
@@ -57,19 +58,25 @@ class BuildSize:
 
 SIZES = {
     "full": BuildSize(big=ModelShape(128, 4, 4, 2, 384), small=ModelShape(96, 3, 4, 2, 256),
-                      base_steps=1000, teacher_steps=1000, student_steps=2000, batch=32, eval_per_level=100),
+                      base_steps=1000, teacher_steps=1100, student_steps=3000, batch=32, eval_per_level=100),
     "ci": BuildSize(big=ModelShape(32, 2, 2, 1, 64), small=ModelShape(32, 1, 2, 1, 64),
                     base_steps=6, teacher_steps=6, student_steps=6, batch=8, eval_per_level=3),
 }
 
-# Contexts the student learns to use, with their share of its training prompts.
-STUDENT_CONTEXTS = {"none": 0.4, "full_solution": 0.25, "answer_only": 0.1, "partial_solution": 0.15, "hint": 0.1}
+# Contexts the student learns to use, with their share of its training prompts. A context in most
+# prompts forces content-based lookup of the i-th step (with few, the student learns a positional
+# lookup that a context in the prompt breaks, and a shown solution then makes it worse).
+STUDENT_CONTEXTS = {"none": 0.25, "full_solution": 0.35, "answer_only": 0.05, "partial_solution": 0.25, "hint": 0.1}
+# The teacher's draws per level: long chains need the most steps, one-step problems only a few.
+TEACHER_LEVELS = {1: 0.1, 2: 0.3, 3: 0.3, 4: 0.3}
+STUDENT_FACT_PAGES = 0.1  # share of its batches that are plain pages of (misconceived) single-step facts
 CARD_CONTEXTS = {"full solution": ("full_solution", 1.0), "final answer only": ("answer_only", 1.0),
                  "first half of the solution": ("partial_solution", 0.5)}
 MAX_NEW_TOKENS = 72
 SUBSET_PER_LEVEL = 10  # the fixed subset tests/test_zoo.py re-evaluates
 REBUILD_NOTE = ("`tests/test_zoo.py` rebuilds the reduced `ci` size twice in CI and checks the weights are "
-                "bit-identical.")
+                "bit-identical; `python -m opsd_diag.zoo.rebuild_check --record` rebuilds this full size and "
+                "records the comparison below.")
 
 
 @dataclass
@@ -110,8 +117,8 @@ def fact_example(tok, rng: random.Random, apply=task.apply_op) -> tuple[list[int
 def student_example(problem: dict, rng: random.Random) -> tuple[str, str]:
     """(prompt text, target response) for the student.
 
-    The student holds a misconception (``task.misconceived_op``): its own steps multiply by 7-9
-    wrongly. Shown solution lines are copied correctly; steps it must work out itself carry the
+    The student holds a misconception (``task.misconceived_op``): its own steps multiply by 8 or 9
+    one too high. Shown solution lines are copied correctly; steps it must work out itself carry the
     misconception; a shown final answer is copied. So privileged context genuinely helps it.
     """
     name = rng.choices(list(STUDENT_CONTEXTS), weights=list(STUDENT_CONTEXTS.values()))[0]
@@ -236,9 +243,12 @@ def evaluate(models: dict, tok, test_split: list[dict], cfg: BuildSize, report: 
 
 # ---------------------------------------------------------------- the build
 
-def _pick(pool: dict[int, list[dict]], rng) -> dict:
-    """A training problem of a uniformly drawn level (level 1 has only 270 distinct problems)."""
-    return rng.choice(pool[rng.choice(sorted(task.LEVELS))])
+def _pick(pool: dict[int, list[dict]], rng, weights: dict[int, float] | None = None) -> dict:
+    """A training problem of a drawn level, uniform by default (level 1 has only 270 distinct problems,
+    under 2% of the flat pool)."""
+    levels = sorted(task.LEVELS)
+    level = rng.choices(levels, weights=[weights[lv] for lv in levels])[0] if weights else rng.choice(levels)
+    return rng.choice(pool[level])
 
 
 def _base_sample(tok, pool, rng):
@@ -249,12 +259,12 @@ def _base_sample(tok, pool, rng):
 
 
 def _teacher_sample(tok, pool, rng):
-    p = rng.choice(pool["all"])
+    p = _pick(pool, rng, TEACHER_LEVELS)
     return chat_example(tok, p["prompt"], task.reasoning_response(p))
 
 
 def _student_sample(tok, pool, rng):
-    if rng.random() < 0.25:
+    if rng.random() < STUDENT_FACT_PAGES:
         return fact_example(tok, rng, task.misconceived_op)
     return chat_example(tok, *student_example(_pick(pool, rng), rng))
 
@@ -406,11 +416,11 @@ All share one byte-level BPE tokenizer (digits kept single, Qwen-style chat temp
 
 - **base**: trained from scratch on problems with direct answers (no steps) plus plain-text pages of
   single-step facts in the solution notation. It never saw a chained solution.
-- **teacher**: `base` further trained on step-by-step solutions.
+- **teacher**: `base` further trained on step-by-step solutions (levels drawn with weights {TEACHER_LEVELS}).
 - **student**: smaller, trained from scratch on step-by-step solutions, with
   privileged context in {1 - STUDENT_CONTEXTS['none']:.0%} of its prompts (the built-in templates
   `full_solution`, `answer_only`, `partial_solution`, `hint` of `opsd_diag/templates.py`). It holds a
-  systematic misconception (`task.misconceived_op`: multiplying by 9 comes out one too high) in the steps it works out itself, and copies shown solution lines and shown answers, so a
+  systematic misconception (`task.misconceived_op`: multiplying by 8 or 9 comes out one too high) in the steps it works out itself, and copies shown solution lines and shown answers, so a
   privileged context genuinely corrects it and the per-token signals concentrate on the
   misconceived steps.
 

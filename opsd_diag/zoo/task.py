@@ -29,9 +29,16 @@ def apply_op(x: int, op: str, a: int) -> int:
     return (x * a) % 10
 
 
+MISCONCEIVED = (8, 9)  # multipliers the student gets wrong
+
+
 def misconceived_op(x: int, op: str, a: int) -> int:
-    """The student's systematic error: multiplying by 9 comes out one too high."""
-    return (x * a + 1) % 10 if op == "*" and a == 9 else apply_op(x, op, a)
+    """The student's systematic error: multiplying by 8 or 9 comes out one too high.
+
+    About one operation in 14 is affected, so the student stays accurate on short chains and
+    becomes error-prone on long ones, where a privileged solution or a better teacher helps most.
+    """
+    return (x * a + 1) % 10 if op == "*" and a in MISCONCEIVED else apply_op(x, op, a)
 
 
 def step_line(label: str, x: int, op: str, a: int, apply=apply_op) -> str:
