@@ -332,13 +332,18 @@ def test_run_ideal_writes_nodes_and_summary(ci_run):
     assert again["continuations_used"] == res["continuations_used"]
 
 
-def test_bad_budget_k_m_and_too_small_budget(ci_run):
+def test_bad_budget_k_m_and_too_small_budget(ci_run, monkeypatch):
     prep, run_dir = ci_run
     for key, bad in (("budget", 0), ("k", 0), ("k", 33), ("m", 0), ("m", 257)):
         with pytest.raises(OpsdError, match=f"ideal.{key}"):
             from_dict({**prep.cfg.model_dump(mode="json"), "ideal": {key: bad}})
         with pytest.raises(OpsdError, match=f"ideal.{key}"):
             I.run_ideal(prep, run_dir, IdealSpec.model_construct(**{**IdealSpec().model_dump(), key: bad}))
+    # a node whose every candidate ends the text (at the length cap) costs nothing and always fits
+    res = I.run_ideal(prep, run_dir, IdealSpec(budget=1, m=4), write_summary=False)
+    assert res["status"] == "skipped" or res["continuations_used"] == 0, res
+    # with every node needing continuations, a budget below m x |K| admits none: a clear skip
+    monkeypatch.setattr(I.NodeJob, "cost", lambda self, m, stop_ids: m * len(self.candidates))
     res = I.run_ideal(prep, run_dir, IdealSpec(budget=1, m=4), write_summary=False)
     assert res["status"] == "skipped" and "too small" in res["reason"]
 
