@@ -21,6 +21,6 @@ app: install
 test: install-dev
 	$(PYTHON) -m pytest -q
 
-# Rebuild the bundled toy models and problem splits (about 15 minutes on 2 CPU cores)
+# Rebuild the bundled toy models and problem splits (about 17 minutes on 2 CPU cores)
 zoo: install
 	opsd-diag zoo build --out sample_data/models --problems-dir sample_data/problems --size full --seed 0
