@@ -378,9 +378,8 @@ def zoo_ideal(tmp_path_factory):
     from opsd_diag.zoo import task
 
     tmp_path = tmp_path_factory.mktemp("zoo_ideal")
-    # All four levels, so that incorrect rollouts span many prompts: the shipped student solves
-    # ~98% of 2-4 step problems, and fails mostly on 1-step ones (where it copies a shown solution,
-    # right or wrong, MODEL_CARD.md) and on 6-step ones.
+    # All four levels, so that incorrect rollouts span many prompts (the shipped student alone is
+    # right on 0.51-0.80 of the problems of a level, MODEL_CARD.md).
     problems = [p for p in task.generate(200, 404) if p["answer"] != "8"][:32]
     data = write_jsonl(tmp_path / "problems.jsonl", problems)
     cfg = from_dict({
@@ -397,6 +396,7 @@ def zoo_ideal(tmp_path_factory):
     assert res["status"] == "ok", res
     at = {c: res["configs"][c]["teacher_advantage"]["incorrect"] for c in res["configs"]}
     assert all(a["n_prompts"] >= MIN_PROMPTS for a in at.values()), at  # real intervals, not one prompt
+    print({c: {k: a[k] for k in ("estimate", "lo", "hi", "n_prompts")} for c, a in at.items()})
     return at, json.loads((tmp_path / "run" / "summary.json").read_text())["verdicts"]
 
 
