@@ -396,8 +396,10 @@ def zoo_ideal(tmp_path_factory):
     assert res["status"] == "ok", res
     at = {c: res["configs"][c]["teacher_advantage"]["incorrect"] for c in res["configs"]}
     assert all(a["n_prompts"] >= MIN_PROMPTS for a in at.values()), at  # real intervals, not one prompt
+    verdicts = json.loads((tmp_path / "run" / "summary.json").read_text())["verdicts"]
     print({c: {k: a[k] for k in ("estimate", "lo", "hi", "n_prompts")} for c, a in at.items()})
-    return at, json.loads((tmp_path / "run" / "summary.json").read_text())["verdicts"]
+    print({c: {s: (v["verdict"], v["score"]) for s, v in per.items()} for c, per in verdicts.items()})
+    return at, verdicts
 
 
 @pytest.mark.slow
