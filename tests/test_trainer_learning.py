@@ -109,3 +109,19 @@ def test_opsd_with_the_full_solution_context_raises_held_out_accuracy(tmp_path):
                          {"method": "opsd", "loss": "jsd", "teacher_weights": "frozen"})
     print(f"opsd full_solution, level {level}: held-out pass@1 {before:.3f} -> {after:.3f}")
     assert after >= before + MARGIN["opsd"], (level, before, after)
+
+
+# The same fixed wrong solution for every problem (as the harmful config of tests/test_ideal.py).
+WRONG_SOLUTION = ("{prompt}\n\nA correct solution, for reference:\na) 3+4=7\nb) 7*2=4\nc) 4-1=3\nd) 3+5=8\n"
+                  "Answer: 8\n\nNow solve the problem yourself, step by step.")
+
+
+def test_opsd_with_a_wrong_solution_lowers_held_out_accuracy(tmp_path):
+    """The other side of the verdict check: the config the predictor calls `hurts` on the zoo
+    (tests/test_ideal.py) lowers accuracy when trained on, where the `helps` ones raise it.
+    Measured: 0.288 -> 0.091."""
+    level = _level("student + full solution")
+    before, after = _run(tmp_path, level, {"name": "self_wrong_solution", "context": WRONG_SOLUTION},
+                         {"method": "opsd", "loss": "jsd", "teacher_weights": "frozen"})
+    print(f"opsd wrong solution, level {level}: held-out pass@1 {before:.3f} -> {after:.3f}")
+    assert after <= before - MARGIN["opsd"], (level, before, after)
