@@ -23,5 +23,6 @@ pages = [
     st.Page("pages/signals.py", title="Signals"),
     st.Page("pages/export.py", title="Export"),
     st.Page("pages/new_run.py", title="New diagnosis"),
+    st.Page("pages/train.py", title="Train"),
 ]
 st.navigation(pages).run()

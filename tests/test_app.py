@@ -208,3 +208,39 @@ def test_serve_binds_localhost_and_builds_the_example_first(monkeypatch, tmp_pat
     calls.clear()
     assert serve.main(["--run", str(tmp_path), "--port", "8765"]) == 0
     assert len(calls) == 1 and "8765" in calls[0]  # an explicit run is opened as is, nothing built
+
+
+def test_train_page_errors_in_place_then_starts_and_follows_a_run(runs_root, tmp_path):
+    """One click starts `opsd-train` (argv list, own process group); the page follows it to the end."""
+    import time
+
+    from trainer import launch
+    from test_trainer_world import build_world, config_dict
+
+    at = _app(runs_root).switch_page("pages/train.py").run()
+    _ok(at)
+    bad = tmp_path / "no_training.yaml"
+    bad.write_text((runs_root.parent / "tiny.yaml").read_text())  # a diagnosis config without `training`
+    at.text_input(key="train_config").input(str(bad)).run()
+    at.button(key="train_start").click().run()
+    assert not at.exception and at.error and "training" in at.error[0].value, [e.value for e in at.error]
+    assert "Traceback" not in at.error[0].value and not list((runs_root).glob("train-*"))
+
+    world = build_world(tmp_path / "world")
+    good = tmp_path / "train.yaml"
+    good.write_text(yaml.safe_dump(config_dict(world, max_steps=2)))
+    at.text_input(key="train_config").input(str(good)).run()
+    at.text_input(key="train_out").input(str(runs_root / "train-app")).run()
+    at.button(key="train_start").click().run()
+    _ok(at)
+    run_dir = runs_root / "train-app"
+    assert at.session_state["train_run"] == str(run_dir) and "Started" in at.success[0].value
+    assert launch.launch_info(run_dir)["argv"][1:3] == ["-m", "trainer"]
+    deadline = time.time() + 240
+    while launch.status(run_dir)["status"] in ("running", "starting") and time.time() < deadline:
+        time.sleep(1)
+    assert launch.status(run_dir)["status"] == "finished", (run_dir / "stdout.log").read_text()[-2000:]
+    at.run()
+    _ok(at)
+    assert "finished: step 2 of 2" in at.get("progress")[0].proto.text
+    assert len(at.get("plotly_chart")) >= 1  # the loss curves of metrics.jsonl

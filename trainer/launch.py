@@ -86,7 +86,8 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
-def _launch_info(run_dir: Path) -> dict:
+def launch_info(run_dir: str | Path) -> dict:
+    """launch.json of a run started by ``start`` (pid, pgid, argv), or {}."""
     try:
         return json.loads((Path(run_dir) / "launch.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
@@ -96,8 +97,8 @@ def _launch_info(run_dir: Path) -> dict:
 def status(run_dir: str | Path) -> dict:
     """status.json, plus ``alive``; a run that says running but whose process is gone reads ``died``."""
     run_dir = Path(run_dir)
-    st = rundir.read_status(run_dir) or {"status": "starting" if _launch_info(run_dir) else "unknown"}
-    pid = st.get("pid") or _launch_info(run_dir).get("pid")
+    st = rundir.read_status(run_dir) or {"status": "starting" if launch_info(run_dir) else "unknown"}
+    pid = st.get("pid") or launch_info(run_dir).get("pid")
     st["alive"] = _alive(pid)
     if st["status"] in ("running", "starting") and not st["alive"]:
         st["status"] = "died"
@@ -153,7 +154,7 @@ def stop(run_dir: str | Path, *, grace_s: float = 0.0, poll_s: float = 0.2) -> d
     while time.time() < deadline and status(run_dir)["status"] in ("running", "starting"):
         time.sleep(poll_s)
     st = status(run_dir)
-    pgid = st.get("pgid") or _launch_info(run_dir).get("pgid")
+    pgid = st.get("pgid") or launch_info(run_dir).get("pgid")
     if st["alive"] and pgid:
         try:
             os.killpg(int(pgid), signal.SIGTERM)
