@@ -59,7 +59,9 @@ def follow(run_dir: str) -> None:
         if shown:
             fig = px.line(train.melt(id_vars="step", value_vars=shown), x="step", y="value", facet_col="variable",
                           facet_col_wrap=3, markers=True)
-            st.plotly_chart(fig.update_yaxes(matches=None), key=f"train-{run_dir}")
+            fig.update_yaxes(matches=None, showticklabels=True, title=None)
+            fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))  # "variable=loss" -> "loss"
+            st.plotly_chart(fig, key=f"train-{run_dir}")
         acc = [c for c in evals if c.startswith("pass@") or c in ("kl_to_initial", "regression_nll")]
         if acc:
             st.plotly_chart(px.line(evals, x="step", y=acc, markers=True, title="held-out evaluation"),
