@@ -18,11 +18,11 @@ st.set_page_config(page_title="OPSD-Diag", layout="wide")
 common.init_state(sys.argv[1:])
 common.sidebar_run_picker()
 pages = [
-    st.Page("pages/overview.py", title="Overview", default=True),
-    st.Page("pages/tokens.py", title="Tokens"),
-    st.Page("pages/signals.py", title="Signals"),
-    st.Page("pages/export.py", title="Export"),
-    st.Page("pages/new_run.py", title="New diagnosis"),
-    st.Page("pages/train.py", title="Train"),
+    st.Page("views/overview.py", title="Overview", default=True),
+    st.Page("views/tokens.py", title="Tokens"),
+    st.Page("views/signals.py", title="Signals"),
+    st.Page("views/export.py", title="Export"),
+    st.Page("views/new_run.py", title="New diagnosis"),
+    st.Page("views/train.py", title="Train"),
 ]
 st.navigation(pages).run()

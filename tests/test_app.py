@@ -15,7 +15,7 @@ from opsd_diag import viz
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
-PAGES = ("pages/tokens.py", "pages/signals.py", "pages/export.py", "pages/new_run.py")
+PAGES = ("views/tokens.py", "views/signals.py", "views/export.py", "views/new_run.py")
 
 
 def _config(zoo: Path, data: Path) -> dict:
@@ -93,7 +93,7 @@ def test_no_run_given_lists_runs_under_root(runs_root):
 
 
 def test_tokens_page(runs_root):
-    at = _app(runs_root).switch_page("pages/tokens.py").run()
+    at = _app(runs_root).switch_page("views/tokens.py").run()
     _ok(at)
     html = at.html[0].value
     assert "class='opsd-hm'" in html and "student top-5" in html and "<script" not in html
@@ -105,7 +105,7 @@ def test_tokens_page(runs_root):
 
 
 def test_signals_page(runs_root):
-    at = _app(runs_root).switch_page("pages/signals.py").run()
+    at = _app(runs_root).switch_page("views/signals.py").run()
     _ok(at)
     assert len(at.get("plotly_chart")) == 6
     at.selectbox(key="sig_signal").select("kl_rev").run()
@@ -113,7 +113,7 @@ def test_signals_page(runs_root):
 
 
 def test_export_page(runs_root):
-    at = _app(runs_root).switch_page("pages/export.py").run()
+    at = _app(runs_root).switch_page("views/export.py").run()
     _ok(at)
     labels = [b.proto.label for b in at.get("download_button")]
     assert {"HTML (interactive, works offline)", "CSV", "PARQUET", "JSON", "HTML report"} <= set(labels)
@@ -126,7 +126,7 @@ def test_export_page(runs_root):
 
 
 def test_new_run_bad_config_shows_error_in_place(runs_root, tmp_path):
-    at = _app(runs_root).switch_page("pages/new_run.py").run()
+    at = _app(runs_root).switch_page("views/new_run.py").run()
     _ok(at)
     bad = tmp_path / "bad.yaml"
     for text, expected in (("student: [unclosed", "not valid YAML"),
@@ -147,7 +147,7 @@ def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path
     cfg = yaml.safe_load((runs_root.parent / "tiny.yaml").read_text())
     cfg["student"]["model"] = str(tmp_path / "no_such_model")
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(cfg))
-    at = _app(runs_root).switch_page("pages/new_run.py").run()
+    at = _app(runs_root).switch_page("views/new_run.py").run()
     at.text_input(key="config_path").input(str(tmp_path / "broken.yaml")).run()
     at.text_input(key="out_dir").input(str(tmp_path / "runs" / "broken")).run()
     at.button(key="start").click().run()
@@ -165,7 +165,7 @@ def test_new_run_opens_a_finished_job(runs_root):
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.session_state["runs_root"] = str(runs_root)
     at.session_state["job"] = str(runs_root / "tiny")
-    at.run().switch_page("pages/new_run.py").run()
+    at.run().switch_page("views/new_run.py").run()
     _ok(at)
     assert at.get("progress")[0].proto.value == 100 and "Finished" in at.success[0].value
     at.button(key="open_run").click().run()
@@ -217,7 +217,7 @@ def test_train_page_errors_in_place_then_starts_and_follows_a_run(runs_root, tmp
     from trainer import launch
     from test_trainer_world import build_world, config_dict
 
-    at = _app(runs_root).switch_page("pages/train.py").run()
+    at = _app(runs_root).switch_page("views/train.py").run()
     _ok(at)
     bad = tmp_path / "no_training.yaml"
     bad.write_text((runs_root.parent / "tiny.yaml").read_text())  # a diagnosis config without `training`

@@ -51,7 +51,7 @@ def follow(run_dir: str, active: bool) -> None:
         st.success(f"Finished: {run_dir}")
         if st.button("Open this run", key="open_run"):
             st.session_state["run_dir"] = run_dir
-            st.switch_page("pages/overview.py")
+            st.switch_page("views/overview.py")
     with st.expander("Log", expanded=p.status == "failed"):
         st.code(p.log_tail or "(no output yet)")
 
