@@ -9,6 +9,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ZOO = REPO / "sample_data" / "models"
+# A deliberately harmful privileged context: the same wrong solution for every problem (the config the
+# predictor must call `hurts`, and that must lower accuracy when trained on).
+WRONG_SOLUTION = ("{prompt}\n\nA correct solution, for reference:\na) 3+4=7\nb) 7*2=4\nc) 4-1=3\nd) 3+5=8\n"
+                  "Answer: 8\n\nNow solve the problem yourself, step by step.")
 
 
 @pytest.fixture(scope="session")

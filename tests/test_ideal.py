@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ZOO, tiny_config, write_jsonl
+from conftest import WRONG_SOLUTION, ZOO, tiny_config, write_jsonl
 from opsd_diag import ideal as I
 from opsd_diag.config import IdealSpec, from_dict
 from opsd_diag.errors import OpsdError
@@ -367,10 +367,6 @@ def test_no_answers_is_skipped_not_a_crash(tmp_path):
 # ---------------------------------------------------------------- the bundled zoo (trained models)
 
 # A deliberately harmful context: a confident "correct solution" that belongs to another problem.
-WRONG_SOLUTION = ("{prompt}\n\nA correct solution, for reference:\na) 3+4=7\nb) 7*2=4\nc) 4-1=3\nd) 3+5=8\n"
-                  "Answer: 8\n\nNow solve the problem yourself, step by step.")
-
-
 @pytest.fixture(scope="module")
 def zoo_ideal(tmp_path_factory):
     from opsd_diag.diagnose import prepare, run_diagnosis

@@ -13,25 +13,11 @@ import yaml
 
 from opsd_diag.config import from_dict
 from opsd_diag.errors import OpsdError
-from test_trainer_world import build_world, config_dict, read_metrics, write_config
+from test_trainer_world import build_world, config_dict, one_thread, read_metrics, world, write_config  # noqa: F401 (fixtures)
 from trainer import cli, config, launch, rundir
 from trainer.rollouts import MicroBatch
 from trainer.setup import prepare
 from trainer.step import micro_batch_backward
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return build_world(tmp_path_factory.mktemp("world"))
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, above all on a shared machine; restored afterwards."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def resolve(world, **training):

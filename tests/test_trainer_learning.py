@@ -24,6 +24,8 @@ import pytest
 import torch
 import yaml
 
+from conftest import WRONG_SOLUTION
+from test_trainer_world import one_thread  # noqa: F401 (fixture)
 from trainer import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,14 +42,6 @@ pytestmark = [
                        or not all((MODELS / m / "model.safetensors").is_file() for m in ("student", "teacher")),
                        reason="the trained toy models are not built (make zoo)"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def _level(better: str) -> int:
@@ -109,11 +103,6 @@ def test_opsd_with_the_full_solution_context_raises_held_out_accuracy(tmp_path):
                          {"method": "opsd", "loss": "jsd", "teacher_weights": "frozen"})
     print(f"opsd full_solution, level {level}: held-out pass@1 {before:.3f} -> {after:.3f}")
     assert after >= before + MARGIN["opsd"], (level, before, after)
-
-
-# The same fixed wrong solution for every problem (as the harmful config of tests/test_ideal.py).
-WRONG_SOLUTION = ("{prompt}\n\nA correct solution, for reference:\na) 3+4=7\nb) 7*2=4\nc) 4-1=3\nd) 3+5=8\n"
-                  "Answer: 8\n\nNow solve the problem yourself, step by step.")
 
 
 def test_opsd_with_a_wrong_solution_lowers_held_out_accuracy(tmp_path):

@@ -12,23 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_trainer_world import build_world, read_metrics, without_time, write_config
+from test_trainer_world import build_world, one_thread, read_metrics, without_time, world, write_config  # noqa: F401 (fixtures)
 from trainer import cli, launch, rundir
 
 ENV = {"OMP_NUM_THREADS": "1"}  # as torchrun sets it; the in-process runs below use one thread too
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return build_world(tmp_path_factory.mktemp("world"))
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def _wait(proc_pid: int, timeout: float) -> None:

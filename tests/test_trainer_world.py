@@ -9,12 +9,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
 import yaml
 
 from opsd_diag import templates
 from opsd_diag.zoo import task
 from opsd_diag.zoo.build import SIZES, new_model
 from opsd_diag.zoo.tokenizer import train_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, above all on a shared machine; restored afterwards."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
 
 
 def build_world(root: Path) -> Path:
@@ -69,3 +80,8 @@ TIME_KEYS = ("tokens_per_s", "step_time_s", "sampling_s", "elapsed_s", "eta_s")
 
 def without_time(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIME_KEYS} for r in records]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("world"))

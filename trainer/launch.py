@@ -116,17 +116,20 @@ def find_runs(root: str | Path = "runs") -> list[Path]:
 
 
 class Follower:
-    """Incremental reader of a run's metrics.jsonl: each ``poll`` returns only the new records."""
+    """Incremental reader of a run's metrics.jsonl: each ``poll`` reads and returns only the new
+    records; ``records`` holds all of them so far (a live view keeps one Follower per run)."""
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.offset = 0
+        self.records: list[dict] = []
 
     def poll(self) -> list[dict]:
         if self.path.is_file() and self.path.stat().st_size < self.offset:
-            self.offset = 0  # rewritten by a resume: read it again from the start
-        records, self.offset = rundir.read_new(self.path, self.offset)
-        return records
+            self.offset, self.records = 0, []  # rewritten by a resume: read it again from the start
+        new, self.offset = rundir.read_new(self.path, self.offset)
+        self.records += new
+        return new
 
 
 def follow(run_dir: str | Path, *, interval: float = 1.0, timeout: float | None = None):

@@ -51,7 +51,9 @@ def follow(run_dir: str) -> None:
     st.progress(min(1.0, step / total) if total else 0.0, text=f"{state}: step {step} of {total or '?'}")
     if state == "failed":
         st.error(status.get("error") or "the run failed: see stdout.log below")
-    records = pd.DataFrame(launch.Follower(run_dir).poll())
+    follower = st.session_state.setdefault("train_followers", {}).setdefault(run_dir, launch.Follower(run_dir))
+    follower.poll()  # reads only what was appended since the last refresh
+    records = pd.DataFrame(follower.records)
     if not records.empty:
         train = records[records["kind"] == "train"].dropna(axis=1, how="all")
         evals = records[records["kind"] == "eval"].dropna(axis=1, how="all")
