@@ -331,18 +331,52 @@ def test_packed_hidden_equals_the_diagnosis_layout_and_ignores_batch_composition
     assert empty.shape == (0, models["student"].config.hidden_size) and empty.requires_grad
 
 
+def test_sampler_decode_step_equals_each_row_alone(world):
+    """A decode step over a left-padded batch (4-D mask on SDPA, 2-D on eager) gives each row's unpadded logits."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer import sampler
+
+    g = torch.Generator().manual_seed(8)
+    rows = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (3, 11, 7)]
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])  # [3, W] left-padded
+    att = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])  # [3, W]
+    pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 1)
+    nxt = torch.tensor([[5], [6], [7]])
+    for impl in ("sdpa", "eager"):
+        model = AutoModelForCausalLM.from_pretrained(world / "student", attn_implementation=impl).eval()
+        kw = sampler._cache_kwarg(model)
+        cache = sampler._new_cache(model)
+        with torch.inference_mode():
+            model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **{kw: cache})
+            att2 = torch.cat([att, att.new_ones((3, 1))], dim=1)
+            step_mask = sampler._one_token_mask(model)(att2)
+            got = model(input_ids=nxt, attention_mask=step_mask, position_ids=pos[:, -1:] + 1, use_cache=True,
+                        **{kw: cache}).logits[:, -1]  # [3, V]
+            for i, r in enumerate(rows):
+                alone = model(input_ids=torch.tensor([r + nxt[i].tolist()])).logits[0, -1]  # [V] no padding at all
+                torch.testing.assert_close(got[i], alone, rtol=1e-4, atol=1e-5)
+
+
 def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
     """Identical draws until a row of the batch finishes; every row ends at its first stop id or the limit."""
     from opsd_diag.rollout import SamplingSettings, sample_hf
     from trainer import sampler
 
+    from transformers import AutoModelForCausalLM
+
     tok, models = _world_models(world)
-    model = models["student"]
-    assert sampler.supported(model)
+    eager = AutoModelForCausalLM.from_pretrained(world / "student", attn_implementation="eager").eval()
+    assert models["student"].config._attn_implementation == "sdpa"  # SDPA: 4-D one-token masks; eager: 2-D
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (4, 9, 6, 12, 5, 7)]
-    stop = [tok.eos_token_id, 7, 11, 13, 17, 19]  # frequent stops: rows end at different lengths
-    for top_p, temp in ((1.0, 1.0), (0.8, 1.3)):
+    frequent = [tok.eos_token_id, 7, 11, 13, 17, 19]  # rows end at different lengths
+    rare = [len(tok) - 1]  # rows run to the limit: the draws of every decode step (and its mask) compared
+    student = models["student"]
+    for model, top_p, temp, stop in ((student, 1.0, 1.0, frequent), (student, 0.8, 1.3, frequent),
+                                     (student, 1.0, 1.0, rare), (eager, 0.8, 1.3, frequent), (eager, 1.0, 1.0, rare)):
+        assert sampler.supported(model)
         s = SamplingSettings(2, temp, top_p, 12, 11, 4)
         ref = sample_hf(model, tok, prompts, s, stop)
         got = sampler.sample(model, tok, prompts, s, stop)
@@ -350,10 +384,14 @@ def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
         flat_ref = [c for per in ref for c in per]
         flat = [c for per in got for c in per]
         assert len(flat) == len(flat_ref) == 12
+        compared = 0
         for lo in range(0, 12, s.batch_size):  # per generation batch: same tokens until the first stop
             first_end = min(len(c.ids) for c in flat_ref[lo:lo + s.batch_size])
+            compared += first_end
             for a, b in zip(flat_ref[lo:lo + s.batch_size], flat[lo:lo + s.batch_size]):
                 assert a.ids[:first_end] == b.ids[:first_end]
         for c in flat:
             assert c.finished == (c.ids[-1] in stop) and not any(t in stop for t in c.ids[:-1])
             assert c.finished or len(c.ids) == s.max_new_tokens
+        if stop is rare:
+            assert compared >= 30  # (almost) all of the 3 batches x 12 steps

@@ -13,6 +13,11 @@ fewer rows draw.
 Models whose generation needs more than a KV cache (a model-specific
 ``prepare_inputs_for_generation``, encoder-decoders, caches other than full or sliding-window
 attention) go through ``sample_hf`` unchanged.
+
+Per-call overhead dominates decoding a small batch, so the loop runs under ``inference_mode`` (no
+autograd bookkeeping at all, unlike ``generate``'s ``no_grad``) and, for SDPA models with full
+attention only, hands each one-token step its padding mask already in 4-D form (a one-token query
+attends every non-pad key), which skips the causal-mask construction of every call.
 """
 
 from __future__ import annotations
@@ -42,9 +47,24 @@ def supported(model) -> bool:
         return False
     if type(model).prepare_inputs_for_generation is not GenerationMixin.prepare_inputs_for_generation:
         return False
+    return _layer_types(model) <= {"full_attention", "sliding_attention"}
+
+
+def _layer_types(model) -> set[str]:
+    cfg = model.config
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    layer_types = getattr(text, "layer_types", None) or ["full_attention"]
-    return set(layer_types) <= {"full_attention", "sliding_attention"}
+    return set(getattr(text, "layer_types", None) or ["full_attention"])
+
+
+def _one_token_mask(model):
+    """Function of the 2-D padding mask giving what one decode step is passed as ``attention_mask``.
+
+    A 4-D boolean mask is returned as is by HF's mask preparation; only SDPA reads booleans as
+    "attend" and only full attention has no other per-layer mask, so anything else keeps the 2-D mask.
+    """
+    if _layer_types(model) == {"full_attention"} and getattr(model.config, "_attn_implementation", None) == "sdpa":
+        return lambda att: att[:, None, None, :].bool()  # [b, 1, 1, kv]
+    return lambda att: att
 
 
 def _new_cache(model):
@@ -68,9 +88,9 @@ def _warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tenso
     return scores
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: list[int], pad_id: int,
-                  cache_kwarg: str, logits_kw: dict) -> list[Completion]:
+                  cache_kwarg: str, logits_kw: dict, step_mask) -> list[Completion]:
     device = next(model.parameters()).device
     b, width = len(batch), max(len(p) for p in batch)
     ids = torch.full((b, width), pad_id, dtype=torch.long)  # [b, P] left-padded, as generate
@@ -100,8 +120,8 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
             cache.batch_select_indices(keep)
         att = torch.cat([att, att.new_ones((len(alive), 1))], dim=1)  # [alive, P + t + 1]
         last = last + 1
-        out = model(input_ids=nxt[:, None], attention_mask=att, position_ids=last[:, None], use_cache=True,
-                    **{cache_kwarg: cache})
+        out = model(input_ids=nxt[:, None], attention_mask=step_mask(att), position_ids=last[:, None],
+                    use_cache=True, **{cache_kwarg: cache})
     return [Completion(*trim_completion(row, stop_ids)) for row in tokens.tolist()]
 
 
@@ -111,6 +131,7 @@ def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: 
         return sample_hf(model, tok, prompts, s, stop_ids)
     cache_kwarg = _cache_kwarg(model)
     logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    step_mask = _one_token_mask(model)
     rows = [p for p in prompts for _ in range(s.num_samples)]
     gen = torch.Generator(device="cpu").manual_seed(s.seed)
     out: list[Completion] = []
@@ -118,5 +139,5 @@ def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: 
         # the global RNG is reseeded per batch from the chunk seed, exactly as sample_hf does
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
         out += _sample_batch(model, rows[start:start + s.batch_size], s, stop_ids, tok.pad_token_id, cache_kwarg,
-                             logits_kw)
+                             logits_kw, step_mask)
     return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
