@@ -103,12 +103,19 @@ def verdict(config_summary: dict) -> dict:
     return out("unclear", f"the intervals include zero (teacher advantage {_fmt(a)}, alignment {_fmt(c)}).")
 
 
+VERDICT_ORDER = {"helps": 0, "unclear": 1, "hurts": 2}
+
+
 def rank(configs: list[dict]) -> list[dict]:
-    """Configs sorted by predicted benefit (``score``, highest first; NaN last), stable."""
+    """Configs sorted by verdict (helps, unclear, hurts), then score (highest first; NaN last), stable.
+
+    The verdict leads because it is the decision: a ``hurts`` config can have a positive score
+    (its signal pushes away from wrong sampled tokens) and must not be recommended above a ``helps`` one.
+    """
     def key(entry):
         s = entry.get("score")
         s = math.nan if s is None else float(s)
-        return (math.isnan(s), -s if not math.isnan(s) else 0.0)
+        return (VERDICT_ORDER.get(entry.get("verdict"), 1), math.isnan(s), -s if not math.isnan(s) else 0.0)
     return sorted(configs, key=key)
 
 

@@ -77,6 +77,17 @@ def test_rank_by_score_nan_last_stable():
     assert [c["config"] for c in V.rank(configs)] == ["c", "a", "f", "e", "b", "d"]
 
 
+def test_rank_puts_the_verdict_before_the_score():
+    """A hurts config with the best score still ranks below every helps and unclear one."""
+    configs = [{"config": "wrong", "verdict": "hurts", "score": 0.12},
+               {"config": "x", "verdict": "unclear", "score": 0.2},
+               {"config": "teacher", "verdict": "helps", "score": 0.11},
+               {"config": "y", "verdict": "helps", "score": math.nan},
+               {"config": "full", "verdict": "helps", "score": 0.3},
+               {"config": "z", "verdict": "hurts", "score": -0.1}]
+    assert [c["config"] for c in V.rank(configs)] == ["full", "teacher", "y", "x", "wrong", "z"]
+
+
 def test_verdicts_from_summary_and_ideal_result():
     summary = {"configs": {
         "good": {"alignment": {"sign_agreement": 0.8}, "teacher_minus_student_accuracy": ci(0.3, 0.2, 0.4)},
