@@ -53,7 +53,7 @@ def _print_report(run_dir: Path) -> None:
         import pandas as pd
 
         rows = [{**r, "reason": s["verdicts"][r["config"]][r["signal"]]["reason"]} for r in s["ranking"]]
-        print("\nverdicts, ranked by predicted benefit (rule: README.md, 'The verdict'):")
+        print("\nverdicts, ranked by verdict then predicted benefit (rule: README.md, 'The verdict'):")
         with _pd_options():
             print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}", max_colwidth=110))
 

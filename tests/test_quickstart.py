@@ -22,3 +22,9 @@ def test_quickstart_run(tmp_path):
     for entry in configs.values():
         assert entry["teacher_accuracy"]["estimate"] is not None and entry["overall"]["n_tokens"] > 0
     assert len(run["tokens"]) == 5 * run["rollouts"]["length"].sum()
+    # the predictor ran: every config x signal has a verdict, ranked verdict first
+    assert s["ideal"]["status"] == "ok" and "verdicts, ranked" in r.stdout
+    order = {"helps": 0, "unclear": 1, "hurts": 2}
+    ranking = s["ranking"]
+    assert {e["config"] for e in ranking} == set(configs) and len(ranking) == 5 * len(s["verdicts"]["teacher"])
+    assert [order[e["verdict"]] for e in ranking] == sorted(order[e["verdict"]] for e in ranking)
