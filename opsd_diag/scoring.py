@@ -15,7 +15,6 @@ import torch
 
 from opsd_diag import signals
 from opsd_diag.errors import OpsdError
-from opsd_diag.views import pack
 
 COLUMNS = ("lp_s", "lp_t", "lp_b", "r_opd", "r_delta", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate",
            "a_d2", "a_ex", "h_s", "h_t", "h_b", "rank_t", "top1_agree")
@@ -41,21 +40,82 @@ class TeacherInput:
 
 
 @torch.no_grad()
-def completion_hidden(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> torch.Tensor:
-    """Final hidden states at the positions that predict each completion token: [N, H].
+def length_groups(lengths: list[int]) -> list[list[int]]:
+    """Rows cut into forward passes so that padding costs less than an extra pass would.
 
-    Rows are concatenated in order (row 0's tokens, then row 1's, ...), the same for every view.
+    Rows are sorted by length (longest first) and split into contiguous runs minimising
+    ``sum(rows x longest row) + passes x overhead``, where one more pass is charged 1/16 of the
+    micro-batch's real tokens (at least 32 positions): a split must save that much padding. Only
+    the cost depends on the split; each row's hidden states do not (see ``completion_hidden``).
     """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    srt = np.array([lengths[i] for i in order], dtype=np.float64)
+    n = len(order)
+    overhead = max(32.0, float(srt.sum()) / 16)
+    best = np.zeros(n + 1)  # best[j]: least cost of the j longest rows
+    cut = np.zeros(n + 1, dtype=np.int64)
+    for j in range(1, n + 1):
+        cost = best[:j] + (j - np.arange(j)) * srt[:j] + overhead  # last run = sorted rows i..j-1
+        cut[j] = int(np.argmin(cost))
+        best[j] = cost[cut[j]]
+    groups, j = [], n
+    while j:
+        groups.append(order[cut[j]:j])
+        j = int(cut[j])
+    return groups[::-1]
+
+
+def completion_hidden(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> torch.Tensor:
+    """Final hidden states at the positions that predict each completion token: ``[N, H]``.
+
+    Rows are concatenated in order (row 0's tokens, then row 1's, ...), the same for every view,
+    and the scored ids are asserted equal to the sampled ones. Each row is its prompt followed by
+    its completion, right-padded, so a causal model needs no attention mask (no real position ever
+    sees a pad, and its position ids are 0..L-1 as without padding), and rows of similar length
+    share a forward pass (``length_groups``). Against a left-padded batch (every row padded to the
+    longest prompt plus the longest completion) this computes ~20-25% fewer positions on the toy
+    zoo: in scoring, and in the trainer's student forward and backward and teacher forward. Runs
+    with or without grad (the trainer differentiates through it).
+    """
+    if len(prompts) != len(completions) or not prompts:
+        raise ValueError("completion_hidden needs one prompt per completion")
+    if any(not p for p in prompts):
+        raise OpsdError("an empty prompt cannot be scored: every view needs at least one token")
     device = next(model.parameters()).device
-    input_ids, attention, position_ids, cmask = pack(prompts, completions, pad_id)
-    P = input_ids.shape[1] - cmask.shape[1]
-    flat = torch.tensor([t for c in completions for t in c], dtype=torch.long)  # [N]
-    if not torch.equal(input_ids[:, P:][cmask], flat):  # pitfall 1: scored ids are the sampled ids
-        raise AssertionError("scored completion ids differ from the sampled ones")
-    out = model.base_model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                           position_ids=position_ids.to(device), use_cache=False)
-    hidden = out.last_hidden_state[:, P - 1:-1]  # [B, C, H]; column P+j-1 predicts completion token j
-    return hidden[cmask.to(device)]  # [N, H]
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+    offsets = [0]
+    for c in completions:
+        offsets.append(offsets[-1] + len(c))
+    pieces, token_order = [], []
+    for group in length_groups(lengths):
+        group = [i for i in group if completions[i]]  # a row without completion tokens scores nothing
+        if not group:
+            continue
+        width = max(lengths[i] for i in group)
+        ids = torch.full((len(group), width), pad_id, dtype=torch.long)  # [g, W] right-padded
+        rows, cols, flat = [], [], []
+        for r, i in enumerate(group):
+            p, c = prompts[i], completions[i]
+            ids[r, :lengths[i]] = torch.tensor(p + c, dtype=torch.long)
+            rows += [r] * len(c)
+            cols += range(len(p) - 1, len(p) + len(c) - 1)  # column t predicts the token at t + 1
+            flat += c
+            token_order += range(offsets[i], offsets[i + 1])
+        rows_t, cols_t = torch.tensor(rows), torch.tensor(cols)
+        if not torch.equal(ids[rows_t, cols_t + 1], torch.tensor(flat, dtype=torch.long)):
+            raise AssertionError("scored completion ids differ from the sampled ones")  # pitfall 1
+        positions = torch.arange(width).expand(len(group), width)  # [g, W] explicit, as without padding
+        out = model.base_model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False)
+        pieces.append(out.last_hidden_state[rows_t.to(device), cols_t.to(device)])  # [n_g, H]
+    if not pieces:  # no completion tokens at all: an empty [0, H] that is still graph-connected (pitfall 9)
+        out = model.base_model(input_ids=torch.tensor([prompts[0]], device=device), use_cache=False)
+        return out.last_hidden_state[0, :0]
+    hidden = torch.cat(pieces)  # [N, H] in group order
+    if token_order == list(range(len(token_order))):
+        return hidden
+    inverse = torch.empty(len(token_order), dtype=torch.long)
+    inverse[torch.tensor(token_order)] = torch.arange(len(token_order))
+    return hidden[inverse.to(device)]  # [N, H] rows in order
 
 
 def lm_logits(model, hidden: torch.Tensor) -> torch.Tensor:

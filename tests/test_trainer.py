@@ -299,7 +299,7 @@ def _world_models(world):
 
 
 def test_length_groups_cover_every_row_once_and_cut_long_tails():
-    from trainer.roles import length_groups
+    from opsd_diag.scoring import length_groups
 
     for lengths in ([5], [7, 7, 7, 7], [3, 90, 4, 88, 5, 91, 6, 2], list(range(1, 200, 3))):
         groups = length_groups(lengths)
@@ -309,10 +309,19 @@ def test_length_groups_cover_every_row_once_and_cut_long_tails():
     assert len(length_groups([300] * 4 + [40] * 12)) == 2  # a long tail gets its own pass
 
 
-def test_packed_hidden_equals_the_diagnosis_layout_and_ignores_batch_composition(world):
+def _left_padded_hidden(model, prompts, completions, pad_id):
+    """Reference: one left-padded batch with an attention mask (every row padded to the longest)."""
+    from opsd_diag.views import pack
+
+    ids, att, pos, cmask = pack(prompts, completions, pad_id)
+    P = ids.shape[1] - cmask.shape[1]
+    out = model.base_model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
+    return out.last_hidden_state[:, P - 1:-1][cmask]  # [N, H]
+
+
+def test_completion_hidden_equals_the_left_padded_layout_and_ignores_batch_composition(world):
     """Right padding, no mask and length groups change the cost, never a row's hidden states (pitfall 2)."""
     from opsd_diag.scoring import completion_hidden
-    from trainer.roles import packed_hidden
 
     tok, models = _world_models(world)
     g = torch.Generator().manual_seed(3)
@@ -320,20 +329,22 @@ def test_packed_hidden_equals_the_diagnosis_layout_and_ignores_batch_composition
     comps = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (40, 3, 0, 25, 1, 33, 9)]
     for model in models.values():
         with torch.no_grad():
-            ref = completion_hidden(model, prompts, comps, tok.pad_token_id)
-            got = packed_hidden(model, prompts, comps, tok.pad_token_id)
+            ref = _left_padded_hidden(model, prompts, comps, tok.pad_token_id)
+            got = completion_hidden(model, prompts, comps, tok.pad_token_id)
             assert got.shape == ref.shape == (sum(map(len, comps)), model.config.hidden_size)
             torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
-            part = packed_hidden(model, prompts[3:5], comps[3:5], tok.pad_token_id)  # rows 3-4 alone
+            part = completion_hidden(model, prompts[3:5], comps[3:5], tok.pad_token_id)  # rows 3-4 alone
             lo = sum(map(len, comps[:3]))
             torch.testing.assert_close(part, got[lo:lo + part.shape[0]], rtol=1e-4, atol=1e-5)
-    empty = packed_hidden(models["student"], prompts[:2], [[], []], tok.pad_token_id)  # pitfall 9
+    empty = completion_hidden(models["student"], prompts[:2], [[], []], tok.pad_token_id)  # pitfall 9
     assert empty.shape == (0, models["student"].config.hidden_size) and empty.requires_grad
 
 
 def test_sampler_decode_step_equals_each_row_alone(world):
     """A decode step over a left-padded batch (4-D mask on SDPA, 2-D on eager) gives each row's unpadded logits."""
-    from transformers import AutoModelForCausalLM
+    import inspect
+
+    from transformers import AutoModelForCausalLM, DynamicCache
 
     from trainer import sampler
 
@@ -346,8 +357,8 @@ def test_sampler_decode_step_equals_each_row_alone(world):
     nxt = torch.tensor([[5], [6], [7]])
     for impl in ("sdpa", "eager"):
         model = AutoModelForCausalLM.from_pretrained(world / "student", attn_implementation=impl).eval()
-        kw = sampler._cache_kwarg(model)
-        cache = sampler._new_cache(model)
+        kw = sampler._cache_kwarg(inspect.signature(model.forward).parameters)
+        cache = DynamicCache(config=model.config)
         with torch.inference_mode():
             model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **{kw: cache})
             att2 = torch.cat([att, att.new_ones((3, 1))], dim=1)

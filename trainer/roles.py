@@ -15,13 +15,13 @@ import contextlib
 import copy
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
 from opsd_diag import models as hub
 from opsd_diag.config import ModelSpec
 from opsd_diag.errors import OpsdError
+from opsd_diag.scoring import completion_hidden
 
 
 def load_trainable(spec: ModelSpec, device: torch.device, source: str | None = None) -> nn.Module:
@@ -40,84 +40,6 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-def length_groups(lengths: list[int]) -> list[list[int]]:
-    """Rows cut into forward passes so that padding costs less than an extra pass would.
-
-    Rows are sorted by length (longest first) and split into contiguous runs minimising
-    ``sum(rows x longest row) + passes x overhead``, where one more pass is charged 1/16 of the
-    micro-batch's real tokens (at least 32 positions): a split must save that much padding. Only
-    the cost depends on the split; each row's hidden states do not (see ``packed_hidden``).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    srt = np.array([lengths[i] for i in order], dtype=np.float64)
-    n = len(order)
-    overhead = max(32.0, float(srt.sum()) / 16)
-    best = np.zeros(n + 1)  # best[j]: least cost of the j longest rows
-    cut = np.zeros(n + 1, dtype=np.int64)
-    for j in range(1, n + 1):
-        cost = best[:j] + (j - np.arange(j)) * srt[:j] + overhead  # last run = sorted rows i..j-1
-        cut[j] = int(np.argmin(cost))
-        best[j] = cost[cut[j]]
-    groups, j = [], n
-    while j:
-        groups.append(order[cut[j]:j])
-        j = int(cut[j])
-    return groups[::-1]
-
-
-def packed_hidden(model: nn.Module, prompts: list[list[int]], completions: list[list[int]],
-                  pad_id: int) -> torch.Tensor:
-    """Final hidden states at the positions that predict each completion token: ``[N, H]``.
-
-    The same contract as ``opsd_diag.scoring.completion_hidden`` (rows concatenated in order, the
-    scored ids asserted equal to the sampled ones), computed with less padding: each row is its
-    prompt followed by its completion, right-padded, so a causal model needs no attention mask
-    (no real position ever sees a pad, and its position ids are 0..L-1 as without padding), and
-    rows of similar length share a forward pass (``length_groups``). The diagnosis' left-padded
-    layout pads every row to the longest prompt plus the longest completion; on the toy zoo this
-    computes ~20-25% fewer positions, in the student's forward and backward and the teacher's forward.
-    """
-    if len(prompts) != len(completions) or not prompts:
-        raise ValueError("packed_hidden needs one prompt per completion")
-    if any(not p for p in prompts):
-        raise OpsdError("an empty prompt cannot be scored: every view needs at least one token")
-    device = next(model.parameters()).device
-    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
-    offsets = [0]
-    for c in completions:
-        offsets.append(offsets[-1] + len(c))
-    pieces, token_order = [], []
-    for group in length_groups(lengths):
-        group = [i for i in group if completions[i]]  # a row without completion tokens scores nothing
-        if not group:
-            continue
-        width = max(lengths[i] for i in group)
-        ids = torch.full((len(group), width), pad_id, dtype=torch.long)  # [g, W] right-padded
-        rows, cols, flat = [], [], []
-        for r, i in enumerate(group):
-            p, c = prompts[i], completions[i]
-            ids[r, :lengths[i]] = torch.tensor(p + c, dtype=torch.long)
-            rows += [r] * len(c)
-            cols += range(len(p) - 1, len(p) + len(c) - 1)  # column t predicts the token at t + 1
-            flat += c
-            token_order += range(offsets[i], offsets[i + 1])
-        rows_t, cols_t = torch.tensor(rows), torch.tensor(cols)
-        if not torch.equal(ids[rows_t, cols_t + 1], torch.tensor(flat, dtype=torch.long)):
-            raise AssertionError("scored completion ids differ from the sampled ones")  # pitfall 1
-        positions = torch.arange(width).expand(len(group), width)  # [g, W] explicit, as without padding
-        out = model.base_model(input_ids=ids.to(device), position_ids=positions.to(device), use_cache=False)
-        pieces.append(out.last_hidden_state[rows_t.to(device), cols_t.to(device)])  # [n_g, H]
-    if not pieces:  # no completion tokens at all: an empty [0, H] that is still graph-connected (pitfall 9)
-        out = model.base_model(input_ids=torch.tensor([prompts[0]], device=device), use_cache=False)
-        return out.last_hidden_state[0, :0]
-    hidden = torch.cat(pieces)  # [N, H] in group order
-    if token_order == list(range(len(token_order))):
-        return hidden
-    inverse = torch.empty(len(token_order), dtype=torch.long)
-    inverse[torch.tensor(token_order)] = torch.arange(len(token_order))
-    return hidden[inverse.to(device)]  # [N, H] rows in order
-
-
 class CompletionHidden(nn.Module):
     """The student's forward as one module, so DDP syncs it: completion hidden states ``[N, H]`` with grad.
 
@@ -129,7 +51,7 @@ class CompletionHidden(nn.Module):
         self.model = model
 
     def forward(self, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> torch.Tensor:
-        return packed_hidden(self.model, prompts, completions, pad_id)  # [N, H]
+        return completion_hidden(self.model, prompts, completions, pad_id)  # [N, H]
 
 
 @dataclass

@@ -25,13 +25,14 @@ from __future__ import annotations
 import inspect
 
 import torch
+from transformers import DynamicCache
 
 from opsd_diag.rollout import Completion, SamplingSettings, sample_hf
 from opsd_diag.views import trim_completion
 
 
-def _cache_kwarg(model) -> str | None:
-    params = inspect.signature(model.forward).parameters
+def _cache_kwarg(params) -> str | None:
+    """Name of the forward's KV-cache argument, from ``inspect.signature(model.forward).parameters``."""
     for name in ("cache", "past_key_values"):  # transformers >= 5.x renamed past_key_values to cache
         if name in params:
             return name
@@ -43,7 +44,7 @@ def supported(model) -> bool:
     from transformers.generation.utils import GenerationMixin
 
     cfg = model.config
-    if getattr(cfg, "is_encoder_decoder", False) or _cache_kwarg(model) is None:
+    if getattr(cfg, "is_encoder_decoder", False) or _cache_kwarg(inspect.signature(model.forward).parameters) is None:
         return False
     if type(model).prepare_inputs_for_generation is not GenerationMixin.prepare_inputs_for_generation:
         return False
@@ -65,15 +66,6 @@ def _one_token_mask(model):
     if _layer_types(model) == {"full_attention"} and getattr(model.config, "_attn_implementation", None) == "sdpa":
         return lambda att: att[:, None, None, :].bool()  # [b, 1, 1, kv]
     return lambda att: att
-
-
-def _new_cache(model):
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # older transformers: the cache needs no config
-        return DynamicCache()
 
 
 def _warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -100,7 +92,7 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
         att[i, width - len(p):] = 1
     ids, att = ids.to(device), att.to(device)
     pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 1)  # [b, P] as generate derives them
-    cache = _new_cache(model)
+    cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **{cache_kwarg: cache},
                 **logits_kw)
     stop = torch.tensor(stop_ids, device=device)
@@ -129,8 +121,9 @@ def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: 
     """``s.num_samples`` completions per prompt, the contract of ``sample_hf``; deterministic for a seed."""
     if not supported(model):
         return sample_hf(model, tok, prompts, s, stop_ids)
-    cache_kwarg = _cache_kwarg(model)
-    logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    params = inspect.signature(model.forward).parameters
+    cache_kwarg = _cache_kwarg(params)
+    logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     step_mask = _one_token_mask(model)
     rows = [p for p in prompts for _ in range(s.num_samples)]
     gen = torch.Generator(device="cpu").manual_seed(s.seed)

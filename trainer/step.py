@@ -20,9 +20,9 @@ from torch import Tensor
 
 from opsd_diag import signals
 from opsd_diag.errors import OpsdError
-from opsd_diag.scoring import lm_logits
+from opsd_diag.scoring import completion_hidden, lm_logits
 from trainer.losses import LossSettings, token_loss
-from trainer.roles import Roles, packed_hidden
+from trainer.roles import Roles
 from trainer.rollouts import MicroBatch
 
 LOGITS_BUDGET = 2 ** 24  # elements of one [chunk, vocab] float32 tensor (64 MiB) when chunk_size is auto
@@ -75,14 +75,14 @@ def partner_hidden(roles: Roles, mb: MicroBatch, s: LossSettings, pad_id: int, r
     h_t = h_b = h_r = None
     if s.needs_teacher:
         with roles.teacher_model() as teacher:
-            h_t = (teacher, _checked(packed_hidden(teacher, mb.teacher_prompts, mb.completions, pad_id), n,
+            h_t = (teacher, _checked(completion_hidden(teacher, mb.teacher_prompts, mb.completions, pad_id), n,
                                      "teacher"))
     if s.needs_base or ref == "base":
-        h_b = (roles.base, _checked(packed_hidden(roles.base, mb.base_prompts, mb.completions, pad_id), n,
+        h_b = (roles.base, _checked(completion_hidden(roles.base, mb.base_prompts, mb.completions, pad_id), n,
                                     "base"))
     if ref == "student":
         with roles.initial_model() as initial:
-            h_r = (initial, _checked(packed_hidden(initial, mb.student_prompts, mb.completions, pad_id), n,
+            h_r = (initial, _checked(completion_hidden(initial, mb.student_prompts, mb.completions, pad_id), n,
                                      "reference"))
     return h_t, h_b, h_r
 
