@@ -8,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import jobs
-from opsd_diag import store
+from opsd_diag.io import store
 from opsd_diag.errors import OpsdError
 
 
@@ -67,7 +67,7 @@ def require_run() -> dict:
 
 @st.cache_resource(show_spinner="loading tokenizer", max_entries=4)
 def _tokenizer(model: str, revision: str | None, trust_remote_code: bool):
-    from opsd_diag.models import load_tokenizer
+    from opsd_diag.io.models import load_tokenizer
 
     return load_tokenizer(model, revision, False, trust_remote_code)
 
@@ -85,8 +85,8 @@ def tokenizer(run: dict):
 
 
 def signal_select(key: str, default: str = "r_opd") -> str:
-    from opsd_diag.analysis import TOKEN_COLUMNS
-    from opsd_diag.viz import SIGNAL_LABELS
+    from opsd_diag.core.aggregate import TOKEN_COLUMNS
+    from opsd_diag.report.figures import SIGNAL_LABELS
 
     cols = list(TOKEN_COLUMNS)
     return st.selectbox("Signal", cols, index=cols.index(default), key=key,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from opsd_diag import store
+from opsd_diag.io import store
 from opsd_diag.errors import OpsdError
 
 RUNS_ROOT = Path("runs")

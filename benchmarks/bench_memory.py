@@ -42,9 +42,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from bench_scoring import add_model_args, machine, make_model, param_bytes  # noqa: E402
-from opsd_diag import signals  # noqa: E402
-from opsd_diag.scoring import ScoreSettings, TeacherInput, score_batch  # noqa: E402
-from opsd_diag.views import pack  # noqa: E402
+from opsd_diag.core import signals  # noqa: E402
+from opsd_diag.engine.scoring import ScoreSettings, TeacherInput, score_batch  # noqa: E402
+from opsd_diag.io.views import pack  # noqa: E402
 
 TARGET = 0.10
 MiB = 2**20

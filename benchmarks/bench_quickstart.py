@@ -1,7 +1,7 @@
 """Wall time of the bundled example (`opsd-diag run sample_data/configs/quickstart.yaml`).
 
 Target (issue 3): under 2 minutes on 2 CPU cores. Prints the time, the ratio to the target, and
-the import/start-up share (a bare `python -c "import opsd_diag.diagnose"` measured side by side).
+the import/start-up share (a bare `python -c "import opsd_diag.engine.diagnose"` measured side by side).
 """
 
 import subprocess
@@ -23,7 +23,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         run = timed([sys.executable, "-m", "opsd_diag.cli", "run", "sample_data/configs/quickstart.yaml",
                      "--out", str(Path(d) / "q"), "--quiet"])
-    start = timed([sys.executable, "-c", "import opsd_diag.diagnose"])
+    start = timed([sys.executable, "-c", "import opsd_diag.engine.diagnose"])
     print("| measure | seconds |\n|---|---|")
     print(f"| quickstart run (CLI, end to end) | {run:.1f} |")
     print(f"| of which Python + torch start-up | {start:.1f} |")

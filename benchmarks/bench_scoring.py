@@ -44,8 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from opsd_diag.scoring import ScoreSettings, TeacherInput, completion_hidden, score_batch  # noqa: E402
-from opsd_diag.views import pack  # noqa: E402
+from opsd_diag.engine.scoring import ScoreSettings, TeacherInput, completion_hidden, score_batch  # noqa: E402
+from opsd_diag.io.views import pack  # noqa: E402
 
 TARGET = 1.10
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -16,10 +16,10 @@ PROBLEMS_DIR = Path("sample_data/problems")
 
 
 def _cmd_run(args) -> None:
-    from opsd_diag.config import load_config
+    from opsd_diag.io.config import load_config
 
     cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
-    from opsd_diag.diagnose import default_out_dir, run_diagnosis
+    from opsd_diag.engine.diagnose import default_out_dir, run_diagnosis
 
     out = Path(args.out) if args.out else default_out_dir(args.config)
     run_diagnosis(cfg, out, show_progress=not args.quiet)
@@ -31,7 +31,8 @@ def _cmd_run(args) -> None:
 
 
 def _print_report(run_dir: Path) -> None:
-    from opsd_diag import analysis, store
+    from opsd_diag.core import aggregate as analysis
+    from opsd_diag.io import store
 
     run = store.load_run(run_dir)
     s = run["summary"]
@@ -75,8 +76,8 @@ def _cmd_report(args) -> None:
 
 
 def _cmd_show(args) -> None:
-    from opsd_diag import store
-    from opsd_diag.viz_terminal import render_rollout
+    from opsd_diag.io import store
+    from opsd_diag.report.terminal import render_rollout
 
     run = store.load_run(Path(args.run_dir))
     print(render_rollout(run, args.rollout, config=args.config, signal=args.signal, color=not args.no_color))
@@ -85,8 +86,8 @@ def _cmd_show(args) -> None:
 def _cmd_predict(args) -> None:
     from pydantic import ValidationError
 
-    from opsd_diag import store
-    from opsd_diag.config import IdealSpec, format_error, load_config
+    from opsd_diag.io import store
+    from opsd_diag.io.config import IdealSpec, format_error, load_config
 
     run_dir = Path(args.run_dir)
     store.load_run(run_dir)  # a finished run, or a clear error
@@ -98,8 +99,8 @@ def _cmd_predict(args) -> None:
         spec = IdealSpec.model_validate(spec)
     except ValidationError as e:
         raise OpsdError(format_error(e, "predict options")) from None
-    from opsd_diag.diagnose import prepare
-    from opsd_diag.ideal import run_ideal
+    from opsd_diag.engine.diagnose import prepare
+    from opsd_diag.engine.predict import run_ideal
 
     result = run_ideal(prepare(cfg), run_dir, spec, show_progress=True)
     if result.get("status") != "ok":

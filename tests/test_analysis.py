@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opsd_diag import analysis as an
+from opsd_diag.core import aggregate as an
 from opsd_diag.errors import OpsdError
 
 # ------------------------------------------------------------------------------------- fixtures

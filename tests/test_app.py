@@ -11,7 +11,7 @@ import yaml
 from streamlit.testing.v1 import AppTest
 
 from app import jobs, serve
-from opsd_diag import viz
+from opsd_diag.report import figures as viz
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
@@ -30,8 +30,8 @@ def _config(zoo: Path, data: Path) -> dict:
 @pytest.fixture(scope="session")
 def runs_root(ci_zoo, tmp_path_factory) -> Path:
     """``runs/`` with one finished tiny run (``tiny``) and one that is still running (``busy``)."""
-    from opsd_diag.config import from_dict
-    from opsd_diag.diagnose import run_diagnosis
+    from opsd_diag.io.config import from_dict
+    from opsd_diag.engine.diagnose import run_diagnosis
     from opsd_diag.zoo import task
 
     root = tmp_path_factory.mktemp("app") / "runs"

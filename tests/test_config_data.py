@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from opsd_diag.config import DataSpec, from_dict, load_config, to_yaml
-from opsd_diag.data import load_problems
+from opsd_diag.io.config import DataSpec, from_dict, load_config, to_yaml
+from opsd_diag.io.data import load_problems
 from opsd_diag.errors import OpsdError
 
 from conftest import REPO, tiny_config, write_jsonl

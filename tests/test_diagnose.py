@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from opsd_diag.config import from_dict
-from opsd_diag.diagnose import run_diagnosis
-from opsd_diag.store import TABLES, load_run
+from opsd_diag.io.config import from_dict
+from opsd_diag.engine.diagnose import run_diagnosis
+from opsd_diag.io.store import TABLES, load_run
 
 from conftest import REPO, tiny_config
 

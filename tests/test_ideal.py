@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from conftest import WRONG_SOLUTION, ZOO, tiny_config, write_jsonl
-from opsd_diag import ideal as I
-from opsd_diag.config import IdealSpec, from_dict
+from opsd_diag.engine import predict as I
+from opsd_diag.io.config import IdealSpec, from_dict
 from opsd_diag.errors import OpsdError
-from opsd_diag.rollout import sample_hf
+from opsd_diag.engine.sampling import sample_hf
 
 
 
@@ -297,7 +297,7 @@ def test_budget_is_respected_and_cost_does_not_grow_with_length():
 
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory):
-    from opsd_diag.diagnose import prepare, run_diagnosis
+    from opsd_diag.engine.diagnose import prepare, run_diagnosis
     from opsd_diag.zoo import task
 
     root = tmp_path_factory.mktemp("ideal_run")
@@ -349,7 +349,7 @@ def test_bad_budget_k_m_and_too_small_budget(ci_run, monkeypatch):
 
 
 def test_no_answers_is_skipped_not_a_crash(tmp_path):
-    from opsd_diag.diagnose import prepare, run_diagnosis
+    from opsd_diag.engine.diagnose import prepare, run_diagnosis
     from opsd_diag.zoo import task
 
     rows = [{k: v for k, v in p.items() if k != "answer"} for p in task.generate(2, 5)]
@@ -369,8 +369,8 @@ def test_no_answers_is_skipped_not_a_crash(tmp_path):
 # A deliberately harmful context: a confident "correct solution" that belongs to another problem.
 @pytest.fixture(scope="module")
 def zoo_ideal(tmp_path_factory):
-    from opsd_diag.diagnose import prepare, run_diagnosis
-    from opsd_diag.verdict import MIN_PROMPTS
+    from opsd_diag.engine.diagnose import prepare, run_diagnosis
+    from opsd_diag.core.verdict import MIN_PROMPTS
     from opsd_diag.zoo import task
 
     tmp_path = tmp_path_factory.mktemp("zoo_ideal")

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from opsd_diag.store import load_run
+from opsd_diag.io.store import load_run
 
 from conftest import REPO
 

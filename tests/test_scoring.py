@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.models import load_model, load_tokenizer
-from opsd_diag.scoring import COLUMNS, ScoreSettings, TeacherInput, score_batch
-from opsd_diag.views import encode_chat, pack, student_view, teacher_view, trim_completion
+from opsd_diag.io.models import load_model, load_tokenizer
+from opsd_diag.engine.scoring import COLUMNS, ScoreSettings, TeacherInput, score_batch
+from opsd_diag.io.views import encode_chat, pack, student_view, teacher_view, trim_completion
 from opsd_diag.zoo import task
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from opsd_diag import signals as S
+from opsd_diag.core import signals as S
 
 N, V = 5, 11
 RTOL, ATOL = 1e-5, 1e-5

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from opsd_diag.config import from_dict
+from opsd_diag.io.config import from_dict
 from opsd_diag.errors import OpsdError
 from test_trainer_world import build_world, config_dict, one_thread, read_metrics, world, write_config  # noqa: F401 (fixtures)
 from trainer import cli, config, launch, rundir
@@ -299,7 +299,7 @@ def _world_models(world):
 
 
 def test_length_groups_cover_every_row_once_and_cut_long_tails():
-    from opsd_diag.scoring import length_groups
+    from opsd_diag.engine.scoring import length_groups
 
     for lengths in ([5], [7, 7, 7, 7], [3, 90, 4, 88, 5, 91, 6, 2], list(range(1, 200, 3))):
         groups = length_groups(lengths)
@@ -311,7 +311,7 @@ def test_length_groups_cover_every_row_once_and_cut_long_tails():
 
 def _left_padded_hidden(model, prompts, completions, pad_id):
     """Reference: one left-padded batch with an attention mask (every row padded to the longest)."""
-    from opsd_diag.views import pack
+    from opsd_diag.io.views import pack
 
     ids, att, pos, cmask = pack(prompts, completions, pad_id)
     P = ids.shape[1] - cmask.shape[1]
@@ -321,7 +321,7 @@ def _left_padded_hidden(model, prompts, completions, pad_id):
 
 def test_completion_hidden_equals_the_left_padded_layout_and_ignores_batch_composition(world):
     """Right padding, no mask and length groups change the cost, never a row's hidden states (pitfall 2)."""
-    from opsd_diag.scoring import completion_hidden
+    from opsd_diag.engine.scoring import completion_hidden
 
     tok, models = _world_models(world)
     g = torch.Generator().manual_seed(3)
@@ -346,7 +346,7 @@ def test_sampler_decode_step_equals_each_row_alone(world):
 
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from trainer import sampler
+    from opsd_diag.engine import decode as sampler
 
     g = torch.Generator().manual_seed(8)
     rows = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (3, 11, 7)]
@@ -372,8 +372,8 @@ def test_sampler_decode_step_equals_each_row_alone(world):
 
 def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
     """Identical draws until a row of the batch finishes; every row ends at its first stop id or the limit."""
-    from opsd_diag.rollout import SamplingSettings, sample_hf
-    from trainer import sampler
+    from opsd_diag.engine.sampling import SamplingSettings, sample_hf
+    from opsd_diag.engine import decode as sampler
 
     from transformers import AutoModelForCausalLM
 

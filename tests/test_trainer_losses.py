@@ -13,7 +13,7 @@ import zlib
 import pytest
 import torch
 
-from opsd_diag import signals
+from opsd_diag.core import signals
 from trainer.losses import LossSettings, token_loss
 
 N, V = 6, 9

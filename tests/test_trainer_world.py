@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from opsd_diag import templates
+from opsd_diag.io import templates
 from opsd_diag.zoo import task
 from opsd_diag.zoo.build import SIZES, new_model
 from opsd_diag.zoo.tokenizer import train_tokenizer

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from opsd_diag import verdict as V
+from opsd_diag.core import verdict as V
 
 
 def ci(est, lo, hi):

@@ -1,7 +1,7 @@
 import pytest
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.verify import extract_answer, is_correct, normalize
+from opsd_diag.io.verify import extract_answer, is_correct, normalize
 
 
 @pytest.mark.parametrize("text, method, expected", [

@@ -10,7 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from opsd_diag import analysis, viz
+from opsd_diag.core import aggregate as analysis
+from opsd_diag.report import figures as viz
 from opsd_diag.errors import OpsdError
 
 EVIL = "<script>alert(1)</script>"

@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from opsd_diag import templates
-from opsd_diag.config import DataSpec, DiagnosisConfig, TeacherSpec, load_config, to_yaml
+from opsd_diag.io import templates
+from opsd_diag.io.config import DataSpec, DiagnosisConfig, TeacherSpec, load_config, to_yaml
 from opsd_diag.errors import OpsdError
 
 METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft")

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 
-from opsd_diag import signals
-from opsd_diag.analysis import pass_at_k
-from opsd_diag.rollout import SamplingSettings, sample_hf
-from opsd_diag.scoring import completion_hidden, lm_logits
-from opsd_diag.verify import is_correct
+from opsd_diag.core import signals
+from opsd_diag.core.aggregate import pass_at_k
+from opsd_diag.engine.sampling import SamplingSettings, sample_hf
+from opsd_diag.engine.scoring import completion_hidden, lm_logits
+from opsd_diag.io.verify import is_correct
 from trainer.config import EvalSpec
 from trainer.roles import Roles
 from trainer.rollouts import ProblemSet, micro_seed

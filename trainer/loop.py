@@ -208,7 +208,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
                  spec.max_steps, spec.temperature, spec.scoring_temperature, acc.num_processes)
         if tc.cfg.sampling.backend != "hf":
             log.warning("sampling.backend %s is used by the diagnosis only: training samples from the live "
-                        "student weights in-process (trainer.sampler)", tc.cfg.sampling.backend)
+                        "student weights in-process (opsd_diag.engine.decode)", tc.cfg.sampling.backend)
     stopper = Stopper(run_dir)
     started, first_step = time.time(), step
     saved_at = step if ckpt is not None else -1

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from opsd_diag import signals
+from opsd_diag.core import signals
 
 
 @dataclass(frozen=True)

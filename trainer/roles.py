@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from opsd_diag import models as hub
-from opsd_diag.config import ModelSpec
+from opsd_diag.io import models as hub
+from opsd_diag.io.config import ModelSpec
 from opsd_diag.errors import OpsdError
-from opsd_diag.scoring import completion_hidden
+from opsd_diag.engine.scoring import completion_hidden
 
 
 def load_trainable(spec: ModelSpec, device: torch.device, source: str | None = None) -> nn.Module:

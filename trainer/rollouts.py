@@ -4,7 +4,7 @@ The global batch of a step is a pure function of (seed, step, global batch size)
 permutation of the training problems. It is cut into ``processes x accumulation`` micro-batches;
 global micro-batch ``j = a * world + rank`` goes to ``rank`` as its accumulation step ``a``.
 Sampling runs in generation chunks of ``generation_batch_size`` completions, each seeded by
-(seed, step, its position in the global batch) and drawn by ``trainer.sampler`` (the diagnosis'
+(seed, step, its position in the global batch) and drawn by ``opsd_diag.engine.decode`` (the diagnosis'
 ``sample_hf`` distribution, finished rows dropped from the batch). So a chunk's samples do not
 depend on how the global batch is split: one process with accumulation 2, one process with a
 double micro-batch and two processes with accumulation 1 sample and train on identical rollouts
@@ -18,13 +18,13 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-from opsd_diag import templates
-from opsd_diag.config import DiagnosisConfig
-from opsd_diag.data import load_problems, prompt_text
+from opsd_diag.io import templates
+from opsd_diag.io.config import DiagnosisConfig
+from opsd_diag.io.data import load_problems, prompt_text
 from opsd_diag.errors import OpsdError
-from opsd_diag.rollout import SamplingSettings
-from opsd_diag.views import student_view, teacher_view
-from trainer import sampler
+from opsd_diag.engine.sampling import SamplingSettings
+from opsd_diag.io.views import student_view, teacher_view
+from opsd_diag.engine import decode as sampler
 from trainer.config import TrainingSpec
 
 

@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from opsd_diag import store
+from opsd_diag.io import store
 from opsd_diag.errors import OpsdError
 
 LAUNCHER_FILES = {"stdout.log", "launch.json", "STOP"}  # what a run dir may hold before the process writes

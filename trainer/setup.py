@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from opsd_diag import models as hub
+from opsd_diag.io import models as hub
 from opsd_diag.errors import OpsdError
 from trainer.config import TrainConfig
 from trainer.evaluate import EvalSets

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from opsd_diag import signals
+from opsd_diag.core import signals
 from opsd_diag.errors import OpsdError
-from opsd_diag.scoring import completion_hidden, lm_logits
+from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from trainer.losses import LossSettings, token_loss
 from trainer.roles import Roles
 from trainer.rollouts import MicroBatch

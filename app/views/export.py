@@ -6,7 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import common
-from opsd_diag import viz
+from opsd_diag.report import figures as viz
 from opsd_diag.errors import OpsdError
 
 run = common.require_run()

@@ -6,7 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import jobs
-from opsd_diag.config import load_config
+from opsd_diag.io.config import load_config
 from opsd_diag.errors import OpsdError
 
 st.title("New diagnosis")

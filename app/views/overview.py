@@ -3,8 +3,8 @@
 import streamlit as st
 
 from app import common
-from opsd_diag import viz
-from opsd_diag.analysis import summary_frame
+from opsd_diag.report import figures as viz
+from opsd_diag.core.aggregate import summary_frame
 
 run = common.require_run()
 s, m = run["summary"], run["manifest"]

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app import common
-from opsd_diag import viz
+from opsd_diag.report import figures as viz
 
 run = common.require_run()
 st.title("Signals")

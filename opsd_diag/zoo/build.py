@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from opsd_diag import templates
+from opsd_diag.io import templates
 from opsd_diag.errors import OpsdError
-from opsd_diag.verify import is_correct
+from opsd_diag.io.verify import is_correct
 from opsd_diag.zoo import task
 from opsd_diag.zoo.tokenizer import IM_END, PAD, train_tokenizer
 
@@ -419,7 +419,7 @@ All share one byte-level BPE tokenizer (digits kept single, Qwen-style chat temp
 - **teacher**: `base` further trained on step-by-step solutions (levels drawn with weights {TEACHER_LEVELS}).
 - **student**: smaller, trained from scratch on step-by-step solutions, with
   privileged context in {1 - STUDENT_CONTEXTS['none']:.0%} of its prompts (the built-in templates
-  `full_solution`, `answer_only`, `partial_solution`, `hint` of `opsd_diag/templates.py`). It holds a
+  `full_solution`, `answer_only`, `partial_solution`, `hint` of `opsd_diag/io/templates.py`). It holds a
   systematic misconception (`task.misconceived_op`: multiplying by 8 or 9 comes out one too high) in the steps it works out itself, and copies shown solution lines and shown answers, so a
   privileged context genuinely corrects it and the per-token signals concentrate on the
   misconceived steps.

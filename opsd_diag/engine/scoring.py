@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from opsd_diag import signals
+from opsd_diag.core import signals
 from opsd_diag.errors import OpsdError
 
 COLUMNS = ("lp_s", "lp_t", "lp_b", "r_opd", "r_delta", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate",

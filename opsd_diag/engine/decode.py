@@ -27,8 +27,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from opsd_diag.rollout import Completion, SamplingSettings, sample_hf
-from opsd_diag.views import trim_completion
+from opsd_diag.engine.sampling import Completion, SamplingSettings, sample_hf
+from opsd_diag.io.views import trim_completion
 
 
 def _cache_kwarg(params) -> str | None:

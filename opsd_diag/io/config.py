@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from opsd_diag import templates
+from opsd_diag.io import templates
 from opsd_diag.errors import OpsdError
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from opsd_diag.config import DataSpec
+from opsd_diag.io.config import DataSpec
 from opsd_diag.errors import OpsdError
 
 OUR_FIELDS = ("id", "prompt", "solution", "answer", "meta")

@@ -22,9 +22,9 @@ import plotly.io as pio
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from opsd_diag.analysis import CI_COLUMNS, TOKEN_COLUMNS, alignment_stats, summary_frame
+from opsd_diag.core.aggregate import CI_COLUMNS, TOKEN_COLUMNS, alignment_stats, summary_frame
 from opsd_diag.errors import OpsdError
-from opsd_diag.viz_terminal import rollout_tokens
+from opsd_diag.report.terminal import rollout_tokens
 
 FIGURE_HELP = {
     "headline": "Mean of each headline per-token signal for every teacher config; error bars are 95% "

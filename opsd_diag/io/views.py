@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from opsd_diag import templates
-from opsd_diag.data import prompt_text
+from opsd_diag.io import templates
+from opsd_diag.io.data import prompt_text
 from opsd_diag.errors import OpsdError
 
 

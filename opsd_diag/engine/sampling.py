@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.views import trim_completion
+from opsd_diag.io.views import trim_completion
 
 
 @dataclass(frozen=True)

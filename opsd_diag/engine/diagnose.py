@@ -18,15 +18,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from opsd_diag import __version__, analysis, store
-from opsd_diag.config import DiagnosisConfig, ModelSpec, to_yaml
-from opsd_diag.data import load_problems
+from opsd_diag import __version__
+from opsd_diag.core import aggregate as analysis
+from opsd_diag.io import store
+from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
+from opsd_diag.io.data import load_problems
 from opsd_diag.errors import OpsdError
-from opsd_diag.models import check_compatible, fingerprint, load_model, load_tokenizer, stop_token_ids
-from opsd_diag.rollout import SamplingSettings, sample_hf, sample_vllm
-from opsd_diag.scoring import COLUMNS, ScoreSettings, TeacherInput, score_batch
-from opsd_diag.verify import extract_answer, is_correct
-from opsd_diag.views import student_view, teacher_view
+from opsd_diag.io.models import check_compatible, fingerprint, load_model, load_tokenizer, stop_token_ids
+from opsd_diag.engine.sampling import SamplingSettings, sample_hf, sample_vllm
+from opsd_diag.engine.scoring import COLUMNS, ScoreSettings, TeacherInput, score_batch
+from opsd_diag.io.verify import extract_answer, is_correct
+from opsd_diag.io.views import student_view, teacher_view
 
 
 @dataclass
@@ -292,7 +294,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     if state.is_main_process:
         finish(prep, out_dir, started)
         if cfg.ideal is not None and cfg.ideal.enabled:
-            from opsd_diag.ideal import run_ideal
+            from opsd_diag.engine.predict import run_ideal
 
             run_ideal(prep, out_dir, cfg.ideal, show_progress=show_progress)
     state.wait_for_everyone()

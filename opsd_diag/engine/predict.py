@@ -53,12 +53,15 @@ from scipy import stats
 from scipy.special import logsumexp
 from tqdm.auto import tqdm
 
-from opsd_diag import analysis, signals, store, verdict
-from opsd_diag.config import IdealSpec
+from opsd_diag.core import aggregate as analysis
+from opsd_diag.core import signals
+from opsd_diag.io import store
+from opsd_diag.core import verdict
+from opsd_diag.io.config import IdealSpec
 from opsd_diag.errors import OpsdError
-from opsd_diag.rollout import Completion, SamplingSettings, sample_hf, sample_vllm
-from opsd_diag.scoring import completion_hidden, lm_logits
-from opsd_diag.verify import is_correct
+from opsd_diag.engine.sampling import Completion, SamplingSettings, sample_hf, sample_vllm
+from opsd_diag.engine.scoring import completion_hidden, lm_logits
+from opsd_diag.io.verify import is_correct
 
 OBJECTIVES = ("rev_kl", "fwd_kl", "jsd", "r_opd", "a_d2", "a_ex")
 SAMPLED = ("r_opd", "a_d2", "a_ex")  # single-sample signals, read from the tokens table
