@@ -8,8 +8,11 @@ from pathlib import Path
 import streamlit as st
 
 from app import jobs
-from opsd_diag.io import store
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import store
+from opsd_diag.report.figures import FIGURE_HELP, default_alignment_config  # noqa: F401 (for the pages)
+from opsd_diag.run import Run
+from opsd_diag.schema import SIGNAL_COLUMNS, label
 
 
 def init_state(argv: list[str]) -> None:
@@ -41,12 +44,12 @@ def sidebar_run_picker() -> None:
 
 
 @st.cache_resource(show_spinner="loading run", max_entries=4)
-def _load(path: str, stamp: int) -> dict:
+def _load(path: str, stamp: int) -> Run:
     # Shared, read-only: cache_resource avoids copying a large token table on every rerun.
-    return store.load_run(Path(path))
+    return Run.load(Path(path))
 
 
-def require_run() -> dict:
+def require_run() -> Run:
     """The open run, or a message in place of the page (no run, still running, not a run)."""
     run_dir = st.session_state.get("run_dir")
     if not run_dir:
@@ -65,29 +68,14 @@ def require_run() -> dict:
         st.stop()
 
 
-@st.cache_resource(show_spinner="loading tokenizer", max_entries=4)
-def _tokenizer(model: str, revision: str | None, trust_remote_code: bool):
-    from opsd_diag.io.models import load_tokenizer
-
-    return load_tokenizer(model, revision, False, trust_remote_code)
-
-
-def tokenizer(run: dict):
-    """The student's tokenizer for decoding top-k ids, or None (ids are shown) when it is not here."""
-    spec = run["manifest"].get("config", {}).get("student") or {}
-    if not spec.get("model"):
-        return None
-    try:
-        return _tokenizer(spec["model"], spec.get("revision"), bool(spec.get("trust_remote_code")))
-    except OpsdError as e:
-        st.caption(f"Top-k alternatives shown as token ids: {e}")
-        return None
+def tokenizer(run: Run):
+    """The student's tokenizer for decoding top-k ids (remote code never runs), or None: ids are shown."""
+    tok = run.tokenizer()
+    if tok is None:
+        st.caption("Top-k alternatives shown as token ids: the student's tokenizer is not available here.")
+    return tok
 
 
 def signal_select(key: str, default: str = "r_opd") -> str:
-    from opsd_diag.core.aggregate import TOKEN_COLUMNS
-    from opsd_diag.report.figures import SIGNAL_LABELS
-
-    cols = list(TOKEN_COLUMNS)
-    return st.selectbox("Signal", cols, index=cols.index(default), key=key,
-                        format_func=lambda c: SIGNAL_LABELS.get(c, c))
+    cols = list(SIGNAL_COLUMNS)
+    return st.selectbox("Signal", cols, index=cols.index(default), key=key, format_func=label)

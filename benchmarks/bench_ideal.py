@@ -1,7 +1,7 @@
 """Cost of the ideal-gradient predictor: wall time vs budget, and vs rollout length at a fixed budget.
 
 Two diagnoses of the same problems differ only in rollout length (max_completion_length); on each,
-``run_ideal`` runs at several budgets with the same k, m and continuation cap. Expected: time grows
+The predictor runs at several budgets with the same k, m and continuation cap. Expected: time grows
 roughly linearly with the budget and stays flat across rollout lengths (nodes are one per depth
 window and admitted until the budget is spent). Measured side by side in one process.
 
@@ -23,7 +23,7 @@ import torch
 
 from opsd_diag.io.config import IdealSpec, from_dict
 from opsd_diag.engine.diagnose import prepare, run_diagnosis
-from opsd_diag.engine.predict import run_ideal
+from opsd_diag.engine.predict import run_predictor
 from opsd_diag.zoo import task
 
 
@@ -61,6 +61,9 @@ def main() -> None:
             run_dir = tmp / f"run{length}"
             run_diagnosis(cfg, run_dir, show_progress=False)
             prep = prepare(cfg)
+
+            def run_ideal(prep, run_dir, spec, **kw):
+                return run_predictor(run_dir, prep.cfg, prep.problems, prep.node_models(), prep.sampler(), spec, **kw)
             mean_len = pd.read_parquet(run_dir / "rollouts.parquet")["length"].mean()
             run_ideal(prep, run_dir, IdealSpec(budget=args.budgets[0], k=2, m=4, max_continuation_length=args.cap),
                       write_summary=False)  # warm-up

@@ -43,8 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from bench_scoring import add_model_args, machine, make_model, param_bytes  # noqa: E402
 from opsd_diag.core import signals  # noqa: E402
-from opsd_diag.engine.scoring import ScoreSettings, TeacherInput, score_batch  # noqa: E402
-from opsd_diag.io.views import pack  # noqa: E402
+from opsd_diag.engine.scoring import TeacherInput, score_batch  # noqa: E402
+from opsd_diag.io.config import ScoringSpec  # noqa: E402
+from opsd_diag.settings import ScoreSettings  # noqa: E402
+from reference import pack  # noqa: E402
 
 TARGET = 0.10
 MiB = 2**20
@@ -130,7 +132,7 @@ def child(a) -> dict:
     prompts, completions = make_inputs(a)
 
     def run(p, c, chunk):
-        s = ScoreSettings(temperature=1.0, chunk_size=chunk)
+        s = ScoringSpec(chunk_size=chunk).settings(1.0)
         if a.child == "naive":
             return naive_score(student, teacher, base, p, c, s)
         return score_batch(student, c, p, {"opd": TeacherInput(teacher, p)}, s, 0, base=base, base_prompts=p)

@@ -44,8 +44,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from opsd_diag.engine.scoring import ScoreSettings, TeacherInput, completion_hidden, score_batch  # noqa: E402
-from opsd_diag.io.views import pack  # noqa: E402
+from opsd_diag.engine.scoring import TeacherInput, completion_hidden, score_batch  # noqa: E402
+from opsd_diag.io.config import ScoringSpec  # noqa: E402
+from reference import pack  # noqa: E402
 
 TARGET = 1.10
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                   use_cache=False).logits
 
     def scoring(chunk: int):
-        settings = ScoreSettings(temperature=1.0, chunk_size=chunk)  # full centring, top-5, ExOPD vs student
+        settings = ScoringSpec(chunk_size=chunk).settings(1.0)  # the config's defaults: full centring, top-5, ...
         return lambda: score_batch(student, comps, s_prompts, teachers, settings, 0, base=base, base_prompts=s_prompts)
 
     def decoder_only():

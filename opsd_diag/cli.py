@@ -19,9 +19,10 @@ def _cmd_run(args) -> None:
     from opsd_diag.io.config import load_config
 
     cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
-    from opsd_diag.engine.diagnose import default_out_dir, run_diagnosis
+    from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.io.store import default_run_dir
 
-    out = Path(args.out) if args.out else default_out_dir(args.config)
+    out = Path(args.out) if args.out else default_run_dir(args.config)
     run_diagnosis(cfg, out, show_progress=not args.quiet)
     from accelerate import PartialState
     if PartialState().is_main_process:
@@ -31,39 +32,25 @@ def _cmd_run(args) -> None:
 
 
 def _print_report(run_dir: Path) -> None:
-    from opsd_diag.core import aggregate as analysis
-    from opsd_diag.io import store
+    from opsd_diag.run import Run
 
-    run = store.load_run(run_dir)
-    s = run["summary"]
-    m = run["manifest"]
-    print(f"run {run_dir}: {m['n_problems']} problems x {m['config']['sampling']['num_samples']} samples, "
-          f"T_sample={m['sampling_temperature']} T_score={m['scoring_temperature']} centering={m['centering']}")
-    acc = s.get("student_accuracy")
-    if acc:
-        print(f"student accuracy: {_fmt(acc)}")
-    if s.get("pass_at_k"):
-        print("pass@k: " + ", ".join(f"{k}={v:.3f}" if v is not None else f"{k}=n/a" for k, v in s["pass_at_k"].items()))
-    frame = analysis.summary_frame(s)
+    run = Run.load(run_dir)
+    s, f = run.summary, run.facts()
+    print(f"run {run_dir}: {f['n_problems']} problems x {f['samples']} samples, "
+          f"T_sample={f['sampling_temperature']} T_score={f['scoring_temperature']} centering={f['centering']}")
+    print(f"student accuracy: {s.student_accuracy.text()}")
+    if s.pass_at_k:
+        print("pass@k: " + ", ".join(f"{k}={v:.3f}" if v is not None else f"{k}=n/a" for k, v in s.pass_at_k.items()))
     with _pd_options():
-        print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    ideal = s.get("ideal") or {}
-    if ideal.get("status") not in (None, "ok"):
-        print(f"ideal-gradient predictor: {ideal.get('reason')}")
-    if s.get("ranking"):
-        import pandas as pd
-
-        rows = [{**r, "reason": s["verdicts"][r["config"]][r["signal"]]["reason"]} for r in s["ranking"]]
-        print("\nverdicts, ranked by verdict then predicted benefit (rule: README.md, 'The verdict'):")
+        print(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if s.ideal is not None and s.ideal.status != "ok":
+        print(f"ideal-gradient predictor: {s.ideal.reason}")
+    verdicts = run.verdicts()
+    if verdicts is not None:
+        print("\nverdicts, ranked by verdict then predicted benefit (rule: docs/verdict.md):")
         with _pd_options():
-            print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}", max_colwidth=110))
-
-
-def _fmt(obj) -> str:
-    if isinstance(obj, dict) and "estimate" in obj:
-        est, lo, hi = obj.get("estimate"), obj.get("lo"), obj.get("hi")
-        return "n/a" if est is None else f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
-    return str(obj)
+            print(verdicts.drop(columns="rank").to_string(index=False, float_format=lambda v: f"{v:.4f}",
+                                                          max_colwidth=110))
 
 
 def _pd_options():
@@ -76,33 +63,28 @@ def _cmd_report(args) -> None:
 
 
 def _cmd_show(args) -> None:
-    from opsd_diag.io import store
     from opsd_diag.report.terminal import render_rollout
+    from opsd_diag.run import Run
 
-    run = store.load_run(Path(args.run_dir))
-    print(render_rollout(run, args.rollout, config=args.config, signal=args.signal, color=not args.no_color))
+    row, tokens, config = Run.load(Path(args.run_dir)).rollout(args.rollout, args.config)
+    print(render_rollout(row, tokens, config, signal=args.signal, color=not args.no_color))
 
 
 def _cmd_predict(args) -> None:
-    from pydantic import ValidationError
-
-    from opsd_diag.io import store
-    from opsd_diag.io.config import IdealSpec, format_error, load_config
+    from opsd_diag.io.config import IdealSpec, validate
+    from opsd_diag.run import Run
 
     run_dir = Path(args.run_dir)
-    store.load_run(run_dir)  # a finished run, or a clear error
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = Run.load(run_dir).config  # a finished run, or a clear error
     spec = (cfg.ideal or IdealSpec()).model_dump()
     spec.update({k: v for k, v in (("budget", args.budget), ("k", args.k), ("m", args.m)) if v is not None})
-    spec["enabled"] = True
-    try:
-        spec = IdealSpec.model_validate(spec)
-    except ValidationError as e:
-        raise OpsdError(format_error(e, "predict options")) from None
+    spec = validate(IdealSpec, {**spec, "enabled": True}, "predict options", "ideal")
     from opsd_diag.engine.diagnose import prepare
-    from opsd_diag.engine.predict import run_ideal
+    from opsd_diag.engine.predict import run_predictor
 
-    result = run_ideal(prepare(cfg), run_dir, spec, show_progress=True)
+    prep = prepare(cfg)
+    result = run_predictor(run_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), spec,
+                           show_progress=True)
     if result.get("status") != "ok":
         print(result.get("reason", "skipped"))
     _print_report(run_dir)

@@ -11,6 +11,9 @@ import pandas as pd
 import pytest
 
 from opsd_diag.core import aggregate as an
+from opsd_diag.core import stats as st
+from opsd_diag.schema import SIGNAL_COLUMNS
+from opsd_diag.summary import Summary
 from opsd_diag.errors import OpsdError
 
 # ------------------------------------------------------------------------------------- fixtures
@@ -32,7 +35,7 @@ def make_tables(seed=0, n_problems=6, samples=3, configs=("ctx", "plain"), with_
     for config in configs:
         for r in rollouts.itertuples():
             n = r.length
-            f = {c: rng.normal(size=n) for c in an.TOKEN_COLUMNS}
+            f = {c: rng.normal(size=n) for c in SIGNAL_COLUMNS}
             f["h_s"], f["h_t"] = rng.exponential(1.0, n), rng.exponential(1.5, n)
             f["kl_rev"], f["jsd"] = rng.exponential(0.5, n), rng.exponential(0.2, n)
             if not with_base:
@@ -106,11 +109,11 @@ def test_pass_at_k_matches_math_comb():
     for n in range(1, 13):
         for c in range(n + 1):
             for k in range(1, n + 1):
-                assert an.pass_at_k(n, c, k) == pytest.approx(comb_pass_at_k(n, c, k), abs=1e-12)
-    assert an.pass_at_k(1000, 3, 200) == pytest.approx(comb_pass_at_k(1000, 3, 200), abs=1e-12)
-    assert math.isnan(an.pass_at_k(3, 1, 4))
-    with pytest.raises(OpsdError):
-        an.pass_at_k(3, 4, 1)
+                assert st.pass_at_k(n, c, k) == pytest.approx(comb_pass_at_k(n, c, k), abs=1e-12)
+    assert st.pass_at_k(1000, 3, 200) == pytest.approx(comb_pass_at_k(1000, 3, 200), abs=1e-12)
+    assert math.isnan(st.pass_at_k(3, 1, 4))
+    with pytest.raises(ValueError):
+        st.pass_at_k(3, 4, 1)
 
 
 def test_pass_at_k_table_hand_example():
@@ -119,12 +122,12 @@ def test_pass_at_k_table_hand_example():
         "correct": pd.array([True, False, False, False, False] * 1 + [False] * 3
                             + [pd.NA] * 4, dtype="boolean"),
     })
-    table = an.pass_at_k_table(r, ks=(1, 2, 4, 5))
+    table = st.pass_at_k_table(r, ks=(1, 2, 4, 5))
     assert table[1] == pytest.approx((0.25 + 0.0) / 2)  # problem c has no answer: left out
     assert table[2] == pytest.approx((comb_pass_at_k(4, 1, 2) + 0.0) / 2)
     assert table[4] == pytest.approx(0.5)
     assert math.isnan(table[5])  # k > n
-    empty = an.pass_at_k_table(r.iloc[8:], ks=(1,))
+    empty = st.pass_at_k_table(r.iloc[8:], ks=(1,))
     assert math.isnan(empty[1])
 
 
@@ -183,23 +186,23 @@ def test_bootstrap_vectorised_equals_plain_loop_and_generic():
     rng = np.random.default_rng(5)
     ids = [f"q{i}" for i in rng.integers(0, 12, size=150)]
     values = list(rng.normal(size=150) + np.array([int(i[1:]) for i in ids]) * 0.3)
-    fast = an.bootstrap_mean_over_prompts(values, ids, n_boot=300, seed=7, alpha=0.1)
+    fast = st.bootstrap_mean_over_prompts(values, ids, n_boot=300, seed=7, alpha=0.1)
     slow = plain_bootstrap_mean(values, ids, n_boot=300, seed=7, alpha=0.1)
     assert fast == pytest.approx(slow, rel=1e-12)
     frame = pd.DataFrame({"v": values, "prompt": ids})
-    generic = an.bootstrap_over_prompts(frame, "prompt", lambda f: f["v"].mean(),
+    generic = st.bootstrap_over_prompts(frame, "prompt", lambda f: f["v"].mean(),
                                         n_boot=300, seed=7, alpha=0.1)
     assert generic == pytest.approx(fast, rel=1e-12)
     assert fast[1] < fast[0] < fast[2]
-    assert an.bootstrap_mean_over_prompts(values, ids, n_boot=300, seed=8) != fast  # seed matters
+    assert st.bootstrap_mean_over_prompts(values, ids, n_boot=300, seed=8) != fast  # seed matters
 
 
 def test_bootstrap_ignores_nan_and_handles_empty():
-    est = an.bootstrap_mean_over_prompts([1.0, np.nan, 3.0, np.nan], ["a", "a", "b", "c"], 50)
+    est = st.bootstrap_mean_over_prompts([1.0, np.nan, 3.0, np.nan], ["a", "a", "b", "c"], 50)
     assert est[0] == pytest.approx(2.0)
-    assert all(math.isnan(x) for x in an.bootstrap_mean_over_prompts([np.nan], ["a"], 50))
+    assert all(math.isnan(x) for x in st.bootstrap_mean_over_prompts([np.nan], ["a"], 50))
     empty = pd.DataFrame({"v": [], "prompt": []})
-    assert all(math.isnan(x) for x in an.bootstrap_over_prompts(empty, "prompt", len, 10))
+    assert all(math.isnan(x) for x in st.bootstrap_over_prompts(empty, "prompt", len, 10))
 
 
 def test_bootstrap_ci_covers_truth_statistically():
@@ -210,7 +213,7 @@ def test_bootstrap_ci_covers_truth_statistically():
         effects = rng.normal(size=30)
         ids = np.repeat(np.arange(30), 20)
         values = effects[ids] + rng.normal(size=ids.size)
-        _, lo, hi = an.bootstrap_mean_over_prompts(values, ids, n_boot=300, seed=int(rng.integers(1e9)))
+        _, lo, hi = st.bootstrap_mean_over_prompts(values, ids, n_boot=300, seed=int(rng.integers(1e9)))
         covered += lo <= 0.0 <= hi
     assert 0.85 <= covered / trials <= 0.99
 
@@ -227,7 +230,7 @@ def test_summarize_matches_direct_computations():
     ctx, c = joined[joined["config"] == "ctx"], s["configs"]["ctx"]
 
     assert c["overall"]["n_tokens"] == len(ctx)
-    for col in an.TOKEN_COLUMNS:
+    for col in SIGNAL_COLUMNS:
         assert c["overall"]["columns"][col]["mean"] == pytest.approx(ctx[col].mean())
         assert c["overall"]["columns"][col]["q90"] == pytest.approx(np.quantile(ctx[col], 0.9))
     assert c["ci"]["r_opd"]["estimate"] == pytest.approx(ctx["r_opd"].mean())
@@ -278,7 +281,7 @@ def test_summarize_json_nan_base_and_no_teacher():
         assert c["ci"]["a_d2"] == {"estimate": None, "lo": None, "hi": None, "n_prompts": 0}
         assert c["overall"]["columns"]["lp_b"]["mean"] is None
         assert c["teacher_accuracy"] is None and len(c["by_entropy_bin"]) == 3
-    frame = an.summary_frame(back)
+    frame = Summary.model_validate({**back, "context_truncated": {}}).headline_frame()
     assert frame["sign_agreement"].isna().all() and frame["teacher_accuracy"].isna().all()
 
 
@@ -298,7 +301,7 @@ def test_summary_frame_headline_numbers():
     tokens, rollouts = make_tables(seed=6)
     teacher = pd.concat([make_teacher(rollouts, "ctx", 0.9), make_teacher(rollouts, "plain", 0.2)])
     s = an.summarize(tokens, rollouts, teacher, n_boot=30)
-    frame = an.summary_frame(json.loads(json.dumps(s)))
+    frame = Summary.model_validate(json.loads(json.dumps(s))).headline_frame()
     assert list(frame["config"]) == ["ctx", "plain"]
     row = frame.set_index("config").loc["plain"]
     plain = tokens[tokens["config"] == "plain"]

@@ -11,7 +11,7 @@ import yaml
 from streamlit.testing.v1 import AppTest
 
 from app import jobs, serve
-from opsd_diag.report import figures as viz
+from opsd_diag.report import export
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
@@ -117,7 +117,7 @@ def test_export_page(runs_root):
     _ok(at)
     labels = [b.proto.label for b in at.get("download_button")]
     assert {"HTML (interactive, works offline)", "CSV", "PARQUET", "JSON", "HTML report"} <= set(labels)
-    if viz.image_export_available():
+    if export.image_export_available():
         assert at.button(key="render_img")
     else:
         assert "opsd-diag[export]" in at.info[0].value  # kaleido missing: said so, in place
@@ -215,7 +215,7 @@ def test_train_page_errors_in_place_then_starts_and_follows_a_run(runs_root, tmp
     import time
 
     from trainer import launch
-    from test_trainer_world import build_world, config_dict
+    from fixtures_trainer import build_world, config_dict
 
     at = _app(runs_root).switch_page("views/train.py").run()
     _ok(at)

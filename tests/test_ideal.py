@@ -1,4 +1,4 @@
-"""ideal.py: maths vs float64 loops and finite differences, the estimator on a tree with known
+"""The predictor (core.ideal, engine.nodes, engine.predict): maths vs float64 loops and finite differences, the estimator on a tree with known
 success probabilities, node selection and budget, and the run-directory plumbing."""
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ import pytest
 import torch
 
 from conftest import WRONG_SOLUTION, ZOO, tiny_config, write_jsonl
-from opsd_diag.engine import predict as I
+from opsd_diag.core import ideal as I
+from opsd_diag.engine import nodes as N
+from opsd_diag.engine.predict import run_predictor
 from opsd_diag.io.config import IdealSpec, from_dict
 from opsd_diag.errors import OpsdError
 from opsd_diag.engine.sampling import sample_hf
 
+
+
+def run_ideal(prep, run_dir, spec=None, **kw):
+    """The predictor on a prepared diagnosis (what `opsd-diag predict` does)."""
+    return run_predictor(run_dir, prep.cfg, prep.problems, prep.node_models(), prep.sampler(), spec, **kw)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -193,8 +200,8 @@ def test_estimator_converges_to_closed_form_at_rate_one_over_sqrt_m():
     replicates = 80
     rmse = {}
     for m in (16, 64, 256):
-        jobs = [I.NodeJob([11], [], [1, 2, 3, 4], "1", 3) for _ in range(replicates)]
-        est = I.estimate_success(jobs, lambda pr, s: sample_hf(model, tok, pr, s, [10]), tok.decode, m=m,
+        jobs = [N.NodeJob([11], [], [1, 2, 3, 4], "1", 3) for _ in range(replicates)]
+        est = N.estimate_success(jobs, lambda pr, s: sample_hf(model, tok, pr, s, [10]), tok.decode, m=m,
                                  stop_ids=[10], checker="toy", temperature=1.0, top_p=1.0, seed=m, batch_rows=10**6)
         assert all((e.n_samples == m).all() and e.tokens == 4 * m * 3 for e in est)  # x, answer, EOS
         mets = [I.node_metrics(logp, logq, e.s_hat, 0, adv) for e in est]
@@ -222,11 +229,11 @@ def test_estimate_success_batches_whole_nodes_and_checks_stops_exactly():
         calls.append((len(prompts), s.num_samples, s.batch_size))
         return sample_hf(TreeModel(), tok, prompts, s, [10])
 
-    jobs = [I.NodeJob([11], [], [1, 2], "1", 3), I.NodeJob([11], [], [3, 10], "1", 3),  # 10 ends the text
-            I.NodeJob([11], [], [4, 1, 2], "1", 3), I.NodeJob([11], [8], [10], "1", 3)]
+    jobs = [N.NodeJob([11], [], [1, 2], "1", 3), N.NodeJob([11], [], [3, 10], "1", 3),  # 10 ends the text
+            N.NodeJob([11], [], [4, 1, 2], "1", 3), N.NodeJob([11], [8], [10], "1", 3)]
     costs = [j.cost(4, [10]) for j in jobs]
     assert costs == [8, 4, 12, 0]
-    est = I.estimate_success(jobs, sampler, tok.decode, m=4, stop_ids=[10], checker="toy", temperature=1.0,
+    est = N.estimate_success(jobs, sampler, tok.decode, m=4, stop_ids=[10], checker="toy", temperature=1.0,
                              top_p=1.0, seed=0, batch_rows=12)
     assert calls == [(3, 4, 12), (3, 4, 12)]  # nodes 1+2 share a call; node 3 alone; never split
     assert est[1].n_samples.tolist() == [4, 0] and est[1].s_hat[1] == 0.0  # "" is not the answer
@@ -248,7 +255,7 @@ def synthetic_tokens(lengths, correct, seed=0):
 
 def test_plan_one_node_per_window_at_max_entropy_incorrect_first():
     toks, rollouts = synthetic_tokens([37, 5, 100, 1, 20, 64], [True, False, None, False, True, False])
-    plan = I.plan_nodes(toks, rollouts)
+    plan = N.plan_nodes(toks, rollouts)
     for r, n in ((0, 37), (1, 5), (2, 100), (3, 1), (4, 20), (5, 64)):
         mine = plan[plan["rollout_id"] == r]
         windows = [(lo, min(2 * lo, n + 1)) for lo in (2 ** i for i in range(8)) if lo <= n]
@@ -269,7 +276,7 @@ def test_plan_one_node_per_window_at_max_entropy_incorrect_first():
 def test_plan_covers_every_problem_before_a_second_rollout_of_one():
     toks, rollouts = synthetic_tokens([30] * 12, [False] * 12, seed=3)
     rollouts["problem_id"] = [f"p{r % 3}" for r in range(12)]  # 3 problems x 4 incorrect rollouts
-    plan = I.plan_nodes(toks, rollouts)
+    plan = N.plan_nodes(toks, rollouts)
     first = plan.head(12)
     assert (first["rank"] == 0).all() and first["rollout_id"].nunique() == 12
     for block in range(4):  # every 3 nodes: one rollout of each problem
@@ -280,13 +287,13 @@ def test_plan_covers_every_problem_before_a_second_rollout_of_one():
 
 
 def test_budget_is_respected_and_cost_does_not_grow_with_length():
-    assert I.within_budget([5, 5, 7, 3, 1], 12) == [True, True, False, False, False]  # a prefix, in priority order
-    assert I.within_budget([5, 0, 7], 12) == [True, True, True]
+    assert N.within_budget([5, 5, 7, 3, 1], 12) == [True, True, False, False, False]  # a prefix, in priority order
+    assert N.within_budget([5, 0, 7], 12) == [True, True, True]
     used = {}
     for n in (40, 400, 4000):
         toks, rollouts = synthetic_tokens([n] * 30, [False] * 30)
-        plan = I.plan_nodes(toks, rollouts)
-        taken = I.within_budget([12] * len(plan), 300)
+        plan = N.plan_nodes(toks, rollouts)
+        taken = N.within_budget([12] * len(plan), 300)
         used[n] = (sum(taken), plan[taken]["rollout_id"].nunique())
     assert used[40] == used[400] == used[4000] == (25, 25)  # budget / cost nodes, one per rollout first
 
@@ -309,7 +316,7 @@ def ci_run(tmp_path_factory):
 
 def test_run_ideal_writes_nodes_and_summary(ci_run):
     prep, run_dir = ci_run
-    res = I.run_ideal(prep, run_dir, IdealSpec(budget=40, k=2, m=2))
+    res = run_ideal(prep, run_dir, IdealSpec(budget=40, k=2, m=2))
     assert res["status"] == "ok" and 0 < res["continuations_used"] <= 40
     nodes = pd.read_parquet(run_dir / "nodes.parquet")
     expected = {"node_id", "config", "rollout_id", "problem_id", "pos", "depth", "window", "h_s", "correct",
@@ -327,7 +334,7 @@ def test_run_ideal_writes_nodes_and_summary(ci_run):
         (c, s) for c in ("teacher", "self_full") for s in I.OBJECTIVES}
     assert summary["verdicts"]["teacher"]["rev_kl"]["verdict"] in ("helps", "unclear", "hurts")
     assert "student_accuracy" in summary  # the diagnosis' own summary is kept
-    again = I.run_ideal(prep, run_dir, IdealSpec(budget=40, k=2, m=2), write_summary=False)
+    again = run_ideal(prep, run_dir, IdealSpec(budget=40, k=2, m=2), write_summary=False)
     pd.testing.assert_frame_equal(pd.read_parquet(run_dir / "nodes.parquet"), nodes)  # seeded: reproducible
     assert again["continuations_used"] == res["continuations_used"]
 
@@ -338,13 +345,13 @@ def test_bad_budget_k_m_and_too_small_budget(ci_run, monkeypatch):
         with pytest.raises(OpsdError, match=f"ideal.{key}"):
             from_dict({**prep.cfg.model_dump(mode="json"), "ideal": {key: bad}})
         with pytest.raises(OpsdError, match=f"ideal.{key}"):
-            I.run_ideal(prep, run_dir, IdealSpec.model_construct(**{**IdealSpec().model_dump(), key: bad}))
+            run_ideal(prep, run_dir, IdealSpec.model_construct(**{**IdealSpec().model_dump(), key: bad}))
     # a node whose every candidate ends the text (at the length cap) costs nothing and always fits
-    res = I.run_ideal(prep, run_dir, IdealSpec(budget=1, m=4), write_summary=False)
+    res = run_ideal(prep, run_dir, IdealSpec(budget=1, m=4), write_summary=False)
     assert res["status"] == "skipped" or res["continuations_used"] == 0, res
     # with every node needing continuations, a budget below m x |K| admits none: a clear skip
-    monkeypatch.setattr(I.NodeJob, "cost", lambda self, m, stop_ids: m * len(self.candidates))
-    res = I.run_ideal(prep, run_dir, IdealSpec(budget=1, m=4), write_summary=False)
+    monkeypatch.setattr(N.NodeJob, "cost", lambda self, m, stop_ids: m * len(self.candidates))
+    res = run_ideal(prep, run_dir, IdealSpec(budget=1, m=4), write_summary=False)
     assert res["status"] == "skipped" and "too small" in res["reason"]
 
 
@@ -357,7 +364,7 @@ def test_no_answers_is_skipped_not_a_crash(tmp_path):
     cfg = from_dict(tiny_config(ZOO, data, teachers=[{"name": "teacher", "model": str(ZOO / "teacher")}],
                                 sampling={"max_completion_length": 4, "num_samples": 1}))
     run_diagnosis(cfg, tmp_path / "run", show_progress=False)
-    res = I.run_ideal(prepare(cfg), tmp_path / "run", IdealSpec(budget=8))
+    res = run_ideal(prepare(cfg), tmp_path / "run", IdealSpec(budget=8))
     assert res["status"] == "skipped" and res["reason"].startswith("skipped: no answers to check")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["ideal"]["status"] == "skipped" and not (tmp_path / "run" / "nodes.parquet").exists()
@@ -388,7 +395,7 @@ def zoo_ideal(tmp_path_factory):
         "analysis": {"checker": "toy", "bootstrap": 400}, "shard_size": 32,
         "ideal": {"budget": 1600, "k": 3, "m": 4}})
     run_diagnosis(cfg, tmp_path / "run", show_progress=False)
-    res = I.run_ideal(prepare(cfg), tmp_path / "run")
+    res = run_ideal(prepare(cfg), tmp_path / "run")
     assert res["status"] == "ok", res
     at = {c: res["configs"][c]["teacher_advantage"]["incorrect"] for c in res["configs"]}
     assert all(a["n_prompts"] >= MIN_PROMPTS for a in at.values()), at  # real intervals, not one prompt

@@ -6,8 +6,11 @@ import torch
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.models import load_model, load_tokenizer
-from opsd_diag.engine.scoring import COLUMNS, ScoreSettings, TeacherInput, score_batch
-from opsd_diag.io.views import encode_chat, pack, student_view, teacher_view, trim_completion
+from opsd_diag.engine.sampling import trim_completion
+from opsd_diag.engine.scoring import TeacherInput, score_batch
+from opsd_diag.io.views import encode_chat, student_view, teacher_view
+from opsd_diag.schema import SIGNAL_COLUMNS as COLUMNS
+from opsd_diag.settings import ScoreSettings
 from opsd_diag.zoo import task
 
 
@@ -27,9 +30,14 @@ def _rollouts(world, problems, lengths=(5, 9, 1, 7)):
     return [torch.randint(3, V, (n,), generator=g).tolist() for n in lengths[:len(problems)]]
 
 
+def settings(**kw) -> ScoreSettings:
+    return ScoreSettings(**{"temperature": 0.9, "jsd_beta": 0.5, "centering": None, "exopd_lambda": 1.25,
+                            "exopd_reference": "student", "top_k": 3, "chunk_size": 4, **kw})
+
+
 def _score(world, problems, comps, s=None, base=True):
     tok = world["tok"]
-    s = s or ScoreSettings(temperature=0.9, jsd_beta=0.5, centering=None, top_k=3, chunk_size=4)
+    s = s or settings()
     sp = [student_view(tok, p).ids for p in problems]
     teachers = {"teacher": TeacherInput(world["teacher"], sp),
                 "self_full": TeacherInput(world["student"], [teacher_view(tok, p, "full_solution").ids for p in problems])}
@@ -86,7 +94,7 @@ def test_padding_batch_composition_and_chunking_do_not_matter(world):
     together, _ = _score(world, probs, comps)
     for i in range(len(probs)):
         alone, _ = _score(world, [probs[i]], [comps[i]],
-                          ScoreSettings(temperature=0.9, top_k=3, chunk_size=1 + i * 5))
+                          settings(chunk_size=1 + i * 5))
         for name in together:
             sel = together[name]["row"] == i
             for c in COLUMNS:
@@ -109,12 +117,6 @@ def test_eos_rules():
     assert trim_completion([5, 6, 2, 7, 2], [2]) == ([5, 6, 2], True)       # first EOS kept, rest dropped
     assert trim_completion([5, 9, 6, 2], [2, 9]) == ([5, 9], True)          # several stop ids
     assert trim_completion([5, 6, 7], [2]) == ([5, 6, 7], False)            # truncated: no EOS, all scored
-    # pad == eos: masks come from lengths, so the EOS inside a completion is scored
-    eos = 0
-    ids, att, pos, cmask = pack([[4, 5], [6]], [[7, eos], [8, 9, eos]], pad_id=eos)
-    assert cmask.tolist() == [[True, True, False], [True, True, True]]
-    assert att.tolist() == [[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]
-    assert pos.tolist()[1][1:] == [0, 1, 2, 3]                             # explicit position ids under left padding
 
 
 def test_pad_equals_eos_scores_the_eos_token(world):

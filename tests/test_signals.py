@@ -1,4 +1,4 @@
-"""signals.py against a slow, obvious float64 reference: explicit loops over positions and vocabulary."""
+"""core/signals.py against a slow, obvious float64 reference: explicit loops over positions and vocabulary."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from opsd_diag.core import signals as S
+from opsd_diag.schema import BASE_COLUMNS, SIGNAL_COLUMNS
 
 N, V = 5, 11
 RTOL, ATOL = 1e-5, 1e-5
@@ -60,7 +61,8 @@ def ref_rows(logits, tau=1.0):
 
 def ref_signals(student, teacher, tokens, base=None, tau=1.0, beta=0.5, k=None, lam=1.25, ref_lp=None):
     """Every key of token_signals, position by position, float64."""
-    out = {key: [] for key in S.SIGNAL_KEYS}
+    out = {key: [] for key in SIGNAL_COLUMNS}
+    vocab = student.shape[1]
     lps_rows, lpt_rows = ref_rows(student, tau), ref_rows(teacher, tau)
     lpb_rows = ref_rows(base, tau) if base is not None else None
     for n in range(student.shape[0]):
@@ -68,7 +70,7 @@ def ref_signals(student, teacher, tokens, base=None, tau=1.0, beta=0.5, k=None, 
         as_t = lambda row: [torch.tensor(x, dtype=torch.float64) for x in row]  # noqa: E731
         lp_s, lp_t = lp[y], lq[y]
         r_opd = lp_t - lp_s
-        a_opd = r_opd - ref_centered(lp, [lq[v] - lp[v] for v in range(V)], y, k)
+        a_opd = r_opd - ref_centered(lp, [lq[v] - lp[v] for v in range(vocab)], y, k)
         lp_ref = lp_s if ref_lp is None else float(ref_lp[n])
         row = {
             "lp_s": lp_s, "lp_t": lp_t, "r_opd": r_opd,
@@ -76,19 +78,19 @@ def ref_signals(student, teacher, tokens, base=None, tau=1.0, beta=0.5, k=None, 
             "jsd": float(ref_jsd(as_t(lp), as_t(lq), beta)), "a_opd": a_opd,
             "a_ex": lam * (lp_t - lp_ref) - (lp_s - lp_ref),
             "h_s": float(ref_entropy(as_t(lp))), "h_t": float(ref_entropy(as_t(lq))),
-            "rank_t": float(sum(1 for v in range(V) if lq[v] > lq[y])),
+            "rank_t": float(sum(1 for v in range(vocab) if lq[v] > lq[y])),
             "top1_agree": float(max(range(V), key=lambda v: lp[v]) == max(range(V), key=lambda v: lq[v])),
         }
         if lpb_rows is None:
-            row.update({key: math.nan for key in S.BASE_KEYS})
+            row.update({key: math.nan for key in BASE_COLUMNS})
         else:
             lb = lpb_rows[n]
             r_delta = lp_t - lb[y]
-            a_delta = r_delta - ref_centered(lp, [lq[v] - lb[v] for v in range(V)], y, k)
+            a_delta = r_delta - ref_centered(lp, [lq[v] - lb[v] for v in range(vocab)], y, k)
             gate = 1.0 if a_delta * a_opd > 0 else 0.0
             row.update(lp_b=lb[y], r_delta=r_delta, a_delta=a_delta, gate=gate, a_d2=gate * a_delta,
                        h_b=float(ref_entropy(as_t(lb))))
-        for key in S.SIGNAL_KEYS:
+        for key in SIGNAL_COLUMNS:
             out[key].append(row[key])
     return {key: torch.tensor(vals, dtype=torch.float64) for key, vals in out.items()}
 
@@ -100,6 +102,12 @@ def make(seed, scale=3.0):
     student, teacher, base = (torch.randn(N, V, generator=g) * scale for _ in range(3))
     tokens = torch.randint(0, V, (N,), generator=g)
     return student, teacher, base, tokens
+
+
+def sig(student, teacher, tokens, **kw):
+    """token_signals with the config's defaults unless a test sets a value."""
+    settings = {"temperature": 1.0, "jsd_beta": 0.5, "centering": None, "exopd_lambda": 1.25, **kw}
+    return S.token_signals(student, teacher, tokens, **settings)
 
 
 def close(actual, expected, rtol=RTOL, atol=ATOL):
@@ -133,9 +141,9 @@ def test_bf16_logits_are_computed_in_float32():
     assert logp.dtype == torch.float32
     # the reference upcasts the (exact) bf16 values: a bf16 log-softmax would miss this tolerance
     close(logp, torch.tensor(ref_rows(s16.float()), dtype=torch.float64))
-    got = S.token_signals(s16, t16, tokens, base_logits=b16)
+    got = sig(s16, t16, tokens, base_logits=b16)
     ref = ref_signals(s16.float(), t16.float(), tokens, base=b16.float())
-    for key in S.SIGNAL_KEYS:
+    for key in SIGNAL_COLUMNS:
         close(got[key], ref[key])
 
 
@@ -193,30 +201,47 @@ def test_divergence_gradients_match_float64_autograd(beta):
 
 @pytest.mark.parametrize("k", [None, 1, 3, V, V + 5])
 @pytest.mark.parametrize("which", ["random", "outside_topk"])
-def test_centered_expectation(k, which):
+def test_centred_advantage(k, which):
     student, _, _, tokens = make(6)
     f = torch.randn(N, V, generator=torch.Generator().manual_seed(7))
-    lp = S.log_probs(student)
+    d = S.dist(S.log_probs(student), tokens)
     if which == "outside_topk":
-        tokens = lp.argmin(-1)  # the student's least likely token: outside any top-k with k < V
+        tokens = d.logp.argmin(-1)  # the student's least likely token: outside any top-k with k < V
     rp = ref_rows(student)
-    expected = [ref_centered(rp[n], [float(x) for x in f[n]], int(tokens[n]), k) for n in range(N)]
-    close(S.centered_expectation(lp, f, tokens, centering=k), torch.tensor(expected))
+    expected = [float(f[n, tokens[n]]) - ref_centered(rp[n], [float(x) for x in f[n]], int(tokens[n]), k)
+                for n in range(N)]
+    close(S.centred_advantage(d, f, tokens, centering=k), torch.tensor(expected))
     if k is not None and k < V:
-        full = S.centered_expectation(lp, f, tokens)
-        assert not torch.allclose(S.centered_expectation(lp, f, tokens, centering=k), full)
+        full = S.centred_advantage(d, f, tokens, centering=None)
+        assert not torch.allclose(S.centred_advantage(d, f, tokens, centering=k), full)
 
 
-def test_centered_expectation_adds_sampled_token_once():
+def test_centred_advantage_adds_sampled_token_once():
     lp = S.log_probs(torch.tensor([[3.0, 2.0, 1.0, 0.0]]))
     f = torch.tensor([[1.0, 10.0, 100.0, 1000.0]])
     p = lp.exp()[0]
-    inside = S.centered_expectation(lp, f, torch.tensor([1]), centering=2)
-    outside = S.centered_expectation(lp, f, torch.tensor([3]), centering=2)
-    torch.testing.assert_close(inside, (p[0] * 1 + p[1] * 10).view(1))  # not renormalised, no double count
-    torch.testing.assert_close(outside, (p[0] * 1 + p[1] * 10 + p[3] * 1000).view(1))
+    d = S.dist(lp, torch.tensor([1]))
+    inside = S.centred_advantage(d, f, torch.tensor([1]), centering=2)
+    outside = S.centred_advantage(S.dist(lp, torch.tensor([3])), f, torch.tensor([3]), centering=2)
+    torch.testing.assert_close(inside, (10 - (p[0] * 1 + p[1] * 10)).view(1))  # not renormalised, no double count
+    torch.testing.assert_close(outside, (1000 - (p[0] * 1 + p[1] * 10 + p[3] * 1000)).view(1))
     with pytest.raises(ValueError):
-        S.centered_expectation(lp, f, torch.tensor([0]), centering=0)
+        S.centred_advantage(d, f, torch.tensor([1]), centering=0)
+
+
+@pytest.mark.parametrize("k", [None, 5])
+def test_near_certain_student_keeps_the_sign_of_a_delta_in_float32(k):
+    """The textbook form r_delta - E_p[log q - log b] cancels to 0 in float32 when p(y) rounds to 1."""
+    vocab, y = 377, 42
+    student, teacher, base = (torch.zeros(1, vocab) for _ in range(3))
+    student[0, y], teacher[0, y], base[0, y] = 25.0, 26.0, 2.0
+    tokens = torch.tensor([y])
+    got = sig(student, teacher, tokens, base_logits=base, centering=k)
+    assert float(S.log_probs(student).exp()[0, y]) == 1.0  # the student's probability rounds to 1
+    assert got["a_delta"].item() > 0 and got["a_opd"].item() > 0 and got["gate"].item() == 1.0
+    ref = ref_signals(student.double(), teacher.double(), tokens, base=base.double(), k=k)
+    for key in ("a_opd", "a_delta", "a_d2"):  # relative precision, not just the sign
+        torch.testing.assert_close(got[key].double(), ref[key], rtol=1e-4, atol=0)
 
 
 # ---------------------------------------------------------------- the token_signals bundle
@@ -229,11 +254,10 @@ def test_token_signals_every_key(seed, tau, k, beta):
     student, teacher, base, tokens = make(seed)
     if seed == 1:
         tokens = S.log_probs(student).argmin(-1)  # sampled tokens outside the student's top-k
-    got = S.token_signals(student, teacher, tokens, base_logits=base, temperature=tau, jsd_beta=beta,
-                          centering=k)
-    assert tuple(got) == S.SIGNAL_KEYS
+    got = sig(student, teacher, tokens, base_logits=base, temperature=tau, jsd_beta=beta, centering=k)
+    assert set(got) == set(SIGNAL_COLUMNS)
     ref = ref_signals(student, teacher, tokens, base=base, tau=tau, beta=beta, k=k)
-    for key in S.SIGNAL_KEYS:
+    for key in SIGNAL_COLUMNS:
         assert got[key].shape == (N,) and not got[key].requires_grad, key
         close(got[key], ref[key])
     # centring over the full vocabulary is exactly the table's identity a_opd = r_opd + KL(p || q)
@@ -244,24 +268,24 @@ def test_token_signals_every_key(seed, tau, k, beta):
 def test_token_signals_reference_logprob_for_exopd():
     student, teacher, base, tokens = make(8)
     ref_lp = S.token_logprob(S.log_probs(base), tokens)  # the teacher's base as the reference R
-    got = S.token_signals(student, teacher, tokens, exopd_lambda=1.5, ref_logprob=ref_lp)
+    got = sig(student, teacher, tokens, exopd_lambda=1.5, ref_logprob=ref_lp)
     close(got["a_ex"], ref_signals(student, teacher, tokens, lam=1.5, ref_lp=ref_lp)["a_ex"])
-    default = S.token_signals(student, teacher, tokens, exopd_lambda=1.5)
+    default = sig(student, teacher, tokens, exopd_lambda=1.5)
     close(default["a_ex"], (1.5 * default["r_opd"]).double())  # default reference: the student itself
 
 
 def test_token_signals_without_base_are_nan():
     student, teacher, _, tokens = make(9)
-    got = S.token_signals(student, teacher, tokens)
-    for key in S.SIGNAL_KEYS:
+    got = sig(student, teacher, tokens)
+    for key in SIGNAL_COLUMNS:
         assert got[key].dtype == torch.float32
-        assert torch.isnan(got[key]).all() == (key in S.BASE_KEYS), key
+        assert torch.isnan(got[key]).all() == (key in BASE_COLUMNS), key
 
 
 @pytest.mark.parametrize("k", [None, 3])
 def test_identity_teacher_equals_student(k):
     student, _, base, tokens = make(10)
-    got = S.token_signals(student, student.clone(), tokens, base_logits=base, centering=k)
+    got = sig(student, student.clone(), tokens, base_logits=base, centering=k)
     for key in ("kl_rev", "kl_fwd", "r_opd", "a_opd"):
         torch.testing.assert_close(got[key], torch.zeros(N), atol=1e-6, rtol=0)
     assert (got["top1_agree"] == 1).all()
@@ -272,7 +296,7 @@ def test_identity_teacher_equals_student(k):
 
 def test_rank_t_counts_strictly_better_tokens():
     teacher = torch.tensor([[0.0, 5.0, 1.0, 5.0], [9.0, 1.0, 2.0, 3.0]])
-    got = S.token_signals(torch.zeros(2, 4), teacher, torch.tensor([2, 0]))
+    got = sig(torch.zeros(2, 4), teacher, torch.tensor([2, 0]))
     assert got["rank_t"].tolist() == [2.0, 0.0]
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from opsd_diag.io.config import from_dict
 from opsd_diag.errors import OpsdError
-from test_trainer_world import build_world, config_dict, one_thread, read_metrics, world, write_config  # noqa: F401 (fixtures)
+from fixtures_trainer import build_world, config_dict, one_thread, read_metrics, world, write_config  # noqa: F401 (fixtures)
 from trainer import cli, config, launch, rundir
 from trainer.rollouts import MicroBatch
 from trainer.setup import prepare
@@ -21,7 +21,7 @@ from trainer.step import micro_batch_backward
 
 
 def resolve(world, **training):
-    return config.resolve(from_dict(config_dict(world, **training)))
+    return config.resolve_training(from_dict(config_dict(world, **training)))
 
 
 # ------------------------------------------------------------------------------- config errors
@@ -45,7 +45,7 @@ def test_opd2_without_base_is_refused(world):
     d = config_dict(world, method="opd2")
     del d["base"]
     with pytest.raises(OpsdError, match="opd2' needs a base model"):
-        config.resolve(from_dict(d))
+        config.resolve_training(from_dict(d))
 
 
 def test_inherited_settings_are_resolved(world):
@@ -53,7 +53,7 @@ def test_inherited_settings_are_resolved(world):
     assert tc.spec.beta == 0.5 and tc.spec.scoring_temperature == 0.8  # scored at the sampling temperature
     assert tc.spec.max_completion_length == 8 and tc.spec.top_p == 1.0
     assert tc.spec.generation_batch_size == 2
-    assert config.resolve(from_dict(yaml.safe_load(tc.to_yaml()))).to_yaml() == tc.to_yaml()  # idempotent
+    assert config.resolve_training(from_dict(yaml.safe_load(tc.to_yaml()))).to_yaml() == tc.to_yaml()  # idempotent
 
 
 @pytest.mark.parametrize("case", ["no_base", "unknown_method", "lora_without_peft", "unwritable", "bad_key"])
@@ -227,7 +227,7 @@ def test_stop_file_saves_and_resume_finishes_like_an_uninterrupted_run(world, tm
     assert rundir.stop_file(out).exists()  # left behind: the resume must not stop at once
     assert cli.main([str(cfg), "--out", str(out), "--resume"]) == 0
     assert rundir.read_status(out)["status"] == "finished"
-    from test_trainer_world import without_time
+    from fixtures_trainer import without_time
     assert without_time(read_metrics(out)) == without_time(read_metrics(tmp_path / "ref"))
 
 
@@ -311,7 +311,7 @@ def test_length_groups_cover_every_row_once_and_cut_long_tails():
 
 def _left_padded_hidden(model, prompts, completions, pad_id):
     """Reference: one left-padded batch with an attention mask (every row padded to the longest)."""
-    from opsd_diag.io.views import pack
+    from benchmarks.reference import pack
 
     ids, att, pos, cmask = pack(prompts, completions, pad_id)
     P = ids.shape[1] - cmask.shape[1]
@@ -372,7 +372,8 @@ def test_sampler_decode_step_equals_each_row_alone(world):
 
 def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
     """Identical draws until a row of the batch finishes; every row ends at its first stop id or the limit."""
-    from opsd_diag.engine.sampling import SamplingSettings, sample_hf
+    from opsd_diag.engine.sampling import sample_hf
+    from opsd_diag.settings import SamplingSettings
     from opsd_diag.engine import decode as sampler
 
     from transformers import AutoModelForCausalLM
@@ -388,7 +389,7 @@ def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
     for model, top_p, temp, stop in ((student, 1.0, 1.0, frequent), (student, 0.8, 1.3, frequent),
                                      (student, 1.0, 1.0, rare), (eager, 0.8, 1.3, frequent), (eager, 1.0, 1.0, rare)):
         assert sampler.supported(model)
-        s = SamplingSettings(2, temp, top_p, 12, 11, 4)
+        s = SamplingSettings(num_samples=2, temperature=temp, top_p=top_p, max_new_tokens=12, seed=11, batch_size=4)
         ref = sample_hf(model, tok, prompts, s, stop)
         got = sampler.sample(model, tok, prompts, s, stop)
         assert sampler.sample(model, tok, prompts, s, stop) == got  # deterministic for a seed

@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from conftest import WRONG_SOLUTION
-from test_trainer_world import one_thread  # noqa: F401 (fixture)
+from fixtures_trainer import one_thread  # noqa: F401 (fixture)
 from trainer import cli
 
 ROOT = Path(__file__).resolve().parents[1]

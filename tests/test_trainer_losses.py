@@ -2,7 +2,7 @@
 
 The reference builds each loss from 0-d float64 tensors, position by position and token by token,
 so autograd gives the reference gradient; the trainer's loss (float32, vectorised, through
-``opsd_diag.signals``) must match it. Advantages also match the diagnosis' ``token_signals``.
+``opsd_diag.core.signals``) must match it. Advantages also match the diagnosis' ``token_signals``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,17 @@ import pytest
 import torch
 
 from opsd_diag.core import signals
-from trainer.losses import LossSettings, token_loss
+from opsd_diag.settings import LossSettings
+from trainer.losses import token_loss
 
 N, V = 6, 9
 TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def loss_settings(method: str, temperature: float = 1.0, **kw) -> LossSettings:
+    """LossSettings with the config's defaults unless a test sets a value."""
+    return LossSettings(**{"method": method, "temperature": temperature, "beta": 0.5, "centering": None,
+                           "exopd_lambda": 1.25, "clip": None, **kw})
 
 
 def ref_log_softmax(row, tau):
@@ -104,7 +111,7 @@ def test_gradient_matches_float64_reference(method, kw, tau):
                          lam=kw.get("exopd_lambda", 1.25), clip=kw.get("clip"))
     (g_ref,) = torch.autograd.grad(ref, s_ref)
     # trainer: float32, chunked exactly like the loop does, normalised by the token count
-    settings = LossSettings(method=method, temperature=tau, **kw)
+    settings = loss_settings(method, tau, **kw)
     s32 = s.float().requires_grad_(True)
     ref_lp = signals.token_logprob(signals.log_probs(r.float(), tau), ids) if method == "exopd" else None
     per_token, _ = token_loss(s32, ids, settings, teacher_logits=t.float(), base_logits=b.float(),
@@ -120,7 +127,7 @@ def test_teacher_gets_no_gradient():
     s, t, b, r, ids = _inputs(3)
     t32 = t.float().requires_grad_(True)
     for method in ("opd", "jsd", "opd2"):
-        per_token, _ = token_loss(s.float().requires_grad_(True), ids, LossSettings(method=method),
+        per_token, _ = token_loss(s.float().requires_grad_(True), ids, loss_settings(method),
                                   teacher_logits=t32, base_logits=b.float())
         per_token.sum().backward()
         assert t32.grad is None
@@ -132,14 +139,14 @@ def test_advantages_equal_the_diagnosis_signals(centering):
     s, t, b, r, ids = (x.float() if x.dtype == torch.float64 else x for x in _inputs(11))
     tau = 0.8
     ref_lp = signals.token_logprob(signals.log_probs(r, tau), ids)
-    sig = signals.token_signals(s, t, ids, base_logits=b, temperature=tau, centering=centering,
+    sig = signals.token_signals(s, t, ids, base_logits=b, temperature=tau, centering=centering, jsd_beta=0.5,
                                 exopd_lambda=1.5, ref_logprob=ref_lp)
-    _, st = token_loss(s, ids, LossSettings("opd", tau), teacher_logits=t)
+    _, st = token_loss(s, ids, loss_settings("opd", tau), teacher_logits=t)
     torch.testing.assert_close(st["advantage"], sig["r_opd"])
-    _, st = token_loss(s, ids, LossSettings("opd2", tau, centering=centering), teacher_logits=t, base_logits=b)
+    _, st = token_loss(s, ids, loss_settings("opd2", tau, centering=centering), teacher_logits=t, base_logits=b)
     torch.testing.assert_close(st["advantage"], sig["a_d2"])
     torch.testing.assert_close(st["gate"], sig["gate"])
-    _, st = token_loss(s, ids, LossSettings("exopd", tau, exopd_lambda=1.5), teacher_logits=t, ref_logprob=ref_lp)
+    _, st = token_loss(s, ids, loss_settings("exopd", tau, exopd_lambda=1.5), teacher_logits=t, ref_logprob=ref_lp)
     torch.testing.assert_close(st["advantage"], sig["a_ex"])
 
 
@@ -147,6 +154,6 @@ def test_teacher_equal_to_student_gives_zero_gradient():
     s, _, _, _, ids = _inputs(5)
     for method, kw in (("opd", {}), ("jsd", {"beta": 0.5}), ("jsd", {"beta": 0.0})):
         s32 = s.float().requires_grad_(True)
-        per_token, _ = token_loss(s32, ids, LossSettings(method, **kw), teacher_logits=s.float())
+        per_token, _ = token_loss(s32, ids, loss_settings(method, **kw), teacher_logits=s.float())
         (g,) = torch.autograd.grad(per_token.sum(), s32)
         torch.testing.assert_close(g, torch.zeros_like(g), atol=1e-6, rtol=0)

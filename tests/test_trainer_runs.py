@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_trainer_world import build_world, one_thread, read_metrics, without_time, world, write_config  # noqa: F401 (fixtures)
+from fixtures_trainer import build_world, one_thread, read_metrics, without_time, world, write_config  # noqa: F401 (fixtures)
 from trainer import cli, launch, rundir
 
 ENV = {"OMP_NUM_THREADS": "1"}  # as torchrun sets it; the in-process runs below use one thread too

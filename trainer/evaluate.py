@@ -16,11 +16,10 @@ import torch
 from accelerate.utils import gather_object
 
 from opsd_diag.core import signals
-from opsd_diag.core.aggregate import pass_at_k
+from opsd_diag.core.stats import pass_at_k
 from opsd_diag.engine.sampling import SamplingSettings, sample_hf
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.io.verify import is_correct
-from trainer.config import EvalSpec
 from trainer.roles import Roles
 from trainer.rollouts import ProblemSet, micro_seed
 
@@ -41,8 +40,7 @@ def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, st
     per_chunk = max(1, ev.batch_size // ev.num_samples)
     results, samples = [], []
     for c, idx in _chunks(len(ps.problems), per_chunk, world, rank):
-        s = SamplingSettings(ev.num_samples, ev.temperature, 1.0, ev.max_completion_length,
-                             micro_seed(ev.seed, salt, c), ev.batch_size)
+        s = ev.settings(micro_seed(ev.seed, salt, c))
         outs = sample_hf(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids)
         for i, per_prompt in zip(idx, outs):
             answer = ps.problems[i].get("answer")

@@ -202,7 +202,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
         rundir.write_status(run_dir, "running", step=step, max_steps=spec.max_steps, method=spec.method,
                             sampling_temperature=spec.temperature, scoring_temperature=spec.scoring_temperature,
                             resumed_from=str(ckpt) if ckpt else None)
-        acc.init_trackers("tensorboard", config={k: v for k, v in tc.cfg.training.items()
+        acc.init_trackers("tensorboard", config={k: v for k, v in spec.model_dump(mode="json").items()
                                                 if isinstance(v, (int, float, str, bool))})
         log.info("training %s from step %d to %d (T_sample=%s, T_score=%s, %d process(es))", spec.method, step,
                  spec.max_steps, spec.temperature, spec.scoring_temperature, acc.num_processes)

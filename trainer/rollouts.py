@@ -19,13 +19,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from opsd_diag.io import templates
-from opsd_diag.io.config import DiagnosisConfig
-from opsd_diag.io.data import load_problems, prompt_text
+from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
+from opsd_diag.io.data import load_problems
 from opsd_diag.errors import OpsdError
-from opsd_diag.engine.sampling import SamplingSettings
 from opsd_diag.io.views import student_view, teacher_view
 from opsd_diag.engine import decode as sampler
-from trainer.config import TrainingSpec
 
 
 @dataclass
@@ -55,7 +53,7 @@ class MicroBatch:
 
 def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
     """The reference response as ids: the template rendered, tokenised without specials, plus a stop id."""
-    fields = templates.context_fields({**problem, "prompt_text": prompt_text(problem)})
+    fields = templates.context_fields(problem)
     text = templates.render(target_template, fields)
     return tok(text, add_special_tokens=False)["input_ids"] + [stop_id]
 
@@ -120,8 +118,7 @@ def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec:
     first = j * spec.per_device_train_batch_size // per_chunk  # global index of this micro-batch's first chunk
     samples = []
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
-        s = SamplingSettings(k, spec.temperature, spec.top_p, spec.max_completion_length,
-                             micro_seed(spec.seed, step, first + c), spec.generation_batch_size)
+        s = spec.sampling_settings(micro_seed(spec.seed, step, first + c))
         samples += sampler.sample(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s,
                                   stop_ids)
     return samples

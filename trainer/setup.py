@@ -16,7 +16,7 @@ from opsd_diag.io import models as hub
 from opsd_diag.errors import OpsdError
 from trainer.config import TrainConfig
 from trainer.evaluate import EvalSets
-from trainer.losses import LossSettings
+from opsd_diag.settings import LossSettings
 from trainer.roles import Roles, add_lora, frozen_copy, load_lora, load_trainable
 from trainer.rollouts import ProblemSet, build_problem_set, load_set
 from trainer.step import auto_chunk_size
@@ -37,12 +37,6 @@ class Setup:
     @property
     def pad_id(self) -> int:
         return self.tok.pad_token_id
-
-
-def loss_settings(tc: TrainConfig) -> LossSettings:
-    s = tc.spec
-    return LossSettings(method=s.loss_method, temperature=s.scoring_temperature, beta=s.beta,
-                        centering=s.centering_k, exopd_lambda=s.exopd_lambda, clip=s.clip)
 
 
 def _frozen(spec, device: torch.device):
@@ -116,4 +110,4 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
     ref = spec.exopd_reference if spec.method == "exopd" else None
     vocab = roles.student.get_output_embeddings().weight.shape[0]
     chunk = spec.chunk_size or auto_chunk_size(vocab)
-    return Setup(tc, tok, roles, train, sets, stop_ids, loss_settings(tc), ref, chunk)
+    return Setup(tc, tok, roles, train, sets, stop_ids, tc.spec.loss_settings(), ref, chunk)

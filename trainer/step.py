@@ -21,7 +21,8 @@ from torch import Tensor
 from opsd_diag.core import signals
 from opsd_diag.errors import OpsdError
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
-from trainer.losses import LossSettings, token_loss
+from opsd_diag.settings import LossSettings
+from trainer.losses import token_loss
 from trainer.roles import Roles
 from trainer.rollouts import MicroBatch
 

@@ -3,44 +3,41 @@
 import streamlit as st
 
 from app import common
-from opsd_diag.report import figures as viz
-from opsd_diag.core.aggregate import summary_frame
 
 run = common.require_run()
-s, m = run["summary"], run["manifest"]
+s, f = run.summary, run.facts()
 st.title("Overview")
-st.caption(f"{st.session_state['run_dir']} · {m.get('n_problems')} problems × "
-           f"{m.get('config', {}).get('sampling', {}).get('num_samples')} samples · "
-           f"T_sample={m.get('sampling_temperature')} · T_score={m.get('scoring_temperature')} · "
-           f"centering={m.get('centering')}")
+st.caption(f"{st.session_state['run_dir']} · {f['n_problems']} problems × {f['samples']} samples · "
+           f"T_sample={f['sampling_temperature']} · T_score={f['scoring_temperature']} · centering={f['centering']}")
 
-acc = s.get("student_accuracy") or {}
-cols = st.columns(1 + len(s.get("pass_at_k") or {}))
-cols[0].metric("Student accuracy", "n/a" if acc.get("estimate") is None else f"{acc['estimate']:.3f}",
-               help="share of student samples the answer checker marks correct (95% CI over prompts: "
-                    f"{acc.get('lo')} – {acc.get('hi')})")
-for col, (k, v) in zip(cols[1:], (s.get("pass_at_k") or {}).items()):
+acc = s.student_accuracy
+cols = st.columns(1 + len(s.pass_at_k))
+cols[0].metric("Student accuracy", "n/a" if acc.estimate is None else f"{acc.estimate:.3f}",
+               help=f"share of student samples the answer checker marks correct (95% CI over prompts: {acc.text()})")
+for col, (k, v) in zip(cols[1:], s.pass_at_k.items()):
     col.metric(k, "n/a" if v is None else f"{v:.3f}", help="unbiased pass@k over the student samples")
 
 st.subheader("Per teacher config")
-st.dataframe(summary_frame(s), hide_index=True)
+st.dataframe(s.headline_frame(), hide_index=True)
 st.caption("Means per token over all scored tokens; sign_agreement is the OPD² gate keep fraction; "
            "accuracy_gap is teacher-with-context minus student accuracy.")
 
-verdict = viz.verdict_frame(s)
-if verdict is not None:
+verdicts = run.verdicts()
+if verdicts is not None:
     st.subheader("Verdict and ranking")
-    st.dataframe(verdict, hide_index=True)
-    if viz.ideal_note(s):
-        st.caption(viz.ideal_note(s))
-    if s.get("verdict_rule"):
+    st.dataframe(verdicts, hide_index=True)
+    if s.ideal is not None:
+        st.caption(s.ideal.note())
+    if s.verdict_rule:
         with st.expander("The rule behind the verdict"):
-            st.markdown(str(s["verdict_rule"]))
+            st.markdown(s.verdict_rule)
+elif s.ideal is not None:
+    st.info(s.ideal.note())
 
-truncated = {k: v for k, v in (s.get("context_truncated") or {}).items() if v}
+truncated = {k: v for k, v in s.context_truncated.items() if v}
 if truncated:
     st.warning("Privileged context truncated to fit max_prompt_length: "
                + ", ".join(f"{k}: {v} prompt(s)" for k, v in truncated.items()))
 
-st.plotly_chart(viz.headline_figure(s), key="headline")
-st.caption(viz.FIGURE_HELP["headline"])
+st.plotly_chart(run.figure("headline"), key="headline")
+st.caption(common.FIGURE_HELP["headline"])

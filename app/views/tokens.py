@@ -4,11 +4,10 @@ import pandas as pd
 import streamlit as st
 
 from app import common
-from opsd_diag.report import figures as viz
 
 run = common.require_run()
 st.title("Tokens")
-rollouts, configs = run["rollouts"], list(run["summary"]["configs"])
+rollouts, configs = run.rollouts, run.configs
 if rollouts.empty or not configs:
     st.info("This run has no scored tokens.")
     st.stop()
@@ -22,14 +21,12 @@ rid = c2.selectbox("Rollout", list(labels), format_func=labels.get, key="tok_rol
 with c3:
     signal = common.signal_select("tok_signal")
 
-st.html(viz.rollout_heatmap(run, rid, config, signal, common.tokenizer(run)))
+st.html(run.heatmap(rid, [config], signal, common.tokenizer(run)))
 st.caption("Hover a token for all its signals and the student/teacher top-k alternatives "
            "(underlined: the sampled token). Red: below 0, blue: above 0.")
 
-row = rollouts[rollouts["rollout_id"] == rid].iloc[0]
+row, tokens, _ = run.rollout(rid, config)
 with st.expander("Completion text and answer"):
     st.text(row["text"])
     st.write(f"predicted answer: {row['answer_pred']} · correct: {row['correct']}")
-t = run["tokens"]
-st.dataframe(t[(t["rollout_id"] == rid) & (t["config"] == config)].drop(columns=["rollout_id", "config"]),
-             hide_index=True)
+st.dataframe(tokens.drop(columns=["rollout_id", "config"]), hide_index=True)

@@ -1,38 +1,26 @@
-"""Aggregates of the per-token table: splits, entropy bins, alignment, pass@k, bootstrap CIs.
+"""The config-level aggregates of a diagnosis: splits by correctness, position and entropy bin,
+delta-vs-OPD alignment, accuracy and pass@k, each with bootstrap CIs over prompts (``core.stats``).
 
-Every function is pure (frames in, floats/dicts/frames out). Confidence intervals resample whole
-prompts, never tokens: tokens of one rollout, and rollouts of one prompt, are strongly correlated,
-so a token-level bootstrap would give intervals that are far too narrow.
-
-Bootstrap protocol (shared by every CI here, so a plain loop can reproduce it exactly): prompts
-are sorted, ``rng = np.random.default_rng(seed)`` draws ``rng.integers(0, P, size=(n_boot, P))``
-in one call, row b lists the prompts of replicate b, and the interval is the percentile interval
-of the finite replicates. All CIs of one ``summarize`` call use the same seed, so they share
-their resamples (common random numbers make differences between configs less noisy).
+Pure: frames in, a JSON-ready dict (the ``summary.json`` schema of ``opsd_diag.summary``) out.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from opsd_diag.core.stats import (accuracy_ci, bootstrap_mean_over_prompts, ci_dict, gap_ci, jsonable,
+                                  pass_at_k_table)
 from opsd_diag.errors import OpsdError
+from opsd_diag.schema import CI_COLUMNS, SIGNAL_COLUMNS
 
-TOKEN_COLUMNS = (
-    "lp_s", "lp_t", "lp_b", "r_opd", "r_delta", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta",
-    "gate", "a_d2", "a_ex", "h_s", "h_t", "h_b", "rank_t", "top1_agree",
-)
-CI_COLUMNS = ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd", "gate")
-HEADLINE_COLUMNS = ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd")
 DEFAULT_ENTROPY_EDGES = (0.1, 0.5, 1.0, 2.0)
 DEFAULT_POSITION_EDGES = (16, 32, 64, 128)
 
-
-# ---------------------------------------------------------------------------------------- binning
 
 def _fmt(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:.3g}"
@@ -79,44 +67,6 @@ def position_buckets(pos, edges: Sequence[int] = DEFAULT_POSITION_EDGES) -> pd.S
     return pd.cut(pos, bins=[-np.inf, *edges, np.inf], right=False, labels=labels, ordered=True)
 
 
-# ---------------------------------------------------------------------------------------- pass@k
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k); NaN if k > n.
-
-    Product form 1 - prod_{i=n-c+1}^{n} (1 - k/i) avoids huge binomials (Chen et al., 2021).
-    """
-    if not 0 <= c <= n or k < 1:
-        raise OpsdError(f"pass@k needs 0 <= c <= n and k >= 1, got n={n}, c={c}, k={k}")
-    if k > n:
-        return math.nan
-    if n - c < k:
-        return 1.0
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=float)))
-
-
-def pass_at_k_table(rollouts: pd.DataFrame, ks: Sequence[int]) -> dict[int, float]:
-    """Mean pass@k over problems, from rollouts with a known correctness.
-
-    A k larger than some problem's sample count gives NaN for that k: averaging over only the
-    problems with enough samples would compare different problem sets across k.
-    """
-    known = rollouts[rollouts["correct"].notna()]
-    per_problem = known.groupby("problem_id")["correct"].agg(
-        n="size", c=lambda s: int(s.astype(bool).sum())
-    )
-    out: dict[int, float] = {}
-    for k in ks:
-        if per_problem.empty:
-            out[int(k)] = math.nan
-            continue
-        vals = [pass_at_k(int(n), int(c), int(k)) for n, c in per_problem.itertuples(index=False)]
-        out[int(k)] = float(np.mean(vals))  # any NaN (k > n) makes the mean NaN on purpose
-    return out
-
-
-# ------------------------------------------------------------------------------------- alignment
-
 def alignment_stats(df: pd.DataFrame) -> dict:
     """How far the delta advantage agrees with the OPD one (sign, correlation, quadrants).
 
@@ -149,131 +99,10 @@ def alignment_stats(df: pd.DataFrame) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------------- bootstrap
-
-def prompt_draws(n_prompts: int, n_boot: int, seed: int) -> np.ndarray:
-    """Prompt indices [n_boot, n_prompts] of every replicate; the one place randomness enters."""
-    return np.random.default_rng(seed).integers(0, n_prompts, size=(n_boot, n_prompts))
-
-
-def _interval(estimate: float, reps: np.ndarray, alpha: float) -> tuple[float, float, float]:
-    reps = reps[np.isfinite(reps)]
-    if not np.isfinite(estimate) or reps.size == 0:
-        return float(estimate), math.nan, math.nan
-    lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
-    return float(estimate), float(lo), float(hi)
-
-
-def bootstrap_over_prompts(
-    frame: pd.DataFrame,
-    prompt_col: str,
-    stat_fn: Callable[[pd.DataFrame], float],
-    n_boot: int = 1000,
-    seed: int = 0,
-    alpha: float = 0.05,
-) -> tuple[float, float, float]:
-    """(estimate, lo, hi) of any statistic, resampling whole prompts with replacement.
-
-    Generic and slow-ish (one ``stat_fn`` call per replicate); prefer
-    ``bootstrap_mean_over_prompts`` for means.
-    """
-    codes, _ = pd.factorize(frame[prompt_col], sort=True)
-    if codes.size == 0:
-        return math.nan, math.nan, math.nan
-    n_prompts = int(codes.max()) + 1
-    order = np.argsort(codes, kind="stable")
-    rows_of = np.split(order, np.cumsum(np.bincount(codes, minlength=n_prompts))[:-1])
-    reps = np.array(
-        [
-            stat_fn(frame.iloc[np.concatenate([rows_of[i] for i in draw])])
-            for draw in prompt_draws(n_prompts, n_boot, seed)
-        ],
-        dtype=float,
-    )
-    return _interval(float(stat_fn(frame)), reps, alpha)
-
-
-def _ratio_replicates(sums: np.ndarray, counts: np.ndarray, draws: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-
-
-def _prompt_sums(values, prompt_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted prompt ids with the sum and count of their finite values (prompts without any dropped)."""
-    v = np.asarray(values, dtype=float)
-    ok = np.isfinite(v)
-    grouped = pd.Series(v[ok]).groupby(np.asarray(prompt_ids)[ok], sort=True)
-    sums, counts = grouped.sum(), grouped.size()
-    return sums.index.to_numpy(), sums.to_numpy(dtype=float), counts.to_numpy(dtype=float)
-
-
-def bootstrap_mean_over_prompts(
-    values, prompt_ids, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05
-) -> tuple[float, float, float]:
-    """(estimate, lo, hi) of the token-weighted mean (sum / count) with prompts resampled.
-
-    Non-finite values are ignored. Per-prompt sums and counts are computed once, so a replicate
-    costs O(prompts), not O(tokens); same draws as ``bootstrap_over_prompts``.
-    """
-    _, sums, counts = _prompt_sums(values, prompt_ids)
-    if sums.size == 0:
-        return math.nan, math.nan, math.nan
-    reps = _ratio_replicates(sums, counts, prompt_draws(sums.size, n_boot, seed))
-    return _interval(float(sums.sum() / counts.sum()), reps, alpha)
-
-
-def _ci_dict(est_lo_hi: tuple[float, float, float], n_prompts: int) -> dict:
-    est, lo, hi = est_lo_hi
-    return {"estimate": est, "lo": lo, "hi": hi, "n_prompts": int(n_prompts)}
-
-
-def _accuracy_ci(frame: pd.DataFrame, n_boot: int, seed: int, alpha: float) -> dict:
-    known = frame[frame["correct"].notna()]
-    est = bootstrap_mean_over_prompts(
-        known["correct"].astype(float), known["problem_id"], n_boot, seed, alpha
-    )
-    out = _ci_dict(est, known["problem_id"].nunique())
-    out["n_samples"] = int(len(known))
-    return out
-
-
-def _gap_ci(teacher: pd.DataFrame, student: pd.DataFrame, n_boot: int, seed: int, alpha: float):
-    """Teacher minus student accuracy on the prompts both sampled, resampling prompts jointly."""
-    t_ids, t_sums, t_counts = _prompt_sums(teacher["correct"].astype(float), teacher["problem_id"])
-    s_ids, s_sums, s_counts = _prompt_sums(student["correct"].astype(float), student["problem_id"])
-    common, ti, si = np.intersect1d(t_ids, s_ids, return_indices=True)
-    if common.size == 0:
-        return _ci_dict((math.nan, math.nan, math.nan), 0)
-    t_sums, t_counts, s_sums, s_counts = t_sums[ti], t_counts[ti], s_sums[si], s_counts[si]
-    draws = prompt_draws(common.size, n_boot, seed)
-    reps = _ratio_replicates(t_sums, t_counts, draws) - _ratio_replicates(s_sums, s_counts, draws)
-    est = t_sums.sum() / t_counts.sum() - s_sums.sum() / s_counts.sum()
-    return _ci_dict(_interval(float(est), reps, alpha), common.size)
-
-
-# ------------------------------------------------------------------------------------- summaries
-
-def _jsonable(obj):
-    """Plain Python values for json.dumps(allow_nan=False): NaN/inf -> None, numpy -> builtins."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if obj is None or obj is pd.NA or isinstance(obj, str):
-        return None if obj is pd.NA else obj
-    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
-
-
 def _means_by(df: pd.DataFrame, labels: pd.Series) -> dict:
     """{label: {n_tokens, mean: {column: mean}}} for every category, empty ones included."""
     grouped = df.groupby(labels, observed=False, sort=True)
-    sizes, means = grouped.size(), grouped[list(TOKEN_COLUMNS)].mean()
+    sizes, means = grouped.size(), grouped[list(SIGNAL_COLUMNS)].mean()
     return {
         str(label): {"n_tokens": int(sizes[label]), "mean": means.loc[label].to_dict()}
         for label in labels.cat.categories
@@ -281,7 +110,7 @@ def _means_by(df: pd.DataFrame, labels: pd.Series) -> dict:
 
 
 def _overall(df: pd.DataFrame) -> dict:
-    cols = list(TOKEN_COLUMNS)
+    cols = list(SIGNAL_COLUMNS)
     q = df[cols].quantile([0.1, 0.5, 0.9])
     mean, n = df[cols].mean(), df[cols].notna().sum()
     per_col = {
@@ -327,7 +156,7 @@ def _config_summary(df, entropy_edges, entropy_quantiles, high_entropy, n_boot, 
             "teacher": _share_at_least(df["h_t"], high_entropy),
         },
         "ci": {
-            c: _ci_dict(bootstrap_mean_over_prompts(df[c], df["problem_id"], n_boot, seed, alpha),
+            c: ci_dict(bootstrap_mean_over_prompts(df[c], df["problem_id"], n_boot, seed, alpha),
                         df.loc[np.isfinite(df[c]), "problem_id"].nunique())
             for c in CI_COLUMNS
         },
@@ -359,7 +188,7 @@ def summarize(
     high_entropy_share, ci, teacher_accuracy, teacher_minus_student_accuracy}, ``student_accuracy``,
     ``pass_at_k`` {"pass@k": value}, ``settings``. Teacher entries are None without teacher samples.
     """
-    _check_columns(tokens, ["config", "rollout_id", "pos", *TOKEN_COLUMNS], "tokens")
+    _check_columns(tokens, ["config", "rollout_id", "pos", *SIGNAL_COLUMNS], "tokens")
     _check_columns(rollouts, ["rollout_id", "problem_id", "sample_idx", "correct", "length"],
                    "rollouts")
     unknown = set(tokens["rollout_id"].unique()) - set(rollouts["rollout_id"].unique())
@@ -383,40 +212,21 @@ def summarize(
             mine = teacher_rollouts[(teacher_rollouts["config"] == config)
                                     & teacher_rollouts["correct"].notna()]
             if len(mine):
-                entry["teacher_accuracy"] = _accuracy_ci(mine, n_boot, seed, alpha)
-                entry["teacher_minus_student_accuracy"] = _gap_ci(mine, student_known, n_boot,
+                entry["teacher_accuracy"] = accuracy_ci(mine, n_boot, seed, alpha)
+                entry["teacher_minus_student_accuracy"] = gap_ci(mine, student_known, n_boot,
                                                                   seed, alpha)
         configs[str(config)] = entry
 
-    return _jsonable({
+    return jsonable({
         "configs": configs,
-        "student_accuracy": _accuracy_ci(rollouts, n_boot, seed, alpha),
+        "student_accuracy": accuracy_ci(rollouts, n_boot, seed, alpha),
         "pass_at_k": {f"pass@{k}": v for k, v in pass_at_k_table(rollouts, ks).items()},
         "settings": {
-            "entropy_edges": None if entropy_edges is None else list(entropy_edges),
+            "entropy_edges": list(entropy_edges) if entropy_edges is not None else (
+                None if entropy_quantiles else list(DEFAULT_ENTROPY_EDGES)),
             "entropy_quantiles": entropy_quantiles, "high_entropy": high_entropy, "ks": list(ks),
             "n_boot": n_boot, "seed": seed, "alpha": alpha,
         },
     })
 
 
-def summary_frame(summary: dict) -> pd.DataFrame:
-    """One row per config with the headline numbers, for the CLI report table (None -> NaN)."""
-    def est(d):
-        return math.nan if d is None or d.get("estimate") is None else d["estimate"]
-
-    rows = []
-    for config, entry in summary["configs"].items():
-        cols = entry["overall"]["columns"]
-        row = {"config": config, "n_tokens": entry["overall"]["n_tokens"]}
-        row.update({c: cols[c]["mean"] for c in HEADLINE_COLUMNS})
-        row["sign_agreement"] = entry["alignment"]["sign_agreement"]
-        row["teacher_accuracy"] = est(entry["teacher_accuracy"])
-        row["student_accuracy"] = est(summary["student_accuracy"])
-        row["accuracy_gap"] = est(entry["teacher_minus_student_accuracy"])
-        rows.append(row)
-    frame = pd.DataFrame(rows, columns=["config", "n_tokens", *HEADLINE_COLUMNS, "sign_agreement",
-                                        "teacher_accuracy", "student_accuracy", "accuracy_gap"])
-    num = frame.columns.drop(["config", "n_tokens"])
-    frame[num] = frame[num].astype(float)  # None from JSON -> NaN
-    return frame

@@ -1,10 +1,10 @@
-"""On-policy sampling for training: a plain ancestral-sampling loop that drops finished rows.
+"""On-policy sampling with our own decode loop: a plain ancestral-sampling loop that drops finished rows.
 
 HF ``generate`` keeps every row of a batch in the forward pass until the longest one ends, and
 grows its KV cache by concatenation for all of them. In a training step most rows end well before
 the longest (on the toy zoo: mean ~37 of up to 72 tokens), so this loop removes a row from the
 batch and from the cache as soon as it samples a stop id. Each token is drawn from the same
-distribution as ``opsd_diag.rollout.sample_hf`` (softmax of the float32 logits at the sampling
+distribution as ``opsd_diag.engine.sampling.sample_hf`` (softmax of the float32 logits at the sampling
 temperature, nucleus cut as HF's ``TopPLogitsWarper``, no other processor), with the same seeding
 (the global RNG reseeded per generation batch from the chunk seed): until the first row of a batch
 finishes, the draws are identical to ``sample_hf``'s; after that the random stream differs because
@@ -27,8 +27,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from opsd_diag.engine.sampling import Completion, SamplingSettings, sample_hf
-from opsd_diag.io.views import trim_completion
+from opsd_diag.engine.sampling import Completion, sample_hf, trim_completion
+from opsd_diag.settings import SamplingSettings
 
 
 def _cache_kwarg(params) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import platform
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +18,19 @@ import pandas as pd
 import torch
 
 from opsd_diag import __version__
-from opsd_diag.core import aggregate as analysis
+from opsd_diag.core import aggregate
+from opsd_diag.engine.nodes import NodeModels, Sampler
+from opsd_diag.engine.predict import run_predictor
+from opsd_diag.engine.sampling import sample_hf, sample_vllm
+from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.io import store
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
-from opsd_diag.errors import OpsdError
 from opsd_diag.io.models import check_compatible, fingerprint, load_model, load_tokenizer, stop_token_ids
-from opsd_diag.engine.sampling import SamplingSettings, sample_hf, sample_vllm
-from opsd_diag.engine.scoring import COLUMNS, ScoreSettings, TeacherInput, score_batch
 from opsd_diag.io.verify import extract_answer, is_correct
 from opsd_diag.io.views import student_view, teacher_view
+from opsd_diag.schema import SIGNAL_COLUMNS
+from opsd_diag.settings import SamplingSettings, derive_seed
 
 
 @dataclass
@@ -48,6 +50,13 @@ class Prepared:
     @property
     def n_shards(self) -> int:
         return -(-len(self.problems) // self.cfg.shard_size)
+
+    def node_models(self) -> NodeModels:
+        return NodeModels(self.tok, self.student, self.teacher_models, self.stop_ids)
+
+    def sampler(self) -> Sampler:
+        """The student's sampler (HF in-process, or the vLLM engine), for the predictor's continuations."""
+        return lambda prompts, s: _sample(self, self.student, self.cfg.student.model, prompts, s)
 
 
 def _load(spec: ModelSpec | None, device: str, name: str | None = None):
@@ -93,10 +102,6 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
                     student_prompts, teacher_prompts, truncated, fps)
 
 
-def _shard_seed(seed: int, index: int, salt: int = 0) -> int:
-    return (seed * 1_000_003 + index * 9_176 + salt * 7_919) % (2**31)
-
-
 def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings):
     if prep.cfg.sampling.backend == "vllm":
         return sample_vllm(model_name, prompts, settings, prep.stop_ids, prep.cfg.student.dtype,
@@ -118,8 +123,7 @@ def run_shard(prep: Prepared, index: int) -> dict[str, pd.DataFrame]:
     lo = index * cfg.shard_size
     idx = list(range(lo, min(len(prep.problems), lo + cfg.shard_size)))
     k = cfg.sampling.num_samples
-    settings = SamplingSettings(k, cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_completion_length,
-                                _shard_seed(cfg.sampling.seed, index), cfg.sampling.batch_size)
+    settings = cfg.sampling.settings(derive_seed(cfg.sampling.seed, index))
     samples = _sample(prep, prep.student, cfg.student.model, [prep.student_prompts[i] for i in idx], settings)
 
     rollouts = []
@@ -141,9 +145,8 @@ def run_shard(prep: Prepared, index: int) -> dict[str, pd.DataFrame]:
     for n_t, t in enumerate(cfg.teachers):
         if cfg.sampling.teacher_samples == 0 or not has_answers:
             continue
-        ts = SamplingSettings(cfg.sampling.teacher_samples, cfg.sampling.temperature, cfg.sampling.top_p,
-                              cfg.sampling.max_completion_length, _shard_seed(cfg.sampling.seed, index, 1 + n_t),
-                              cfg.sampling.batch_size)
+        ts = cfg.sampling.settings(derive_seed(cfg.sampling.seed, index, 1 + n_t),
+                                   num_samples=cfg.sampling.teacher_samples)
         model_name = cfg.student.model if t.is_self else t.model
         outs = _sample(prep, prep.teacher_models[t.name], model_name, [prep.teacher_prompts[t.name][i] for i in idx], ts)
         for i, per_prompt in zip(idx, outs):
@@ -159,8 +162,7 @@ def run_shard(prep: Prepared, index: int) -> dict[str, pd.DataFrame]:
 
 def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     cfg = prep.cfg
-    s = ScoreSettings(cfg.scoring_temperature, cfg.scoring.jsd_beta, cfg.scoring.centering_k, cfg.scoring.exopd_lambda,
-                      cfg.scoring.exopd_reference, cfg.scoring.top_k, cfg.scoring.chunk_size)
+    s = cfg.score_settings()
     pad = prep.tok.pad_token_id
     token_parts, topk_parts = [], []
     names = cache_token_names(prep.tok)
@@ -181,7 +183,7 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
         for name, cols in tokens.items():
             frame = pd.DataFrame({"rollout_id": rid[cols["row"]], "config": name, "pos": cols["pos"],
                                   "token_id": flat_ids, "token": [names(t) for t in flat_ids],
-                                  **{c: cols[c] for c in COLUMNS}})
+                                  **{c: cols[c] for c in SIGNAL_COLUMNS}})
             token_parts.append(frame)
         any_cols = next(iter(tokens.values()))
         for role, (vals, ids) in topk.items():
@@ -223,41 +225,11 @@ def manifest(prep: Prepared, status: str, **extra) -> dict:
             "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids, **extra}
 
 
-def default_out_dir(config_path: str | Path) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{Path(config_path).stem}-{stamp}"
-
-
-def check_run_dir(prep: Prepared, out_dir: Path) -> None:
-    """A new or empty folder, or a run of this same config (resume); anything else is refused."""
-    out_dir = Path(out_dir)
-    if (out_dir / "manifest.json").is_file():
-        old = store.read_manifest(out_dir)
-        if old["config"] != prep.cfg.model_dump(mode="json"):
-            raise OpsdError(f"{out_dir} holds a run of a different config: choose another --out to start a new run")
-    elif out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise OpsdError(f"{out_dir} exists and is not a run directory: choose an empty or new --out")
-
-
-def open_run_dir(prep: Prepared, out_dir: Path) -> None:
-    """Create the run directory, or clean a resumed one's half-written shards."""
-    out_dir = Path(out_dir)
-    if (out_dir / "manifest.json").is_file():
-        store.clean_temp(out_dir)
-        return
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OpsdError(f"cannot create run directory {out_dir} ({e.strerror}): choose a writable --out") from None
-    store.atomic_write_text(out_dir / "config.yaml", to_yaml(prep.cfg))
-    store.atomic_write_json(out_dir / "manifest.json", manifest(prep, "running", started=time.time()))
-
-
 def finish(prep: Prepared, out_dir: Path, started: float) -> dict:
     """Merge shards, aggregate, and mark the run finished."""
     tables = store.merge_shards(out_dir, prep.n_shards)
     a = prep.cfg.analysis
-    summary = analysis.summarize(tables["tokens"], tables["rollouts"], tables["teacher_rollouts"],
+    summary = aggregate.summarize(tables["tokens"], tables["rollouts"], tables["teacher_rollouts"],
                                  entropy_edges=a.entropy_edges, entropy_quantiles=a.entropy_quantiles,
                                  high_entropy=a.high_entropy, ks=tuple(a.pass_k), n_boot=a.bootstrap,
                                  seed=prep.cfg.sampling.seed)
@@ -282,9 +254,9 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     started = time.time()
     prep = prepare(cfg)
     out_dir = Path(out_dir)
-    check_run_dir(prep, out_dir)  # every process checks, so a refusal never leaves one waiting
+    store.check_run_dir(out_dir, cfg.model_dump(mode="json"))  # every process checks: a refusal leaves none waiting
     if state.is_main_process:
-        open_run_dir(prep, out_dir)
+        store.open_run_dir(out_dir, to_yaml(cfg), manifest(prep, "running", started=time.time()))
     state.wait_for_everyone()
     mine = [i for i in range(prep.n_shards)
             if i % state.num_processes == state.process_index and not store.shard_done(out_dir, i)]
@@ -294,8 +266,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     if state.is_main_process:
         finish(prep, out_dir, started)
         if cfg.ideal is not None and cfg.ideal.enabled:
-            from opsd_diag.engine.predict import run_ideal
-
-            run_ideal(prep, out_dir, cfg.ideal, show_progress=show_progress)
+            run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
+                          show_progress=show_progress)
     state.wait_for_everyone()
     return out_dir

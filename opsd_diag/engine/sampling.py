@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.views import trim_completion
+from opsd_diag.settings import SamplingSettings
 
 
 @dataclass(frozen=True)
@@ -21,14 +21,12 @@ class Completion:
     finished: bool      # False: cut at max_completion_length
 
 
-@dataclass(frozen=True)
-class SamplingSettings:
-    num_samples: int
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    seed: int
-    batch_size: int
+def trim_completion(ids: list[int], stop_ids: list[int]) -> tuple[list[int], bool]:
+    """Cut generated ids after the first stop id (kept); returns (ids, finished)."""
+    for i, t in enumerate(ids):
+        if t in stop_ids:
+            return list(ids[:i + 1]), True
+    return list(ids), False
 
 
 @torch.no_grad()

@@ -15,21 +15,8 @@ import torch
 
 from opsd_diag.core import signals
 from opsd_diag.errors import OpsdError
-
-COLUMNS = ("lp_s", "lp_t", "lp_b", "r_opd", "r_delta", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate",
-           "a_d2", "a_ex", "h_s", "h_t", "h_b", "rank_t", "top1_agree")
-
-
-@dataclass(frozen=True)
-class ScoreSettings:
-    temperature: float
-    jsd_beta: float = 0.5
-    centering: int | None = None
-    exopd_lambda: float = 1.25
-    exopd_reference: str = "student"  # or "base"
-    top_k: int = 5
-    chunk_size: int = 128
-
+from opsd_diag.schema import SIGNAL_COLUMNS
+from opsd_diag.settings import ScoreSettings
 
 @dataclass
 class TeacherInput:
@@ -140,7 +127,7 @@ def score_batch(student, completions: list[list[int]], student_prompts: list[lis
                 base=None, base_prompts: list[list[int]] | None = None) -> tuple[dict, dict]:
     """Per-token signals for every teacher config, and top-k alternatives.
 
-    Returns (tokens, topk): ``tokens[config]`` maps each column of COLUMNS plus ``row`` (index in
+    Returns (tokens, topk): ``tokens[config]`` maps each column of schema.SIGNAL_COLUMNS plus ``row`` (index in
     the batch) and ``pos`` to a numpy array over the batch's N tokens; ``topk`` maps
     ``"student"`` and each config to (logprob [N, k], token id [N, k]) arrays.
     """
@@ -156,7 +143,7 @@ def score_batch(student, completions: list[list[int]], student_prompts: list[lis
     h_bt = {name: _hidden(base, t.base_prompts, completions, pad_id, n)
             for name, t in teachers.items() if base is not None and t.base_prompts is not None}
 
-    cols: dict[str, dict[str, list]] = {name: {c: [] for c in COLUMNS} for name in teachers}
+    cols: dict[str, dict[str, list]] = {name: {c: [] for c in SIGNAL_COLUMNS} for name in teachers}
     tops: dict[str, tuple[list, list]] = {name: ([], []) for name in ["student", *teachers]}
     device = h_s.device
     for lo in range(0, n, s.chunk_size):
@@ -175,7 +162,7 @@ def score_batch(student, completions: list[list[int]], student_prompts: list[lis
             ref = base_d.lp if s.exopd_reference == "base" and base_d is not None else None  # [n]
             sig = signals.signals_from(student_d, teacher_d, ids, base=base_d, jsd_beta=s.jsd_beta,
                                        centering=s.centering, exopd_lambda=s.exopd_lambda, ref_logprob=ref)
-            for c in COLUMNS:
+            for c in SIGNAL_COLUMNS:
                 cols[name][c].append(sig[c].float().cpu())
             if s.top_k:
                 v, i = signals.topk(teacher_d.logp, s.top_k)  # [n, k]

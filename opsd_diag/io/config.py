@@ -1,193 +1,415 @@
-"""Typed configuration of one diagnosis (and, later, of the training run built on it).
+"""The typed configuration of a diagnosis and of the training run built on it: one YAML file.
 
-One pydantic object feeds the YAML file, the CLI and the app; every run directory stores the
-resolved config that produced it. Unknown keys and bad values are rejected with the key named.
+One pydantic model feeds the YAML file, the CLI, the app and ``opsd-train``; every run directory
+stores the resolved config that produced it. Unknown keys, bad values (NaN and inf included) and a
+``training`` section that does not fit the rest are rejected with the key named. Every default is
+stated once, here; ``docs/config.md`` is generated from the field descriptions below. The frozen
+settings the engine and the trainer run with are built from these sections in one place (the
+``settings`` methods), so no setting is re-derived elsewhere.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from opsd_diag.io import templates
+from opsd_diag import schema
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import templates
+from opsd_diag.io.yamlfile import read_mapping
+from opsd_diag.settings import LossSettings, SamplingSettings, ScoreSettings
+
+METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+class Strict(BaseModel):
+    """Unknown keys and non-finite floats are errors; assignments are validated too."""
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-class ModelSpec(_Strict):
+def _centering(v: str) -> str:
+    if v != "full" and not re.fullmatch(r"topk=[1-9]\d*", v):
+        raise ValueError("use 'full' or 'topk=N' with N >= 1")
+    return v
+
+
+def _template(v: str) -> str:
+    try:
+        templates.placeholders(v)
+    except OpsdError as e:
+        raise ValueError(str(e)) from None
+    return v
+
+
+def _context(v: str) -> str:
+    try:
+        templates.resolve(v)
+    except OpsdError as e:
+        raise ValueError(str(e)) from None
+    return v
+
+
+def _device(v: str) -> str:
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
+        raise ValueError(f"unknown device {v!r}: use auto, cpu, cuda, cuda:N or mps")
+    return v
+
+
+Centering = Annotated[str, AfterValidator(_centering)]
+Temperature = Annotated[float, Field(gt=0.0, le=10.0)]
+
+
+def centering_k(centering: str) -> int | None:
+    """``full`` -> None (the full vocabulary); ``topk=N`` -> N."""
+    return None if centering == "full" else int(centering.split("=")[1])
+
+
+class ModelSpec(Strict):
     """A model: a hub id or a local directory. Offline unless ``allow_download``."""
-    model: str
-    revision: str | None = None
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    trust_remote_code: bool = False
-    allow_download: bool = False
+    model: str = Field(description="hub id or local directory")
+    revision: str | None = Field(None, description="hub revision")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="`auto`: bf16 on CUDA, float32 on CPU")
+    trust_remote_code: bool = Field(False, description="load custom model code (off unless you turn it on)")
+    allow_download: bool = Field(False, description="fetch a hub id that is not in the local cache")
 
 
-class TeacherSpec(_Strict):
+class TeacherSpec(Strict):
     """One teacher configuration: a model (or ``self``: the student's weights) plus a context."""
-    name: str
-    model: str = "self"
-    revision: str | None = None
-    context: str = "none"
-    partial_fraction: float = Field(0.5, gt=0.0, le=1.0)
-    system_prompt: str | None = None
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="config name (letters, digits, `_-.`)")
+    model: str = Field("self", description="`self` (the student's weights: self-distillation) or a hub id / "
+                                           "directory")
+    revision: str | None = Field(None, description="hub revision of the teacher model")
+    context: Annotated[str, AfterValidator(_context)] = Field(
+        "none", description="built-in `none`, `full_solution`, `answer_only`, `partial_solution`, `hint`, or "
+                            "your own template with `{prompt}` and any of `{solution}`, `{answer}`, "
+                            "`{partial_solution}`, `{hint}`")
+    partial_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of solution lines in "
+                                                                     "`{partial_solution}`")
+    system_prompt: str | None = Field(None, description="system prompt of this teacher view (default: the data's)")
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", v):
-            raise ValueError("use letters, digits, '_', '-' or '.' only")
-        return v
-
-    @field_validator("context")
-    @classmethod
-    def _context(cls, v: str) -> str:
-        try:
-            templates.resolve(v)
-        except OpsdError as e:
-            raise ValueError(str(e)) from None
-        return v
+    @model_validator(mode="after")
+    def _reserved(self) -> TeacherSpec:
+        if self.name in schema.RESERVED_NAMES:
+            raise ValueError(f"'{self.name}' is reserved (a table column or the student's view): choose another name")
+        return self
 
     @property
     def is_self(self) -> bool:
         return self.model == "self"
 
 
-class DataSpec(_Strict):
-    path: str
-    format: Literal["auto", "jsonl", "csv", "parquet"] = "auto"
-    fields: dict[str, str] = Field(default_factory=dict)  # our name -> name in the file
-    limit: int | None = Field(None, gt=0)
-    system_prompt: str | None = None
+class DataSpec(Strict):
+    path: str = Field(description="JSONL, CSV or Parquet problem set")
+    format: Literal["auto", "jsonl", "csv", "parquet"] = Field("auto", description="`auto`: from the extension")
+    fields: dict[str, str] = Field(default_factory=dict, description="our name -> column name, e.g. "
+                                                                     "`{prompt: question, answer: final}`")
+    limit: int | None = Field(None, gt=0, description="first N problems")
+    system_prompt: str | None = Field(None, description="system prompt of the student view")
 
 
-class SamplingSpec(_Strict):
-    num_samples: int = Field(4, ge=1, le=1024)
-    temperature: float = Field(1.0, gt=0.0, le=10.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_completion_length: int = Field(128, ge=1, le=32768)
+class SamplingSpec(Strict):
+    num_samples: int = Field(4, ge=1, le=1024, description="student rollouts per prompt")
+    temperature: Temperature = Field(1.0, description="sampling temperature τ_sample")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1.0: exact on-policy samples)")
+    max_completion_length: int = Field(128, ge=1, le=32768, description="new tokens per rollout")
+    seed: int = Field(0, description="every random choice derives from it")
+    batch_size: int = Field(32, ge=1, description="rows per generate call")
+    teacher_samples: int = Field(1, ge=0, le=1024, description="samples per prompt from each teacher view "
+                                                               "(teacher-with-context accuracy); 0: off")
+    backend: Literal["hf", "vllm"] = Field("hf", description="`vllm` on GPU machines with vLLM installed")
+
+    def settings(self, seed: int, *, num_samples: int | None = None, max_new_tokens: int | None = None,
+                 batch_size: int | None = None) -> SamplingSettings:
+        """This section as one sampling call's settings (``seed``: the call's own, derived seed)."""
+        return SamplingSettings(num_samples=num_samples or self.num_samples, temperature=self.temperature,
+                                top_p=self.top_p, max_new_tokens=max_new_tokens or self.max_completion_length,
+                                seed=seed, batch_size=batch_size or self.batch_size)
+
+
+class ScoringSpec(Strict):
+    temperature: Temperature | None = Field(None, description="scoring temperature τ_score; default: the "
+                                                              "temperature the scored samples were drawn at")
+    centering: Centering = Field("full", description="expectation of the centred advantages over the full "
+                                                     "vocabulary, or `topk=N` (published OPD² code: N=1024)")
+    jsd_beta: float = Field(0.5, ge=0.0, le=1.0, description="β of the generalised JSD (0 forward KL, 1 reverse KL)")
+    exopd_lambda: float = Field(1.25, ge=0.0, le=100.0, description="ExOPD λ")
+    exopd_reference: Literal["student", "base"] = Field("student", description="reference R of ExOPD")
+    base_view: Literal["student", "teacher"] = Field("student", description="the base scores the completion after "
+                                                     "the student's prompt (once) or after each teacher's prompt")
+    top_k: int = Field(5, ge=0, le=100, description="alternatives kept per position for display")
+    batch_size: int = Field(8, ge=1, description="rollouts per forward pass")
+    chunk_size: int = Field(128, ge=1, description="positions per LM-head chunk (bounds memory)")
+    max_prompt_length: int = Field(2048, ge=16, description="a longer teacher view has its privileged context "
+                                                            "shortened (never the question), and the run records it")
+
+    def settings(self, sampling_temperature: float) -> ScoreSettings:
+        """This section as the scorer's settings (``sampling_temperature``: what the samples were drawn at)."""
+        return ScoreSettings(temperature=scoring_temperature(self.temperature, sampling_temperature),
+                             jsd_beta=self.jsd_beta, centering=centering_k(self.centering),
+                             exopd_lambda=self.exopd_lambda, exopd_reference=self.exopd_reference, top_k=self.top_k,
+                             chunk_size=self.chunk_size)
+
+
+class AnalysisSpec(Strict):
+    checker: Literal["auto", "toy", "boxed", "last_number", "exact"] = Field("auto", description="answer extraction")
+    entropy_edges: list[Annotated[float, Field(gt=0)]] | None = Field(
+        None, description="entropy-bin edges in nats (default 0.1, 0.5, 1, 2)")
+    entropy_quantiles: int | None = Field(None, ge=2, le=20, description="N quantile bins instead of edges")
+    high_entropy: float = Field(2.0, gt=0, description="threshold (nats) of the high-entropy share")
+    pass_k: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 4], description="k of pass@k")
+    bootstrap: int = Field(1000, ge=10, le=100_000, description="bootstrap replicates (over prompts) of every CI")
+
+    @model_validator(mode="after")
+    def _bins(self) -> AnalysisSpec:
+        e = self.entropy_edges
+        if e is not None and self.entropy_quantiles is not None:
+            raise ValueError("give entropy_edges or entropy_quantiles, not both")
+        if e is not None and (not e or sorted(set(e)) != e):
+            raise ValueError("entropy_edges must be positive and strictly increasing")
+        return self
+
+
+class IdealSpec(Strict):
+    """The ideal-gradient predictor: targeted student continuations at chosen nodes."""
+    enabled: bool = Field(True, description="run the predictor after scoring (when the section exists)")
+    budget: int = Field(512, ge=1, le=10_000_000, description="student continuations in all")
+    k: int = Field(3, ge=1, le=32, description="top-k candidates from the student and from each teacher config")
+    m: int = Field(4, ge=1, le=256, description="continuations per candidate token")
+    max_continuation_length: int | None = Field(None, ge=1, description="cap on each continuation "
+                                                                         "(default: sampling's)")
+    seed: int = Field(0, description="seed of the continuations")
+
+
+class LoraSpec(Strict):
+    """LoRA through peft (optional dependency); the frozen self-teacher is the adapter switched off."""
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+class EvalSpec(Strict):
+    """Held-out accuracy (pass@1, pass@k) and the forgetting check."""
+    data: DataSpec | None = Field(None, description="held-out problems; none: no accuracy evaluation")
+    num_samples: int = Field(4, ge=1, le=1024, description="samples per held-out problem")
+    pass_k: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 4], description="k of pass@k")
+    temperature: Temperature | None = Field(None, description="default: the training sampling temperature")
+    max_completion_length: int | None = Field(None, ge=1, description="default: the training one")
+    regression: DataSpec | None = Field(None, description="frozen regression set: accuracy + NLL of references")
+    kl_to_initial: bool = Field(True, description="KL(current || initial policy) on the held-out samples")
+    batch_size: int = Field(32, ge=1, description="rows per generate call")
     seed: int = 0
-    batch_size: int = Field(32, ge=1)
-    teacher_samples: int = Field(1, ge=0, le=1024)  # samples per prompt from each teacher view (accuracy)
-    backend: Literal["hf", "vllm"] = "hf"
+    at_start: bool = Field(True, description="evaluate the initial student too (the baseline of every curve)")
+
+    def settings(self, seed: int) -> SamplingSettings:
+        """One evaluation sampling call (needs the resolved spec: temperature and length filled in)."""
+        return SamplingSettings(num_samples=self.num_samples, temperature=self.temperature, top_p=1.0,
+                                max_new_tokens=self.max_completion_length, seed=seed, batch_size=self.batch_size)
+
+    @model_validator(mode="after")
+    def _ks(self) -> EvalSpec:
+        bad = [k for k in self.pass_k if not k <= self.num_samples]
+        if bad:
+            raise ValueError(f"pass_k {bad} must lie in [1, num_samples={self.num_samples}]")
+        return self
 
 
-class ScoringSpec(_Strict):
-    temperature: float | None = Field(None, gt=0.0, le=10.0)  # None: same as sampling.temperature
-    centering: str = "full"  # "full" or "topk=N"
-    jsd_beta: float = Field(0.5, ge=0.0, le=1.0)
-    exopd_lambda: float = 1.25
-    exopd_reference: Literal["student", "base"] = "student"
-    base_view: Literal["student", "teacher"] = "student"
-    top_k: int = Field(5, ge=0, le=100)
-    batch_size: int = Field(8, ge=1)
-    chunk_size: int = Field(128, ge=1)  # 128 keeps vocab-152k scoring memory small (benchmarks/)
-    max_prompt_length: int = Field(2048, ge=16)
-
-    @field_validator("centering")
-    @classmethod
-    def _centering(cls, v: str) -> str:
-        if v != "full" and not re.fullmatch(r"topk=[1-9]\d*", v):
-            raise ValueError("use 'full' or 'topk=N' with N >= 1")
-        return v
+class TrainingSpec(Strict):
+    """The training run of ``opsd-train``; a setting left out (None) is inherited from the diagnosis."""
+    method: Literal["opd", "jsd", "opsd", "opd2", "exopd", "sft"] = Field(description="training method")
+    teacher: str | None = Field(None, description="name of one `teachers` entry; default: the first that fits")
+    loss: Literal["jsd", "opd"] = Field("jsd", description="opsd only: full-vocabulary JSD or the sampled-token "
+                                                           "OPD reward")
+    teacher_weights: Literal["frozen", "ema", "live"] = Field("frozen", description="opsd only: the self-teacher")
+    ema_decay: float = Field(0.99, gt=0.0, lt=1.0)
+    beta: float | None = Field(None, ge=0.0, le=1.0, description="JSD β; default scoring.jsd_beta")
+    exopd_lambda: float | None = Field(None, ge=0.0, le=100.0, description="default scoring.exopd_lambda")
+    exopd_reference: Literal["student", "base"] | None = Field(None, description="default scoring.exopd_reference")
+    centering: Centering | None = Field(None, description="opd2 centring; default scoring.centering")
+    clip: float | None = Field(None, gt=0.0, description="clip sampled-token advantages to [-clip, clip]")
+    max_steps: int = Field(100, ge=1)
+    per_device_train_batch_size: int = Field(8, ge=1, description="prompts per micro-batch per process")
+    num_generations: int = Field(1, ge=1, le=256, description="samples per prompt")
+    generation_batch_size: int | None = Field(None, ge=1, description="completions per generate call; default: "
+                                                                      "a micro-batch")
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    learning_rate: float = Field(1e-5, gt=0.0)
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    adam_epsilon: float = Field(1e-8, gt=0.0)
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="none: no clipping")
+    temperature: Temperature | None = Field(None, description="sampling temperature; default sampling.temperature")
+    scoring_temperature: Temperature | None = Field(None, description="default scoring.temperature, else the "
+                                                                      "sampling temperature")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="default sampling.top_p")
+    max_completion_length: int | None = Field(None, ge=1, le=32768, description="default sampling's")
+    chunk_size: int | None = Field(None, ge=1, description="positions per LM-head chunk; default: from the "
+                                                           "vocabulary size")
+    data: DataSpec | None = Field(None, description="training prompts; default: the diagnosis' data")
+    sft_target: Annotated[str, AfterValidator(_template)] = Field(
+        "{solution}", description="template of the reference response (sft, regression NLL)")
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    eval_steps: int = Field(0, ge=0, description="0: evaluate only at the start and the end")
+    save_steps: int = Field(0, ge=0, description="0: save only at the end (and on a graceful stop)")
+    save_total_limit: int | None = Field(2, ge=1)
+    seed: int = 0
+    mixed_precision: Literal["auto", "no", "bf16"] = Field("auto", description="`auto`: bf16 on CUDA with bf16 "
+                                                                               "support")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory")
+    report_to: Literal["auto", "none"] | list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        "auto", description="`auto`: TensorBoard when installed")
+    lora: LoraSpec | None = None
 
     @property
-    def centering_k(self) -> int | None:
-        return None if self.centering == "full" else int(self.centering.split("=")[1])
+    def loss_method(self) -> str:
+        """The per-token loss that runs: opsd trains with its ``loss``, the others with their own."""
+        return self.loss if self.method == "opsd" else self.method
+
+    @property
+    def rows_per_micro_batch(self) -> int:
+        return self.per_device_train_batch_size * self.num_generations
+
+    @model_validator(mode="after")
+    def _generation_batch(self) -> TrainingSpec:
+        g = self.generation_batch_size
+        if g is not None and (g % self.num_generations or self.rows_per_micro_batch % g):
+            raise ValueError(f"generation_batch_size {g} must be a multiple of num_generations "
+                             f"({self.num_generations}) and divide the completions of a micro-batch "
+                             f"({self.rows_per_micro_batch} = per_device_train_batch_size x num_generations)")
+        return self
+
+    def sampling_settings(self, seed: int) -> SamplingSettings:
+        """One generation chunk (needs a resolved spec: see ``resolve_training``)."""
+        return SamplingSettings(num_samples=self.num_generations, temperature=self.temperature, top_p=self.top_p,
+                                max_new_tokens=self.max_completion_length, seed=seed,
+                                batch_size=self.generation_batch_size)
+
+    def loss_settings(self) -> LossSettings:
+        return LossSettings(method=self.loss_method, temperature=self.scoring_temperature, beta=self.beta,
+                            centering=centering_k(self.centering), exopd_lambda=self.exopd_lambda, clip=self.clip)
 
 
-class AnalysisSpec(_Strict):
-    checker: Literal["auto", "toy", "boxed", "last_number", "exact"] = "auto"
-    entropy_edges: list[float] = Field(default_factory=lambda: [0.1, 0.5, 1.0, 2.0])
-    entropy_quantiles: int | None = Field(None, ge=2, le=20)
-    high_entropy: float = Field(2.0, gt=0)
-    pass_k: list[int] = Field(default_factory=lambda: [1, 4])
-    bootstrap: int = Field(1000, ge=10)
-
-    @field_validator("entropy_edges")
-    @classmethod
-    def _edges(cls, v: list[float]) -> list[float]:
-        if sorted(v) != v or len(set(v)) != len(v) or any(e <= 0 for e in v):
-            raise ValueError("entropy edges must be positive and strictly increasing")
-        return v
-
-
-class IdealSpec(_Strict):
-    """The ideal-gradient predictor (SIGNALS.md): targeted student continuations at chosen nodes."""
-    enabled: bool = True
-    budget: int = Field(512, ge=1)  # student continuations per diagnosis, all nodes together
-    k: int = Field(3, ge=1, le=32)  # top-k candidates from the student and from each teacher config
-    m: int = Field(4, ge=1, le=256)  # continuations per candidate token
-    max_continuation_length: int | None = Field(None, ge=1)  # None: sampling.max_completion_length
-    seed: int = 0
-
-
-class DiagnosisConfig(_Strict):
+class DiagnosisConfig(Strict):
     student: ModelSpec
-    base: ModelSpec | None = None
+    base: ModelSpec | None = Field(None, description="the teacher's pre-reasoning checkpoint (same keys as "
+                                                     "student); needed for r_delta, a_delta, a_d2")
     teachers: list[TeacherSpec] = Field(min_length=1)
     data: DataSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
-    device: str = "auto"  # auto: CUDA when available, else CPU
-    shard_size: int = Field(8, ge=1)  # prompts per stored shard (the unit of resume)
-    ideal: IdealSpec | None = None  # the ideal-gradient predictor; off when absent
-    training: dict[str, Any] | None = None  # the trainer's section
+    device: Annotated[str, AfterValidator(_device)] = Field("auto", description="`auto`: CUDA when available")
+    shard_size: int = Field(8, ge=1, description="prompts per stored shard (the unit of resume and of "
+                                                 "multi-process sharding)")
+    ideal: IdealSpec | None = Field(None, description="the ideal-gradient predictor; off when absent")
+    training: TrainingSpec | None = Field(None, description="the training run of `opsd-train`")
 
     @model_validator(mode="after")
     def _checks(self) -> DiagnosisConfig:
         names = [t.name for t in self.teachers]
-        dup = {n for n in names if names.count(n) > 1}
+        dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"teacher names must be unique; repeated: {', '.join(sorted(dup))}")
+            raise ValueError(f"teacher names must be unique; repeated: {', '.join(dup)}")
         if self.scoring.exopd_reference == "base" and self.base is None:
             raise ValueError("scoring.exopd_reference is 'base' but no base model is configured")
+        bad = [k for k in self.analysis.pass_k if k > self.sampling.num_samples]
+        if bad and "pass_k" in self.analysis.model_fields_set:  # the default [1, 4] gives NaN for k > n
+            raise ValueError(f"analysis.pass_k {bad} exceeds sampling.num_samples={self.sampling.num_samples}: "
+                             "pass@k needs at least k samples per prompt")
+        if self.training is not None:
+            training_teacher(self)  # the training section must fit the teachers and models above
         return self
 
     @property
     def scoring_temperature(self) -> float:
-        return self.scoring.temperature or self.sampling.temperature
+        return scoring_temperature(self.scoring.temperature, self.sampling.temperature)
+
+    def score_settings(self) -> ScoreSettings:
+        return self.scoring.settings(self.sampling.temperature)
 
 
-def format_error(e: ValidationError, source: str) -> str:
+def scoring_temperature(explicit: float | None, sampling: float) -> float:
+    """τ_score: the explicit setting, else the temperature the scored samples were drawn at."""
+    return explicit if explicit is not None else sampling
+
+
+def format_error(e: ValidationError, source: str, section: str = "") -> str:
+    """One line: the source, the dotted key (under ``section`` when one section was validated) and the fix."""
     err = e.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    loc = tuple(str(p) for p in (*section.split(".")[:bool(section)], *err["loc"]))
+    key = ".".join(loc)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown key (check its spelling against the config reference in README.md)"
+        msg = "unknown key (check its spelling against docs/config.md)"
+    elif err["type"] == "literal_error" and loc[-1:] == ("method",):
+        msg = f"unknown method {err['input']!r}: use one of {', '.join(METHODS)}"
     more = f" (and {len(e.errors()) - 1} more problem(s))" if len(e.errors()) > 1 else ""
-    return f"{source}: {key}: {msg}{more}"
+    return f"{source}: {key}: {msg}{more}" if key else f"{source}: {msg}{more}"
+
+
+def validate(model: type[Strict], data, source: str, section: str = ""):
+    """``model.model_validate(data)`` with a user's mistake as one OpsdError (keys under ``section``)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise OpsdError(format_error(e, source, section)) from None
 
 
 def from_dict(data: dict, source: str = "config") -> DiagnosisConfig:
-    try:
-        return DiagnosisConfig.model_validate(data)
-    except ValidationError as e:
-        raise OpsdError(format_error(e, source)) from None
+    return validate(DiagnosisConfig, data, source)
 
 
 def load_config(path: str | Path) -> DiagnosisConfig:
     """Read a YAML config; relative paths inside it are resolved against the current directory."""
-    path = Path(path)
-    if not path.is_file():
-        raise OpsdError(f"config file {path} not found: pass the path of a YAML config, e.g. "
-                        "sample_data/configs/quickstart.yaml")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise OpsdError(f"{path} is not valid YAML ({str(e).splitlines()[0]}): fix the file") from None
-    if not isinstance(data, dict):
-        raise OpsdError(f"{path} must contain a YAML mapping with keys student, teachers, data, ...")
-    return from_dict(data, str(path))
+    return from_dict(read_mapping(path, "config", "student, teachers, data, ..."), str(path))
 
 
 def to_yaml(cfg: DiagnosisConfig) -> str:
+    import yaml
+
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def training_teacher(cfg: DiagnosisConfig) -> TeacherSpec | None:
+    """The ``teachers`` entry the training section trains against (None for sft), checked against the
+    method: opsd needs a self-teacher with a context, the other methods a teacher model."""
+    spec = cfg.training
+    if spec.method == "sft":
+        return None
+    wants_self = spec.method == "opsd"
+    if spec.teacher is not None:
+        found = [t for t in cfg.teachers if t.name == spec.teacher]
+        if not found:
+            raise ValueError(f"training.teacher '{spec.teacher}' is not a configured teacher; use one of: "
+                             + ", ".join(t.name for t in cfg.teachers))
+        teacher = found[0]
+    else:
+        fits = [t for t in cfg.teachers if t.is_self == wants_self]
+        if not fits:
+            kind = "a self-teacher (model: self with a context)" if wants_self else "a teacher model"
+            raise ValueError(f"training.method '{spec.method}' needs {kind} in teachers")
+        teacher = fits[0]
+    if wants_self and not teacher.is_self:
+        raise ValueError(f"training.method 'opsd' trains against the student's own weights, but teacher "
+                         f"'{teacher.name}' is the model {teacher.model}: use method opd, or a teacher with model: self")
+    if not wants_self and teacher.is_self:
+        raise ValueError(f"training: teacher '{teacher.name}' is the student itself: use method opsd for "
+                         "self-distillation")
+    if teacher.is_self and teacher.context == "none":
+        raise ValueError(f"training: teacher '{teacher.name}' is the student with no context, so every signal is "
+                         "zero: give it a privileged context such as full_solution")
+    if spec.method == "opd2" and cfg.base is None:
+        raise ValueError("training.method 'opd2' needs a base model (the teacher before its reasoning training): "
+                         "add a 'base: {model: PATH}' section")
+    if spec.method == "exopd" and (spec.exopd_reference or cfg.scoring.exopd_reference) == "base" and cfg.base is None:
+        raise ValueError("training.exopd_reference is 'base' but no base model is configured: add a 'base' "
+                         "section or use exopd_reference: student")
+    return teacher
+

@@ -103,8 +103,3 @@ def load_problems(spec: DataSpec) -> list[dict]:
             break
     return problems
 
-
-def prompt_text(problem: dict) -> str:
-    """The question as plain text (last user message of a chat prompt), for context templates."""
-    p = problem["prompt"]
-    return p if isinstance(p, str) else p[-1]["content"]

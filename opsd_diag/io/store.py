@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -26,12 +27,21 @@ from opsd_diag.errors import OpsdError
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write into a temp file beside ``path``, then rename: readers see the old file or the new one."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -84,22 +94,64 @@ def clean_temp(run_dir: Path) -> None:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
+def read_json(path: Path) -> dict:
+    """A JSON object written by this tool, or an OpsdError naming the file (missing or corrupt)."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise OpsdError(f"{path} is missing: the run is incomplete; rerun it with the same --out to resume") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise OpsdError(f"{path} is unreadable or corrupt ({type(e).__name__}): rerun the run into a new --out") \
+            from None
+    if not isinstance(obj, dict):
+        raise OpsdError(f"{path} is corrupt (not a JSON object): rerun the run into a new --out")
+    return obj
+
+
 def read_manifest(run_dir: Path) -> dict:
     path = Path(run_dir) / "manifest.json"
     if not path.is_file():
         raise OpsdError(f"{run_dir} is not a run directory (no manifest.json): pass a folder made by 'opsd-diag run'")
-    return json.loads(path.read_text())
+    return read_json(path)
 
 
-def load_run(run_dir: Path) -> dict:
-    """Manifest, summary and tables of a finished run."""
-    run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    if manifest.get("status") != "finished":
-        raise OpsdError(f"run {run_dir} is not finished (status: {manifest.get('status')}): "
-                        f"resume it with 'opsd-diag run {run_dir / 'config.yaml'} --out {run_dir}'")
-    out = {"manifest": manifest, "summary": json.loads((run_dir / "summary.json").read_text())}
-    for name in TABLES:
-        path = run_dir / f"{name}.parquet"
-        out[name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
-    return out
+def read_table(run_dir: Path, name: str) -> pd.DataFrame:
+    """One stored table of a run (empty when the run has none), or an OpsdError for a corrupt file."""
+    path = Path(run_dir) / f"{name}.parquet"
+    if not path.is_file():
+        return pd.DataFrame()
+    try:
+        return pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several types for a corrupt file
+        raise OpsdError(f"{path} is corrupt ({type(e).__name__}): rerun the run into a new --out") from None
+
+
+def default_run_dir(config_path: str | Path, root: str | Path = "runs", prefix: str = "") -> Path:
+    """``<root>/<prefix><config name>-<UTC time>``: where a run goes without --out."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path(root) / f"{prefix}{Path(config_path).stem}-{stamp}"
+
+
+def check_run_dir(out_dir: Path, config: dict) -> None:
+    """A new or empty folder, or a run of this same config (resume); anything else is refused."""
+    out_dir = Path(out_dir)
+    if (out_dir / "manifest.json").is_file():
+        if read_manifest(out_dir).get("config") != config:
+            raise OpsdError(f"{out_dir} holds a run of a different config: choose another --out to start a new run")
+    elif out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise OpsdError(f"{out_dir} exists and is not a run directory: choose an empty or new --out")
+
+
+def open_run_dir(out_dir: Path, config_yaml: str, manifest: dict) -> None:
+    """Create the run directory with its config and manifest, or clean a resumed one's half-written shards."""
+    out_dir = Path(out_dir)
+    if (out_dir / "manifest.json").is_file():
+        clean_temp(out_dir)
+        return
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OpsdError(f"cannot create run directory {out_dir} ({e.strerror}): choose a writable --out") from None
+    atomic_write_text(out_dir / "config.yaml", config_yaml)
+    atomic_write_json(out_dir / "manifest.json", manifest)

@@ -65,13 +65,19 @@ def resolve(name_or_text: str) -> str:
     return template
 
 
+def prompt_text(problem: dict) -> str:
+    """The question as plain text (the last user message of a chat prompt)."""
+    p = problem["prompt"]
+    return p if isinstance(p, str) else p[-1]["content"]
+
+
 def context_fields(problem: dict, partial_fraction: float = 0.5) -> dict[str, str]:
     """The values a template can use, derived from one problem record."""
     solution = problem.get("solution") or ""
     lines = solution.splitlines()
     keep = max(1, int(round(len(lines) * partial_fraction))) if lines else 0
     return {
-        "prompt": problem.get("prompt_text", problem.get("prompt", "")),
+        "prompt": prompt_text(problem),
         "solution": solution,
         "answer": "" if problem.get("answer") is None else str(problem["answer"]),
         "partial_solution": "\n".join(lines[:keep]),

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from opsd_diag.io import templates
-from opsd_diag.io.data import prompt_text
 from opsd_diag.errors import OpsdError
 
 
@@ -49,7 +46,7 @@ def teacher_view(tok, problem: dict, context: str, *, partial_fraction: float = 
     question, never the completion), and the view records that it happened.
     """
     template = templates.resolve(context)
-    fields = templates.context_fields({**problem, "prompt_text": prompt_text(problem)}, partial_fraction)
+    fields = templates.context_fields(problem, partial_fraction)
 
     def build(keep: float) -> list[int]:
         cut = {k: (v[:max(1, int(len(v) * keep))] if k in templates.PRIVILEGED and keep < 1 else v)
@@ -71,36 +68,3 @@ def teacher_view(tok, problem: dict, context: str, *, partial_fraction: float = 
         lo, hi = (mid, hi) if len(build(mid)) <= max_length else (lo, mid)
     return PromptView(build(lo), context_truncated=True)
 
-
-def trim_completion(ids: list[int], stop_ids: list[int]) -> tuple[list[int], bool]:
-    """Cut generated ids after the first stop id (kept); returns (ids, finished)."""
-    for i, t in enumerate(ids):
-        if t in stop_ids:
-            return list(ids[:i + 1]), True
-    return list(ids), False
-
-
-def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int):
-    """Left-pad prompts, right-pad completions: every completion starts at the same column.
-
-    Returns input_ids, attention_mask, position_ids [B, P+C] and completion_mask [B, C]; the
-    logits predicting completion token j sit at column P + j - 1. Masks come from lengths, never
-    from pad == eos.
-    """
-    if len(prompts) != len(completions) or not prompts:
-        raise ValueError("pack needs one prompt per completion")
-    P = max(len(p) for p in prompts)
-    C = max(1, max(len(c) for c in completions))
-    B = len(prompts)
-    input_ids = torch.full((B, P + C), pad_id, dtype=torch.long)  # [B, P+C]
-    attention = torch.zeros((B, P + C), dtype=torch.long)  # [B, P+C]
-    completion_mask = torch.zeros((B, C), dtype=torch.bool)  # [B, C]
-    for i, (p, c) in enumerate(zip(prompts, completions)):
-        if not p:
-            raise OpsdError("an empty prompt cannot be scored: every view needs at least one token")
-        input_ids[i, P - len(p):P] = torch.tensor(p)
-        input_ids[i, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
-        attention[i, P - len(p):P + len(c)] = 1
-        completion_mask[i, :len(c)] = True
-    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, P+C] explicit with left padding
-    return input_ids, attention, position_ids, completion_mask

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.schema import SIGNAL_COLUMNS
 
 # 24-bit colour backgrounds: red for negative, green for positive, intensity by magnitude.
 _RESET = "\033[0m"
@@ -20,25 +21,11 @@ def _bg(value: float, scale: float) -> str:
     return f"\033[48;2;{r};{g};40m\033[38;2;255;255;255m"
 
 
-def rollout_tokens(run: dict, rollout_id: int, config: str | None) -> tuple[pd.Series, pd.DataFrame, str]:
-    rollouts, tokens = run["rollouts"], run["tokens"]
-    match = rollouts[rollouts["rollout_id"] == rollout_id]
-    if match.empty:
-        raise OpsdError(f"no rollout {rollout_id} in this run: rollout ids go from {rollouts['rollout_id'].min()} "
-                        f"to {rollouts['rollout_id'].max()}")
-    configs = list(dict.fromkeys(tokens["config"])) if not tokens.empty else []
-    config = config or (configs[0] if configs else None)
-    if config not in configs:
-        raise OpsdError(f"unknown config '{config}': this run has {', '.join(configs)}")
-    t = tokens[(tokens["rollout_id"] == rollout_id) & (tokens["config"] == config)].sort_values("pos")
-    return match.iloc[0], t, config
-
-
-def render_rollout(run: dict, rollout_id: int, config: str | None = None, signal: str = "r_opd",
-                   color: bool = True) -> str:
-    row, t, config = rollout_tokens(run, rollout_id, config)
-    if signal not in t.columns:
-        raise OpsdError(f"unknown signal '{signal}': choose one of the per-token columns, e.g. r_opd, a_d2, kl_rev")
+def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "r_opd", color: bool = True) -> str:
+    """``row``: the rollout (rollouts.parquet); ``t``: its tokens under ``config``, in position order."""
+    rollout_id = int(row["rollout_id"])
+    if signal not in SIGNAL_COLUMNS:
+        raise OpsdError(f"unknown signal '{signal}': choose one of the per-token columns: {', '.join(SIGNAL_COLUMNS)}")
     vals = t[signal].to_numpy(dtype=float)
     finite = np.abs(vals[np.isfinite(vals)])
     scale = float(np.quantile(finite, 0.95)) if finite.size else 1.0

@@ -1,4 +1,4 @@
-"""A seconds-sized toy world for the trainer's plumbing tests (imported by the other test_trainer files).
+"""Fixtures of the trainer tests: a seconds-sized toy world and configs over it.
 
 Random-initialised Qwen3-shaped models of the zoo's ``ci`` size on the zoo tokenizer, problems from
 the toy task. Nothing here learns anything: the real-learning tests use sample_data/models.
@@ -85,3 +85,4 @@ def without_time(records: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     return build_world(tmp_path_factory.mktemp("world"))
+

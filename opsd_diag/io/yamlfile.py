@@ -1,0 +1,74 @@
+"""Read a user's YAML file into a mapping, or one clear error: no traceback, nothing silently merged.
+
+Duplicate keys are rejected (YAML would keep the last one silently), aliases that expand the file
+beyond a sane size are refused (a "billion laughs" file), a UTF-8 byte-order mark is ignored and
+any other encoding than UTF-8 is named.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from opsd_diag.errors import OpsdError
+
+MAX_NODES = 100_000  # resolved YAML nodes (aliases expanded); a real config has a few hundred
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (line {key_node.start_mark.line + 1})", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(node, memo: dict) -> int:
+    """Values in the document once every alias is expanded (what a validator would walk)."""
+    if id(node) not in memo:
+        memo[id(node)] = 1
+        if isinstance(node, yaml.MappingNode):
+            memo[id(node)] += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            memo[id(node)] += sum(_expanded_size(v, memo) for v in node.value)
+    return memo[id(node)]
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A text file as UTF-8 (a byte-order mark is dropped), or an OpsdError naming the problem."""
+    path = Path(path)
+    if path.is_dir():
+        raise OpsdError(f"{what} {path} is a directory, not a file: pass the path of the file itself")
+    if not path.is_file():
+        raise OpsdError(f"{what} file {path} not found: check the path")
+    try:
+        return path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        raise OpsdError(f"{what} file {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+    except OSError as e:
+        raise OpsdError(f"cannot read {what} file {path} ({e.strerror})") from None
+
+
+def read_mapping(path: str | Path, what: str, expected: str) -> dict:
+    """The YAML mapping in ``path``; ``expected`` names its top-level keys for the error message."""
+    text = read_text(path, what)
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node, {}) > MAX_NODES:
+            raise OpsdError(f"{path} expands to more than {MAX_NODES} values through YAML aliases: write the "
+                            "values out instead")
+        data = None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as e:
+        first = " ".join(str(e).split())[:200]
+        raise OpsdError(f"{path} is not valid YAML ({first}): fix the file") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise OpsdError(f"{path} must contain a YAML mapping with keys {expected}")
+    return data

@@ -1,0 +1,73 @@
+"""Exports: a figure as self-contained HTML, PNG or SVG; a table as CSV, Parquet or JSON bytes.
+
+PNG and SVG need kaleido (the ``export`` extra) and a Chrome or Chromium; HTML needs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from opsd_diag.errors import OpsdError
+
+IMAGE_FORMATS = ("png", "svg")
+TABLE_FORMATS = ("csv", "parquet", "json")
+
+
+def figure_html(fig: go.Figure, full_html: bool = True, include_plotlyjs: bool | str = True) -> str:
+    """HTML of a figure; the default inlines plotly.js so the file works offline."""
+    return pio.to_html(fig, full_html=full_html, include_plotlyjs=include_plotlyjs)
+
+
+def check_image_export() -> None:
+    """Raise the actionable OpsdError when static export (kaleido) is not installed."""
+    if importlib.util.find_spec("kaleido") is None:
+        raise OpsdError("PNG/SVG export needs kaleido, which is not installed: "
+                        "pip install 'opsd-diag[export]' (HTML export works without it)")
+
+
+def image_export_available() -> bool:
+    return importlib.util.find_spec("kaleido") is not None
+
+
+def figure_image(fig: go.Figure, fmt: str = "png", width: int = 1100, height: int | None = None,
+                 scale: float = 2.0) -> bytes:
+    if fmt not in IMAGE_FORMATS:
+        raise OpsdError(f"unknown image format '{fmt}': use one of {', '.join(IMAGE_FORMATS)}")
+    check_image_export()
+    try:
+        return pio.to_image(fig, format=fmt, width=width, height=height or fig.layout.height or 500, scale=scale)
+    except Exception as e:  # kaleido raises several types when it cannot start a browser
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")[:160]
+        raise OpsdError(f"{fmt.upper()} export failed ({type(e).__name__}: {first}): "
+                        "kaleido needs Chrome or Chromium; install one (e.g. run 'plotly_get_chrome') "
+                        "or use HTML export") from e
+
+
+def _lists(frame: pd.DataFrame, to_text: bool) -> pd.DataFrame:
+    """List/array cells (token ids) as plain lists, or as JSON text for CSV (numpy's repr truncates)."""
+    out = frame.copy()
+    for c in out.columns:
+        if out[c].dtype == object and out[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
+            out[c] = out[c].map(lambda v: (json.dumps if to_text else list)(np.asarray(v).tolist())
+                                if isinstance(v, (list, tuple, np.ndarray)) else v)
+    return out
+
+
+def table_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
+    """A table as CSV, Parquet or JSON (records; NaN -> null) bytes."""
+    if fmt == "csv":
+        return _lists(frame, to_text=True).to_csv(index=False).encode()
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        frame.to_parquet(buf, index=False)
+        return buf.getvalue()
+    if fmt == "json":
+        return _lists(frame, to_text=False).to_json(orient="records", force_ascii=False).encode()
+    raise OpsdError(f"unknown table format '{fmt}': use one of {', '.join(TABLE_FORMATS)}")
