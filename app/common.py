@@ -8,6 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import jobs
+from opsd_diag import jobs as job_protocol
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
 from opsd_diag.report.figures import FIGURE_HELP, default_alignment_config  # noqa: F401 (for the pages)
@@ -26,8 +27,9 @@ def init_state(argv: list[str]) -> None:
 
 
 def sidebar_run_picker() -> None:
-    runs = [str(p) for p in jobs.list_runs(st.session_state["runs_root"])]
+    runs = [str(p) for p in job_protocol.find_runs(st.session_state["runs_root"], "diagnosis")]
     current = st.session_state.get("run_dir")
+    current = str(Path(current).resolve()) if current else None  # one spelling per run in the list
     if current and current not in runs:
         runs.insert(0, current)
     with st.sidebar:
@@ -62,7 +64,9 @@ def require_run() -> Run:
             st.progress(p.fraction, text=f"{run_dir}: {p.text}")
             st.info("This run is not finished yet; its pages open when it is (reload to check).")
             st.stop()
-        return _load(str(run_dir), manifest.stat().st_mtime_ns if manifest.is_file() else 0)
+        # the stamp changes when the run is finished or its predictor rerun (which rewrites only summary.json)
+        stamp = sum(p.stat().st_mtime_ns for p in (manifest, Path(run_dir) / "summary.json") if p.is_file())
+        return _load(str(run_dir), stamp)
     except OpsdError as e:
         st.error(str(e))
         st.stop()

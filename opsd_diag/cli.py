@@ -6,6 +6,7 @@ User errors print one line on stderr and exit with status 2 (no traceback).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -19,16 +20,27 @@ def _cmd_run(args) -> None:
     from opsd_diag.io.config import load_config
 
     cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
-    from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.store import default_run_dir
+    from opsd_diag.io import store
 
-    out = Path(args.out) if args.out else default_run_dir(args.config)
+    out = Path(args.out) if args.out else store.default_run_dir(args.config)
+    store.check_run_dir(out, cfg.model_dump(mode="json"))
+    if (out / "manifest.json").is_file() and store.read_manifest(out).get("status") == "finished":
+        print(f"run {out} is already finished: nothing to do (opsd-diag report {out} shows it; a new --out "
+              "starts a new run)")
+        return
+    from opsd_diag.engine.diagnose import run_diagnosis
+
+    signal.signal(signal.SIGTERM, _interrupt)  # a stop: finished shards are kept, the rerun resumes
     run_diagnosis(cfg, out, show_progress=not args.quiet)
     from accelerate import PartialState
     if PartialState().is_main_process:
         print(f"run written to {out}")
         if not args.quiet:
             _print_report(out)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _print_report(run_dir: Path) -> None:
@@ -148,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except OpsdError as e:
         print(f"opsd-diag: error: {e}", file=sys.stderr)
+        if getattr(args, "out", None) and args.command == "run":
+            from opsd_diag import jobs
+
+            jobs.fail(Path(args.out), str(e))  # a launched job shows why it failed
         return 2
     except KeyboardInterrupt:
         print("opsd-diag: interrupted; rerun the same command to resume", file=sys.stderr)

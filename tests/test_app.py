@@ -11,6 +11,7 @@ import yaml
 from streamlit.testing.v1 import AppTest
 
 from app import jobs, serve
+from opsd_diag import jobs as job_protocol
 from opsd_diag.report import export
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +42,9 @@ def runs_root(ci_zoo, tmp_path_factory) -> Path:
     run_diagnosis(from_dict(_config(ci_zoo, data)), root / "tiny", show_progress=False)
     (root / "busy").mkdir()
     (root / "busy" / "manifest.json").write_text(json.dumps({"status": "running", "n_shards": 2}))
+    # a live job (this test process) between shards, as status.json says
+    job_protocol.write_status(root / "busy", "running", kind="diagnosis", stage="rollouts and scoring", done=0,
+                              total=2)
     return root
 
 
@@ -152,13 +156,18 @@ def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path
     at.text_input(key="out_dir").input(str(tmp_path / "runs" / "broken")).run()
     at.button(key="start").click().run()
     assert not at.exception
-    proc = at.session_state["procs"][str(tmp_path / "runs" / "broken")]
-    assert proc.args[-4:] == ["run", str(tmp_path / "broken.yaml"), "--out", str(tmp_path / "runs" / "broken")]
-    assert proc.wait(timeout=120) == 2
+    run_dir = tmp_path / "runs" / "broken"
+    st = job_protocol.read_status(run_dir)
+    assert st["argv"][-4:] == ["run", str(tmp_path / "broken.yaml"), "--out", str(run_dir)]
+    deadline = __import__("time").time() + 120
+    while job_protocol.status(run_dir)["status"] in job_protocol.ACTIVE:
+        assert __import__("time").time() < deadline
+        __import__("time").sleep(0.2)
     at.run()
     assert not at.exception
     assert any("cannot load model" in e.value for e in at.error), [e.value for e in at.error]
-    assert not (tmp_path / "runs" / "broken").exists()  # a user error leaves no run directory
+    # the job directory holds only the job's own files: status and log, no half-written run
+    assert sorted(p.name for p in run_dir.iterdir()) == ["status.json", "stdout.log"]
 
 
 def test_new_run_opens_a_finished_job(runs_root):
@@ -178,9 +187,13 @@ def test_progress_counts_shards(runs_root, tmp_path):
     assert done.status == "finished" and done.fraction == 1.0 and done.total == 2 == done.done
     busy = jobs.progress(runs_root / "busy")
     assert (busy.status, busy.done, busy.total) == ("running", 0, 2)
-    assert jobs.progress(tmp_path / "none").status == "starting"
-    assert jobs.progress(tmp_path / "none", returncode=1).status == "failed"
-    assert [p.name for p in jobs.list_runs(runs_root)] and jobs.list_runs(tmp_path / "missing") == []
+    assert jobs.progress(tmp_path / "none").status == "unknown"
+    (tmp_path / "dead").mkdir()
+    job_protocol.write_status(tmp_path / "dead", "running", owner=False, pid=2**22 + 7, start_time=1)  # gone
+    dead = jobs.progress(tmp_path / "dead")
+    assert dead.status == "died" and "ended without a result" in dead.error
+    found = [p.name for p in job_protocol.find_runs(runs_root, "diagnosis")]
+    assert set(found) == {"tiny", "busy"} and job_protocol.find_runs(tmp_path / "missing") == []
 
 
 def test_serve_binds_localhost_and_builds_the_example_first(monkeypatch, tmp_path):
@@ -214,7 +227,6 @@ def test_train_page_errors_in_place_then_starts_and_follows_a_run(runs_root, tmp
     """One click starts `opsd-train` (argv list, own process group); the page follows it to the end."""
     import time
 
-    from trainer import launch
     from fixtures_trainer import build_world, config_dict
 
     at = _app(runs_root).switch_page("views/train.py").run()
@@ -235,11 +247,11 @@ def test_train_page_errors_in_place_then_starts_and_follows_a_run(runs_root, tmp
     _ok(at)
     run_dir = runs_root / "train-app"
     assert at.session_state["train_run"] == str(run_dir) and "Started" in at.success[0].value
-    assert launch.launch_info(run_dir)["argv"][1:3] == ["-m", "trainer"]
+    assert job_protocol.read_status(run_dir)["argv"][1:3] == ["-m", "trainer"]
     deadline = time.time() + 240
-    while launch.status(run_dir)["status"] in ("running", "starting") and time.time() < deadline:
+    while job_protocol.status(run_dir)["status"] in ("running", "starting") and time.time() < deadline:
         time.sleep(1)
-    assert launch.status(run_dir)["status"] == "finished", (run_dir / "stdout.log").read_text()[-2000:]
+    assert job_protocol.status(run_dir)["status"] == "finished", (run_dir / "stdout.log").read_text()[-2000:]
     at.run()
     _ok(at)
     assert "finished: step 2 of 2" in at.get("progress")[0].proto.text

@@ -14,6 +14,7 @@ import yaml
 from opsd_diag.io.config import from_dict
 from opsd_diag.errors import OpsdError
 from fixtures_trainer import build_world, config_dict, one_thread, read_metrics, world, write_config  # noqa: F401 (fixtures)
+from opsd_diag import jobs
 from trainer import cli, config, launch, rundir
 from trainer.rollouts import MicroBatch
 from trainer.setup import prepare
@@ -207,13 +208,13 @@ def test_stop_file_saves_and_resume_finishes_like_an_uninterrupted_run(world, tm
     assert cli.main([str(cfg), "--out", str(tmp_path / "ref")]) == 0
     out = tmp_path / "run"
     out.mkdir()
-    (out / "stdout.log").write_text("")  # as launch.start leaves it
+    (out / "stdout.log").write_text("")  # a job directory before the run writes
     real_step = __import__("trainer.loop", fromlist=["train_step"]).train_step
 
     def stop_after_two(acc, st, *a):
         rec = real_step(acc, st, *a)
         if a[-1] == 1:  # the second step: ask for a graceful stop
-            rundir.stop_file(out).touch()
+            (out / jobs.STOP).touch()
         return rec
 
     import trainer.loop as loop
@@ -222,29 +223,29 @@ def test_stop_file_saves_and_resume_finishes_like_an_uninterrupted_run(world, tm
         assert cli.main([str(cfg), "--out", str(out)]) == 0
     finally:
         loop.train_step = saved
-    assert rundir.read_status(out)["status"] == "stopped"
+    assert jobs.read_status(out)["status"] == "stopped"
     assert (out / "checkpoints" / "step-000002").is_dir()
-    assert rundir.stop_file(out).exists()  # left behind: the resume must not stop at once
+    assert (out / jobs.STOP).exists()  # left behind: the resume must not stop at once
     assert cli.main([str(cfg), "--out", str(out), "--resume"]) == 0
-    assert rundir.read_status(out)["status"] == "finished"
+    assert jobs.read_status(out)["status"] == "finished"
     from fixtures_trainer import without_time
     assert without_time(read_metrics(out)) == without_time(read_metrics(tmp_path / "ref"))
 
 
 def test_launch_command_and_run_discovery(world, tmp_path):
-    argv = launch.command("c.yaml", "runs/train-a")
+    argv = jobs.training_command("c.yaml", "runs/train-a")
     assert argv[1:] == ["-m", "trainer", "c.yaml", "--out", "runs/train-a"]
-    argv2 = launch.command("c.yaml", "runs/train-a", num_processes=2, resume=True)
+    argv2 = jobs.training_command("c.yaml", "runs/train-a", num_processes=2, resume=True)
     assert argv2[1:3] == ["-m", "accelerate.commands.launch"] and "--num_processes" in argv2
     assert argv2[-6:] == ["-m", "trainer", "c.yaml", "--out", "runs/train-a", "--resume"]
     run = tmp_path / "runs" / "train-x"
     cfg = write_config(tmp_path / "c.yaml", world, max_steps=1)
     assert cli.main([str(cfg), "--out", str(run)]) == 0
-    assert launch.find_runs(tmp_path / "runs") == [run]
-    f = launch.Follower(run)
+    assert jobs.find_runs(tmp_path / "runs", "training") == [run]
+    f = jobs.Follower(run)
     recs = f.poll()
     assert [r["kind"] for r in recs] == ["train"] and f.poll() == []
-    st = launch.status(run)
+    st = jobs.status(run)
     assert st["status"] == "finished"  # (alive: this test process ran it in-process)
 
 
@@ -258,20 +259,23 @@ def test_a_crash_is_recorded_as_failed_with_its_message(world, tmp_path, monkeyp
     cfg = write_config(tmp_path / "c.yaml", world, max_steps=2)
     with pytest.raises(RuntimeError, match="simulated crash"):
         cli.main([str(cfg), "--out", str(tmp_path / "run")])
-    st = rundir.read_status(tmp_path / "run")
+    st = jobs.read_status(tmp_path / "run")
     assert st["status"] == "failed" and "simulated crash" in st["error"]
 
 
-def test_user_error_in_a_launcher_prepared_dir_is_reported_in_status(world, tmp_path):
+def test_user_error_in_a_launched_job_is_reported_in_status(world, tmp_path, monkeypatch):
     d = config_dict(world)
     d["student"]["model"] = str(tmp_path / "no-such-model")
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(d))
     out = tmp_path / "run"
     out.mkdir()
-    (out / "stdout.log").write_text("")  # what launch.start leaves before the process starts
+    argv = jobs.training_command(cfg, out)  # what jobs.start leaves before the process writes anything
+    (out / "stdout.log").write_text("")
+    jobs.write_status(out, "starting", owner=False, argv=argv)
+    monkeypatch.setenv(jobs.ARGV_ENV, json.dumps(argv))
     assert cli.main([str(cfg), "--out", str(out)]) == 2
-    st = rundir.read_status(out)
+    st = jobs.read_status(out)
     assert st["status"] == "failed" and "no-such-model" in st["error"]
     assert sorted(os.listdir(out)) == ["status.json", "stdout.log"]
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from fixtures_trainer import build_world, one_thread, read_metrics, without_time, world, write_config  # noqa: F401 (fixtures)
-from trainer import cli, launch, rundir
+from opsd_diag import jobs
+from trainer import cli, launch
 
 ENV = {"OMP_NUM_THREADS": "1"}  # as torchrun sets it; the in-process runs below use one thread too
 
@@ -34,7 +35,7 @@ def test_two_process_gloo_ddp_equals_one_process_with_the_same_global_batch(worl
                           gradient_accumulation_steps=2, generation_batch_size=2)
     ddp = write_config(tmp_path / "ddp.yaml", world, method="jsd", max_steps=5, per_device_train_batch_size=2,
                        generation_batch_size=2)
-    argv = launch.command(ddp, tmp_path / "ddp", num_processes=2)
+    argv = jobs.training_command(ddp, tmp_path / "ddp", num_processes=2)
     assert "--num_processes" in argv
     done = subprocess.run(argv, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -61,10 +62,10 @@ def test_kill_9_then_resume_ends_like_an_uninterrupted_run(world, tmp_path):
         time.sleep(0.05)
     os.killpg(run.pid, signal.SIGKILL)  # mid-run: no chance to save or to write a status
     _wait(run.pid, 30)
-    assert rundir.read_status(out)["status"] == "running"
-    assert launch.status(out)["status"] == "died"
+    assert jobs.read_status(out)["status"] == "running"
+    assert jobs.status(out)["status"] == "died"
     assert cli.main([str(cfg), "--out", str(out), "--resume"]) == 0
-    assert rundir.read_status(out)["status"] == "finished"
+    assert jobs.read_status(out)["status"] == "finished"
     assert without_time(read_metrics(out)) == without_time(read_metrics(tmp_path / "ref"))
     assert len((out / "command.txt").read_text().splitlines()) == 2  # the start and the resume
 
@@ -74,19 +75,19 @@ def test_launch_start_then_stop_by_sigterm_saves_and_reports_stopped(world, tmp_
     cfg = write_config(tmp_path / "c.yaml", world, method="opd", max_steps=500)
     run = launch.start(cfg, None, runs_root=tmp_path / "runs", env=ENV)
     assert run.run_dir.parent == tmp_path / "runs" and run.run_dir.name.startswith("train-c-")
-    follower = launch.Follower(run.run_dir)
+    follower = jobs.Follower(run.run_dir)
     deadline = time.time() + 180
     seen = []
     while not seen:
         assert time.time() < deadline, (run.run_dir / "stdout.log").read_text()[-2000:]
         seen = follower.poll()
         time.sleep(0.1)
-    launch.stop(run.run_dir)  # STOP file, then SIGTERM to the process group
+    jobs.stop(run.run_dir)  # STOP file, then SIGTERM to the process group
     _wait(run.pid, 60)
-    st = launch.status(run.run_dir)
+    st = jobs.status(run.run_dir)
     assert st["status"] == "stopped" and not st["alive"]
     ckpt = sorted((run.run_dir / "checkpoints").iterdir())[-1]
     assert int(ckpt.name.split("-")[1]) == st["step"] >= 1
     command = (run.run_dir / "command.txt").read_text().split()
     assert command[:3] == [sys.executable, "-m", "trainer"]
-    assert launch.find_runs(tmp_path / "runs") == [run.run_dir]
+    assert jobs.find_runs(tmp_path / "runs", "training") == [run.run_dir]

@@ -1,9 +1,9 @@
 """``opsd-train CONFIG``: the full training run of a chosen configuration.
 
 User errors print one line on stderr and exit with status 2 before anything is written; a run
-directory prepared by ``trainer.launch`` (only its stdout.log so far) also gets ``status.json`` =
-failed with the message, so the app can show it. Failures during training are recorded by the loop
-(status ``failed`` with the message) and keep their traceback.
+started as a job (``trainer.launch``) also gets ``status.json`` = failed with the message, so the
+app can show it. Failures during training are recorded by the loop (status ``failed`` with the
+message) and keep their traceback.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import os
 import sys
 from pathlib import Path
 
+from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 
-COMMAND_ENV = "OPSD_TRAIN_COMMAND"  # the launcher's exact argv (JSON), recorded in command.txt
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,8 +34,8 @@ def _is_main() -> bool:
 
 
 def _command(argv: list[str] | None) -> list[str]:
-    if os.environ.get(COMMAND_ENV):
-        return json.loads(os.environ[COMMAND_ENV])
+    if os.environ.get(jobs.ARGV_ENV):
+        return json.loads(os.environ[jobs.ARGV_ENV])
     if argv is not None or sys.argv[0].endswith("__main__.py"):
         return [sys.executable, "-m", "trainer", *(sys.argv[1:] if argv is None else argv)]
     return list(sys.argv)
@@ -55,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     from trainer import rundir
 
     run_dir = Path(args.out) if args.out else None
-    launched = run_dir is not None and rundir.is_launcher_dir(run_dir)
     try:
         from trainer import config, loop
 
@@ -68,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     except OpsdError as e:
         if _is_main():
             print(f"opsd-train: error: {e}", file=sys.stderr)
-            if launched and rundir.is_launcher_dir(run_dir):
-                rundir.write_status(run_dir, "failed", error=str(e))
+            if run_dir is not None:
+                jobs.fail(run_dir, str(e))
         return 2
     if _is_main():
         print(f"opsd-train: {status}: {run_dir}")

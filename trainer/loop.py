@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
+from opsd_diag import jobs
 from trainer import checkpoint, rundir
 from trainer.config import TrainConfig, trackers
 from trainer.evaluate import evaluate
@@ -39,7 +40,7 @@ class Stopper:
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, run_dir: Path):
-        self.file = rundir.stop_file(run_dir)
+        self.file = Path(run_dir) / jobs.STOP
         self.signalled = False
         self._old = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
 
@@ -165,21 +166,25 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str]) -> str
     ckpt = checkpoint.latest(run_dir) if resume else None
     torch.manual_seed(spec.seed)
     st = prepare(tc, acc.device, ckpt)  # every user error surfaces before anything is written
+    lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
     if acc.is_main_process:
+        rundir.check(run_dir, config_yaml, resume)  # again, now that no other run can write here
         rundir.create(run_dir, config_yaml, argv)
         rundir.attach_log_file(run_dir)
         checkpoint.clean_temp(run_dir)
         if resume:
-            rundir.stop_file(run_dir).unlink(missing_ok=True)  # the STOP that ended the previous segment
+            (run_dir / jobs.STOP).unlink(missing_ok=True)  # the STOP that ended the previous segment
     acc.wait_for_everyone()
     try:
         return _train(acc, st, run_dir, ckpt)
     except BaseException as e:
         if acc.is_main_process:
-            rundir.write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}")
+            jobs.write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}")
         raise
     finally:
         acc.end_training()
+        if lock is not None:
+            lock.close()
 
 
 def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str:
@@ -199,9 +204,10 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
     metrics = rundir.MetricsLog(run_dir) if acc.is_main_process else None
     if acc.is_main_process:
         metrics.truncate_after(step)
-        rundir.write_status(run_dir, "running", step=step, max_steps=spec.max_steps, method=spec.method,
-                            sampling_temperature=spec.temperature, scoring_temperature=spec.scoring_temperature,
-                            resumed_from=str(ckpt) if ckpt else None)
+        jobs.write_status(run_dir, "running", kind="training", stage="train", step=step, done=step,
+                          total=spec.max_steps, max_steps=spec.max_steps, method=spec.method,
+                          sampling_temperature=spec.temperature, scoring_temperature=spec.scoring_temperature,
+                          resumed_from=str(ckpt) if ckpt else None)
         acc.init_trackers("tensorboard", config={k: v for k, v in spec.model_dump(mode="json").items()
                                                 if isinstance(v, (int, float, str, bool))})
         log.info("training %s from step %d to %d (T_sample=%s, T_score=%s, %d process(es))", spec.method, step,
@@ -229,7 +235,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
                 metrics.write(rec)
                 acc.log({f"train/{k}": v for k, v in rec.items() if isinstance(v, (int, float)) and k != "step"},
                         step=step)
-                rundir.write_status(run_dir, "running", step=step)
+                jobs.write_status(run_dir, "running", step=step, done=step)
                 log.info("step %d/%d loss %.4f tokens %d (%.0f tok/s)", step, spec.max_steps, rec["loss"],
                          rec["tokens"], rec["tokens_per_s"])
             last = step == spec.max_steps
@@ -242,11 +248,11 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
                 if saved_at != step:
                     _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started)
                 if acc.is_main_process:
-                    rundir.write_status(run_dir, "stopped", step=step)
+                    jobs.write_status(run_dir, "stopped", step=step, done=step)
                     log.info("stopped at step %d (checkpoint saved); resume with --resume", step)
                 return "stopped"
         if acc.is_main_process:
-            rundir.write_status(run_dir, "finished", step=step)
+            jobs.write_status(run_dir, "finished", step=step, done=step)
         return "finished"
     finally:
         stopper.restore()

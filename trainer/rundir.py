@@ -1,11 +1,11 @@
-"""The training run directory: what the app and ``launch`` read while a run goes on.
+"""The training run directory: config, command, metrics, checkpoints (status and lock: ``opsd_diag.jobs``).
 
 ``runs/train-<id>/``::
 
-    config.yaml     the resolved config (diagnosis + training)    command.txt  the exact argv
+    config.yaml     the resolved config (diagnosis + training)    command.txt  the exact argv of every segment
     metrics.jsonl   one JSON record per line (kind: train / eval)  stdout.log   the run's output
-    status.json     running / finished / failed / stopped, step, error, pid/pgid
-    checkpoints/    step-NNNNNN/ (see checkpoint.py)                STOP         touch to stop gracefully
+    status.json     the job protocol's status (opsd_diag.jobs)      checkpoints/ step-NNNNNN/ (see checkpoint.py)
+    STOP            touch to stop gracefully                       .lock        held while the run writes
 
 Only the main process writes here. Small files are replaced atomically; metrics are appended one
 line at a time, and on resume the lines after the checkpoint's step are dropped.
@@ -18,20 +18,15 @@ import math
 import os
 import shlex
 import tempfile
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from opsd_diag.io import store
+from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
-
-LAUNCHER_FILES = {"stdout.log", "launch.json", "STOP"}  # what a run dir may hold before the process writes
-STATUSES = ("running", "finished", "failed", "stopped")
+from opsd_diag.io import store
 
 
 def default_dir(config_path: str | Path, root: str | Path = "runs") -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path(root) / f"train-{Path(config_path).stem}-{stamp}"
+    return store.default_run_dir(config_path, root, prefix="train-")
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -51,20 +46,11 @@ def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.yaml").is_file()
 
 
-def is_launcher_dir(path: Path) -> bool:
-    """A folder ``launch.start`` prepared for a run that has not written anything yet."""
-    path = Path(path)
-    if not path.is_dir() or is_run_dir(path):
-        return False
-    names = set(os.listdir(path))
-    return "stdout.log" in names and names <= LAUNCHER_FILES | {"status.json"}
-
-
 def attach_log_file(run_dir: Path, logger_name: str = "opsd-train") -> None:
-    """Copy the run's log lines into stdout.log, unless stdout already is that file (launch.start)."""
+    """Copy the run's log lines into stdout.log, unless stdout already is that file (a launched job)."""
     import logging
 
-    log_file = Path(run_dir) / "stdout.log"
+    log_file = Path(run_dir) / jobs.LOG
     try:
         same = log_file.exists() and os.path.samestat(os.fstat(1), os.stat(log_file))
     except OSError:
@@ -91,9 +77,9 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
                             f"({out_dir / 'config.yaml'}) or choose another --out")
     elif resume and not out_dir.exists():
         raise OpsdError(f"--resume: {out_dir} does not exist: pass the directory of the run to continue")
-    elif resume and not is_launcher_dir(out_dir):
+    elif resume and not store.is_job_dir(out_dir):
         raise OpsdError(f"--resume: {out_dir} is not a training run directory (no config.yaml)")
-    elif out_dir.exists() and os.listdir(out_dir) and not is_launcher_dir(out_dir):
+    elif out_dir.exists() and not store.is_job_dir(out_dir):
         raise OpsdError(f"{out_dir} exists and is not empty: choose a new or empty --out")
     _check_writable(out_dir)
 
@@ -111,24 +97,6 @@ def create(out_dir: Path, config_yaml: str, argv: list[str]) -> None:
     else:
         with open(out_dir / "command.txt", "a") as f:  # a resume: keep every command that ran here
             f.write(shlex.join(argv) + "\n")
-
-
-def write_status(run_dir: Path, status: str, **fields) -> None:
-    if status not in STATUSES:
-        raise ValueError(f"unknown status {status}")
-    old = read_status(run_dir) or {}
-    rec = {**old, **fields, "status": status, "updated": time.time(), "pid": os.getpid(), "pgid": os.getpgrp()}
-    if status == "running":
-        rec.pop("error", None)
-    store.atomic_write_json(Path(run_dir) / "status.json", rec)
-
-
-def read_status(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / "status.json"
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 def _clean(value):
@@ -153,32 +121,5 @@ class MetricsLog:
         """Drop records of steps after ``step`` (and a torn last line), atomically."""
         if not self.path.is_file():
             return
-        keep = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
+        keep = [r for r in jobs.read_jsonl(self.path)[0] if r.get("step", 0) <= step]
         store.atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
-
-
-def read_metrics(path: Path, offset: int = 0) -> list[dict]:
-    """Records from byte ``offset``; an unfinished last line (a run writing or killed) is skipped."""
-    return read_new(path, offset)[0]
-
-
-def read_new(path: Path, offset: int = 0) -> tuple[list[dict], int]:
-    """(complete records after ``offset``, the offset to continue from)."""
-    path = Path(path)
-    if not path.is_file():
-        return [], offset
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    records, used = [], 0
-    for line in data.split(b"\n")[:-1]:  # the part after the last newline is not complete yet
-        used += len(line) + 1
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records, offset + used
-
-
-def stop_file(run_dir: Path) -> Path:
-    return Path(run_dir) / "STOP"

@@ -1,4 +1,4 @@
-"""New diagnosis: validate a config file in place, start `opsd-diag run` as a separate process, follow it."""
+"""New diagnosis: validate a config file in place, start `opsd-diag run` as a job, follow it."""
 
 import shlex
 from pathlib import Path
@@ -6,8 +6,10 @@ from pathlib import Path
 import streamlit as st
 
 from app import jobs
-from opsd_diag.io.config import load_config
+from opsd_diag import jobs as job_protocol
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import store
+from opsd_diag.io.config import load_config
 
 st.title("New diagnosis")
 default = "sample_data/configs/quickstart.yaml"
@@ -27,22 +29,20 @@ if validate or start:
     else:
         st.success(f"Valid: student {cfg.student.model}, teachers {', '.join(t.name for t in cfg.teachers)}, "
                    f"{cfg.sampling.num_samples} samples per prompt, base: {cfg.base.model if cfg.base else 'none'}")
-        run_dir = Path(out) if out else jobs.default_run_dir(config_path, root)
-        running = st.session_state.get("procs", {}).get(str(run_dir))
-        if start and running is not None and running.poll() is None:
-            st.warning(f"A diagnosis into {run_dir} is already running (pid {running.pid}).")
+        run_dir = Path(out) if out else store.default_run_dir(config_path, root)
+        if start and jobs.progress(run_dir).active:
+            st.warning(f"A diagnosis into {run_dir} is already running.")
         elif start:
             try:
-                st.session_state.setdefault("procs", {})[str(run_dir)] = jobs.start(config_path, run_dir)
+                jobs.start(config_path, run_dir)
                 st.session_state["job"] = str(run_dir)
             except OpsdError as e:
                 st.error(str(e))
 
 
 def follow(run_dir: str, active: bool) -> None:
-    proc = st.session_state.get("procs", {}).get(run_dir)
-    p = jobs.progress(run_dir, proc.poll() if proc else None)
-    if active and p.status in ("finished", "failed"):
+    p = jobs.progress(run_dir)
+    if active and not p.active:
         st.rerun()  # the whole page, so the fragment stops polling
     st.progress(p.fraction, text=p.text)
     if p.error:
@@ -52,15 +52,15 @@ def follow(run_dir: str, active: bool) -> None:
         if st.button("Open this run", key="open_run"):
             st.session_state["run_dir"] = run_dir
             st.switch_page("views/overview.py")
-    with st.expander("Log", expanded=p.status == "failed"):
+    with st.expander("Log", expanded=p.status in ("failed", "died")):
         st.code(p.log_tail or "(no output yet)")
 
 
 job = st.session_state.get("job")
 if job:
-    proc = st.session_state.get("procs", {}).get(job)
     st.subheader(f"Progress of {job}")
-    if proc is not None:
-        st.code(shlex.join(proc.args), language="bash")
-    active = jobs.progress(job, proc.poll() if proc else None).status in ("starting", "running")
+    argv = (job_protocol.read_status(job) or {}).get("argv")
+    if argv:
+        st.code(shlex.join(argv), language="bash")
+    active = jobs.progress(job).active
     st.fragment(follow, run_every=2.0 if active else None)(job, active)

@@ -1,8 +1,8 @@
 """Train: start `opsd-train` on a config with a `training` section, follow its metrics live, stop it.
 
-Everything goes through ``trainer.launch`` (argv lists, a new process group, the run directory as
-the only shared state), so a run started here can also be followed from another session or stopped
-from a terminal with ``touch RUN_DIR/STOP``.
+Everything goes through the job protocol (``opsd_diag.jobs``: argv lists, a new process group,
+the run directory as the only shared state), so a run started here can also be followed from
+another session or stopped from a terminal with ``touch RUN_DIR/STOP``.
 """
 
 import shlex
@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 from trainer import launch
 
@@ -34,7 +35,7 @@ if st.button("Start training", type="primary", key="train_start"):
         st.session_state["train_run"] = str(run.run_dir)
         st.success(f"Started {run.run_dir} (pid {run.pid})")
 
-runs = [str(p) for p in launch.find_runs(root)]
+runs = [str(p) for p in jobs.find_runs(root, "training")]
 current = st.session_state.get("train_run")
 if current and current not in runs:
     runs.insert(0, current)
@@ -45,13 +46,13 @@ chosen = st.selectbox("Follow run", runs, index=runs.index(current) if current i
 
 
 def follow(run_dir: str) -> None:
-    status = launch.status(run_dir)
+    status = jobs.status(run_dir)
     state = status["status"]
     step, total = status.get("step") or 0, status.get("max_steps") or 0
     st.progress(min(1.0, step / total) if total else 0.0, text=f"{state}: step {step} of {total or '?'}")
     if state == "failed":
         st.error(status.get("error") or "the run failed: see stdout.log below")
-    follower = st.session_state.setdefault("train_followers", {}).setdefault(run_dir, launch.Follower(run_dir))
+    follower = st.session_state.setdefault("train_followers", {}).setdefault(run_dir, jobs.Follower(run_dir))
     follower.poll()  # reads only what was appended since the last refresh
     records = pd.DataFrame(follower.records)
     if not records.empty:
@@ -74,12 +75,12 @@ def follow(run_dir: str) -> None:
                 else "(no output yet)")
 
 
-status = launch.status(chosen)
-argv = launch.launch_info(chosen).get("argv")
+status = jobs.status(chosen)
+argv = status.get("argv")
 if argv:
     st.code(shlex.join(argv), language="bash")
 active = status["status"] in ("running", "starting")
 if active and st.button("Stop (saves a checkpoint first)", key="train_stop"):
-    launch.stop(chosen)
+    jobs.stop(chosen)
     st.rerun()
 st.fragment(follow, run_every=2.0 if active else None)(chosen)

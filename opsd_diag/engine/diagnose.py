@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from opsd_diag import __version__
+from opsd_diag import __version__, jobs
 from opsd_diag.core import aggregate
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf, sample_vllm
 from opsd_diag.engine.scoring import TeacherInput, score_batch
+from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
@@ -225,23 +226,25 @@ def manifest(prep: Prepared, status: str, **extra) -> dict:
             "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids, **extra}
 
 
-def finish(prep: Prepared, out_dir: Path, started: float) -> dict:
-    """Merge shards, aggregate, and mark the run finished."""
+def finish(prep: Prepared, out_dir: Path) -> dict:
+    """Merge shards and aggregate them into summary.json."""
     tables = store.merge_shards(out_dir, prep.n_shards)
     a = prep.cfg.analysis
     summary = aggregate.summarize(tables["tokens"], tables["rollouts"], tables["teacher_rollouts"],
-                                 entropy_edges=a.entropy_edges, entropy_quantiles=a.entropy_quantiles,
-                                 high_entropy=a.high_entropy, ks=tuple(a.pass_k), n_boot=a.bootstrap,
-                                 seed=prep.cfg.sampling.seed)
+                                  entropy_edges=a.entropy_edges, entropy_quantiles=a.entropy_quantiles,
+                                  high_entropy=a.high_entropy, ks=tuple(a.pass_k), n_boot=a.bootstrap,
+                                  seed=prep.cfg.sampling.seed)
     summary["context_truncated"] = {t: int(sum(v)) for t, v in prep.truncated.items()}
     store.atomic_write_json(Path(out_dir) / "summary.json", summary)
-    store.atomic_write_json(Path(out_dir) / "manifest.json",
-                            manifest(prep, "finished", seconds=round(time.time() - started, 2)))
     return summary
 
 
 def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = True) -> Path:
-    """Run (or resume) a diagnosis into ``out_dir``; shards are spread over accelerate processes."""
+    """Run (or resume) a diagnosis into ``out_dir``; shards are spread over accelerate processes.
+
+    The main process holds the run directory's lock and reports each stage in status.json
+    (``opsd_diag.jobs``); the manifest says ``finished`` only once the predictor is done too.
+    """
     from accelerate import PartialState
     from tqdm.auto import tqdm
 
@@ -255,18 +258,42 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     prep = prepare(cfg)
     out_dir = Path(out_dir)
     store.check_run_dir(out_dir, cfg.model_dump(mode="json"))  # every process checks: a refusal leaves none waiting
-    if state.is_main_process:
-        store.open_run_dir(out_dir, to_yaml(cfg), manifest(prep, "running", started=time.time()))
-    state.wait_for_everyone()
-    mine = [i for i in range(prep.n_shards)
-            if i % state.num_processes == state.process_index and not store.shard_done(out_dir, i)]
-    for i in tqdm(mine, desc="shards", unit="shard", disable=not (show_progress and state.is_main_process)):
-        store.write_shard(out_dir, i, run_shard(prep, i))
-    state.wait_for_everyone()
-    if state.is_main_process:
-        finish(prep, out_dir, started)
-        if cfg.ideal is not None and cfg.ideal.enabled:
-            run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
-                          show_progress=show_progress)
-    state.wait_for_everyone()
+    main = state.is_main_process
+    lock = jobs.acquire_lock(out_dir, "opsd-diag run") if main else None
+    try:
+        if main:
+            store.check_run_dir(out_dir, cfg.model_dump(mode="json"))  # again, now that no other run writes here
+            store.open_run_dir(out_dir, to_yaml(cfg), manifest(prep, "running", started=started))
+        state.wait_for_everyone()
+        done = [store.shard_done(out_dir, i) for i in range(prep.n_shards)]
+        if main:
+            jobs.write_status(out_dir, "running", kind="diagnosis", stage="rollouts and scoring", done=sum(done),
+                              total=prep.n_shards)
+        mine = [i for i in range(prep.n_shards) if i % state.num_processes == state.process_index and not done[i]]
+        for i in tqdm(mine, desc="shards", unit="shard", disable=not (show_progress and main)):
+            store.write_shard(out_dir, i, run_shard(prep, i))
+            if main:
+                jobs.write_status(out_dir, done=sum(store.shard_done(out_dir, j) for j in range(prep.n_shards)))
+        state.wait_for_everyone()
+        if main:
+            jobs.write_status(out_dir, stage="aggregates")
+            finish(prep, out_dir)
+            if cfg.ideal is not None and cfg.ideal.enabled:
+                jobs.write_status(out_dir, stage="predictor")
+                run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
+                              show_progress=show_progress)
+            store.atomic_write_json(out_dir / "manifest.json",
+                                    manifest(prep, "finished", seconds=round(time.time() - started, 2)))
+            jobs.write_status(out_dir, "finished", stage="done")
+        state.wait_for_everyone()
+    except BaseException as e:
+        if main and isinstance(e, KeyboardInterrupt):  # Ctrl-C or a stop (SIGTERM): finished shards are kept
+            jobs.write_status(out_dir, "stopped", error="interrupted; rerun the same command to resume")
+        elif main:
+            jobs.write_status(out_dir, "failed", error=str(e) if isinstance(e, OpsdError) else
+                              f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        if lock is not None:
+            lock.close()
     return out_dir

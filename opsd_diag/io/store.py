@@ -25,6 +25,8 @@ import pandas as pd
 from opsd_diag.errors import OpsdError
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
+# What a run directory may hold before the run itself writes: what the job launcher leaves (opsd_diag.jobs)
+JOB_FILES = frozenset({"status.json", "stdout.log", "STOP", ".lock"})
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -139,8 +141,13 @@ def check_run_dir(out_dir: Path, config: dict) -> None:
     if (out_dir / "manifest.json").is_file():
         if read_manifest(out_dir).get("config") != config:
             raise OpsdError(f"{out_dir} holds a run of a different config: choose another --out to start a new run")
-    elif out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+    elif out_dir.exists() and (not out_dir.is_dir() or not is_job_dir(out_dir)):
         raise OpsdError(f"{out_dir} exists and is not a run directory: choose an empty or new --out")
+
+
+def is_job_dir(path: Path) -> bool:
+    """An empty folder, or one holding only what the job launcher leaves before the run writes."""
+    return Path(path).is_dir() and set(os.listdir(path)) <= JOB_FILES
 
 
 def open_run_dir(out_dir: Path, config_yaml: str, manifest: dict) -> None:

@@ -1,0 +1,307 @@
+"""One job protocol for diagnoses and training runs: start, follow and stop them through their run directory.
+
+A job is a separate process started from an argument list (never a shell) in its own process
+group, with its output in ``RUN_DIR/stdout.log``. Everything the app or a terminal needs to know
+is in ``RUN_DIR/status.json``, written by the launcher and by the run itself::
+
+    status      starting | running | finished | failed | stopped   (+ "died" when read: the process is gone)
+    kind        diagnosis | training
+    stage       what runs now (diagnosis: rollouts, scoring, predictor; training: train, eval)
+    done/total  progress of the stage (shards, steps)
+    error       the one-line message of a failure
+    pid, start_time, pgid, leader_start_time, argv, started, updated
+
+A run holds ``RUN_DIR/.lock`` (an flock) while it writes, so a second process on the same
+directory gets a clear error naming the first one; the kernel drops the lock when its holder dies,
+so a killed run's directory is taken over by the next run (with a message). Stop only ever signals
+a process group that this protocol started: its leader's pid *and* process start time must match
+what was recorded, so a reused pid or an edited file cannot direct a signal anywhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from opsd_diag.errors import OpsdError
+from opsd_diag.io import store
+
+STATUS = "status.json"
+LOG = "stdout.log"
+STOP = "STOP"
+LOCK = ".lock"
+ACTIVE = ("starting", "running")
+ARGV_ENV = "OPSD_JOB_ARGV"  # the launcher's exact argv (JSON), recorded by the run
+
+
+def diagnosis_command(config: str | Path, out_dir: str | Path) -> list[str]:
+    """``opsd-diag run`` of this very interpreter (the console script may be absent or another env's)."""
+    return [sys.executable, "-m", "opsd_diag.cli", "run", str(config), "--out", str(out_dir)]
+
+
+def training_command(config: str | Path, out_dir: str | Path, *, num_processes: int = 1, resume: bool = False,
+                     accelerate_config: str | Path | None = None) -> list[str]:
+    """``python -m trainer`` for one process, ``accelerate launch`` for more (or with an accelerate config)."""
+    if num_processes < 1:
+        raise OpsdError(f"the number of processes must be >= 1, got {num_processes}")
+    tail = [str(config), "--out", str(out_dir), *(["--resume"] if resume else [])]
+    if num_processes == 1 and accelerate_config is None:
+        return [sys.executable, "-m", "trainer", *tail]
+    head = [sys.executable, "-m", "accelerate.commands.launch"]
+    if accelerate_config is not None:  # FSDP, DeepSpeed, several machines: the user's accelerate config
+        return [*head, "--config_file", str(accelerate_config), "--num_processes", str(num_processes),
+                "-m", "trainer", *tail]
+    # --multi_gpu selects accelerate's torchrun launcher; on a CPU machine the trainer then runs its
+    # processes on gloo (``--cpu`` would select the single-process launcher instead).
+    return [*head, "--multi_gpu", "--num_machines", "1", "--num_processes", str(num_processes), "-m", "trainer",
+            *tail]
+
+
+# ------------------------------------------------------------------------------- processes
+
+
+def process_start_time(pid: int | None) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None when it is not running."""
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])  # a zombie has finished
+
+
+def alive(pid: int | None, start_time: int | None) -> bool:
+    """The process ``pid`` runs and is the one that started at ``start_time`` (not a reused pid)."""
+    now = process_start_time(pid)
+    return now is not None and (start_time is None or now == start_time)
+
+
+# -------------------------------------------------------------------------------- status
+
+
+@contextlib.contextmanager
+def _status_lock(run_dir: Path):
+    """Serialise read-modify-write of status.json between the launcher and the run (an flock on the folder)."""
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def read_status(run_dir: str | Path) -> dict | None:
+    try:
+        data = json.loads((Path(run_dir) / STATUS).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_status(run_dir: str | Path, status: str | None = None, *, owner: bool = True, **fields) -> dict:
+    """Merge ``fields`` (and ``status``) into status.json atomically.
+
+    ``owner``: the writer is the run itself, so its pid and process start time are recorded (the
+    launcher writes ``starting`` with ``owner=False``).
+    """
+    run_dir = Path(run_dir)
+    with _status_lock(run_dir):
+        rec = {**(read_status(run_dir) or {}), **fields, "updated": time.time()}
+        if status is not None:
+            rec["status"] = status
+            if status in ACTIVE:
+                rec.pop("error", None)
+        if owner:
+            rec.update(pid=os.getpid(), start_time=process_start_time(os.getpid()))
+        store.atomic_write_json(run_dir / STATUS, rec)
+    return rec
+
+
+def fail(run_dir: str | Path, error: str) -> None:
+    """Record a failure in a run directory this process owns (or was launched into): never in another's."""
+    st = read_status(run_dir)
+    launched = os.environ.get(ARGV_ENV) is not None and json.loads(os.environ[ARGV_ENV]) == (st or {}).get("argv")
+    if st is not None and st.get("status") in ACTIVE and (st.get("pid") == os.getpid() or launched):
+        write_status(run_dir, "failed", error=error)
+
+
+def status(run_dir: str | Path) -> dict:
+    """status.json plus ``alive``; a run that says starting/running but whose process is gone reads ``died``."""
+    st = read_status(run_dir) or {"status": "unknown"}
+    st["alive"] = alive(st.get("pid"), st.get("start_time")) or alive(st.get("pgid"), st.get("leader_start_time"))
+    if st["status"] in ACTIVE and not st["alive"]:
+        st["status"] = "died"
+    return st
+
+
+# ---------------------------------------------------------------------------------- lock
+
+
+def acquire_lock(run_dir: str | Path, what: str = "run"):
+    """Hold ``RUN_DIR/.lock`` for the life of this process (one writer per run directory).
+
+    Returns the open lock file (keep it referenced). A live holder is an OpsdError naming its pid;
+    a dead holder's lock is free again (the kernel released it) and is taken over with a message.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    f = open(run_dir / LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise OpsdError(f"{run_dir} is in use by {holder}: wait for it to end, stop it, or choose another --out") \
+            from None
+    f.seek(0)
+    old = f.read().strip()
+    if old:
+        print(f"opsd: taking over {run_dir} from {old}, which is no longer running", file=sys.stderr)
+    f.seek(0)
+    f.truncate()
+    f.write(f"{what} pid {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})")
+    f.flush()
+    return f
+
+
+# ------------------------------------------------------------------------------ launch
+
+
+@dataclass
+class Job:
+    run_dir: Path
+    pid: int  # the launched process; it leads its own process group
+    argv: list[str]
+
+
+def start(argv: list[str], run_dir: str | Path, kind: str, *, cwd: str | Path | None = None,
+          env: dict | None = None) -> Job:
+    """Start ``argv`` in a new process group with its output in ``RUN_DIR/stdout.log``."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_status(run_dir, "starting", owner=False, kind=kind, argv=argv, started=time.time(), stage="starting")
+        with open(run_dir / LOG, "ab") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True,
+                                    env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1",
+                                         ARGV_ENV: json.dumps(argv)})
+    except OSError as e:
+        raise OpsdError(f"cannot start the {kind} in {run_dir} ({e.strerror}): check that it is writable") from None
+    # the leader's identity, so stop() can prove the group is ours; status stays whatever the run wrote
+    with _status_lock(run_dir):
+        rec = {**(read_status(run_dir) or {}), "pgid": proc.pid, "leader_start_time": process_start_time(proc.pid)}
+        rec.setdefault("pid", proc.pid)
+        store.atomic_write_json(run_dir / STATUS, rec)
+    return Job(run_dir, proc.pid, argv)
+
+
+def stop(run_dir: str | Path, *, grace_s: float = 0.0, poll_s: float = 0.2) -> dict:
+    """Ask for a graceful stop: the STOP file, then (after ``grace_s``) SIGTERM to the run's process group.
+
+    The signal goes only to a group whose leader is still the process this protocol started (pid and
+    start time as recorded); anything else gets no signal at all.
+    """
+    run_dir = Path(run_dir)
+    (run_dir / STOP).touch()
+    deadline = time.time() + grace_s
+    while time.time() < deadline and status(run_dir)["status"] in ACTIVE:
+        time.sleep(poll_s)
+    st = status(run_dir)
+    pgid, leader_start = st.get("pgid"), st.get("leader_start_time")
+    if st["status"] in ACTIVE and pgid and leader_start and alive(pgid, leader_start) and os.getpgid(pgid) == pgid:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(pgid), signal.SIGTERM)
+    return st
+
+
+def stop_requested(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / STOP).exists()
+
+
+# ----------------------------------------------------------------------------- follow
+
+
+def log_tail(run_dir: str | Path, n_lines: int = 40) -> str:
+    """The last lines of the run's output (tqdm's carriage-return redraws split into lines)."""
+    path = Path(run_dir) / LOG
+    if not path.is_file():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 16_000))
+        text = f.read().decode("utf-8", errors="replace")
+    lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
+    return "\n".join(lines[-n_lines:])
+
+
+def find_runs(root: str | Path = "runs", kind: str | None = None) -> list[Path]:
+    """Run directories under ``root`` (a status.json, or a finished diagnosis' manifest), newest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        st = read_status(p) if p.is_dir() else None
+        k = (st or {}).get("kind") or ("diagnosis" if (p / "manifest.json").is_file() else
+                                       "training" if (p / "metrics.jsonl").is_file() else None)
+        if k is not None and (kind is None or k == kind):
+            out.append(p.resolve())
+    return sorted(out, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def read_jsonl(path: str | Path, offset: int = 0) -> tuple[list[dict], int]:
+    """(complete records after byte ``offset``, the offset to continue from); a torn last line waits."""
+    path = Path(path)
+    if not path.is_file():
+        return [], offset
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    records, used = [], 0
+    for line in data.split(b"\n")[:-1]:  # the part after the last newline is not complete yet
+        used += len(line) + 1
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    return records, offset + used
+
+
+class Follower:
+    """Incremental reader of a run's ``metrics.jsonl``: each ``poll`` reads only the new records."""
+
+    def __init__(self, run_dir: str | Path, name: str = "metrics.jsonl"):
+        self.path = Path(run_dir) / name
+        self.offset = 0
+        self.records: list[dict] = []
+
+    def poll(self) -> list[dict]:
+        if self.path.is_file() and self.path.stat().st_size < self.offset:
+            self.offset, self.records = 0, []  # rewritten by a resume: read it again from the start
+        new, self.offset = read_jsonl(self.path, self.offset)
+        self.records += new
+        return new
+
+
+def follow(run_dir: str | Path, *, interval: float = 1.0, timeout: float | None = None) -> Iterator[dict]:
+    """Yield metrics records as they appear until the run leaves starting/running."""
+    f = Follower(run_dir)
+    deadline = None if timeout is None else time.time() + timeout
+    while True:
+        yield from f.poll()
+        if status(run_dir)["status"] not in ACTIVE:
+            yield from f.poll()
+            return
+        if deadline is not None and time.time() > deadline:
+            return
+        time.sleep(interval)
