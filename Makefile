@@ -4,7 +4,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 PORT ?=
 
-.PHONY: install install-dev app test zoo
+.PHONY: install install-dev app test test-fast zoo
 
 install:
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH)"
@@ -20,6 +20,10 @@ app: install
 # The whole test suite (CI runs exactly this)
 test: install-dev
 	$(PYTHON) -m pytest -q
+
+# The pure and small tests (maths, config, data, report, verdict, tiny trainer steps): a few minutes
+test-fast: install-dev
+	$(PYTHON) -m pytest -q -m "not slow"
 
 # Rebuild the bundled toy models and problem splits (about 17 minutes on 2 CPU cores)
 zoo: install

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsd_diag import jobs
+from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
 from opsd_diag.io.config import load_config
 
@@ -19,7 +20,10 @@ RUNS_ROOT = Path("runs")
 def start(config: str | Path, out_dir: str | Path) -> jobs.Job:
     """Check the config and the run directory here (a mistake is an error in place), then start the job."""
     cfg = load_config(config)
-    store.check_run_dir(Path(out_dir), cfg.model_dump(mode="json"))
+    out_dir = Path(out_dir)
+    store.check_run_dir(out_dir, cfg.model_dump(mode="json"))
+    if (out_dir / "manifest.json").is_file() and store.read_manifest(out_dir).get("status") == "finished":
+        raise OpsdError(f"{out_dir} holds this diagnosis already finished: open it, or choose a new run directory")
     return jobs.start(jobs.diagnosis_command(config, out_dir), out_dir, "diagnosis")
 
 

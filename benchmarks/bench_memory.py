@@ -42,11 +42,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from bench_scoring import add_model_args, machine, make_model, param_bytes  # noqa: E402
+from reference import pack  # noqa: E402
+
 from opsd_diag.core import signals  # noqa: E402
 from opsd_diag.engine.scoring import TeacherInput, score_batch  # noqa: E402
 from opsd_diag.io.config import ScoringSpec  # noqa: E402
 from opsd_diag.settings import ScoreSettings  # noqa: E402
-from reference import pack  # noqa: E402
 
 TARGET = 0.10
 MiB = 2**20
@@ -71,7 +72,7 @@ def naive_full_logp(model, prompts, completions, temperature: float) -> torch.Te
 
 @torch.no_grad()
 def naive_score(student, teacher, base, prompts, completions, s: ScoreSettings, block: int = 256) -> dict:
-    """Every SIGNALS.md column and top-k from three materialised [N, V] log-prob tensors."""
+    """Every docs/signals.md column and top-k from three materialised [N, V] log-prob tensors."""
     student_logp = naive_full_logp(student, prompts, completions, s.temperature)  # [N, V]
     teacher_logp = naive_full_logp(teacher, prompts, completions, s.temperature)  # [N, V]
     base_logp = naive_full_logp(base, prompts, completions, s.temperature)  # [N, V]

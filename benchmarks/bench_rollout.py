@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from bench_scoring import add_model_args, machine, make_model, sync  # noqa: E402
+
 from opsd_diag.engine.sampling import sample_hf  # noqa: E402
 from opsd_diag.settings import SamplingSettings  # noqa: E402
 

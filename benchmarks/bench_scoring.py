@@ -10,7 +10,7 @@ What runs (the diagnostic's default ``base_view: student``, one external and one
 
 ``bare`` is ``model(input_ids, attention_mask, position_ids)`` with full logits for each pair, on
 the exact packed tensors ``score_batch`` builds (``views.pack``). ``scoring`` is one ``score_batch``
-call: the four decoder forwards, the chunked LM heads, every signal of SIGNALS.md for both teacher
+call: the four decoder forwards, the chunked LM heads, every signal of docs/signals.md for both teacher
 configs, top-k. The two are timed alternately (warm-up, then ``--repeats`` pairs) and the ratio of
 the medians is reported, so drift from other jobs on the machine hits both sides alike.
 
@@ -44,9 +44,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from reference import pack  # noqa: E402
+
 from opsd_diag.engine.scoring import TeacherInput, completion_hidden, score_batch  # noqa: E402
 from opsd_diag.io.config import ScoringSpec  # noqa: E402
-from reference import pack  # noqa: E402
 
 TARGET = 1.10
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

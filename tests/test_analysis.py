@@ -12,15 +12,15 @@ import pytest
 
 from opsd_diag.core import aggregate as an
 from opsd_diag.core import stats as st
+from opsd_diag.errors import OpsdError
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary
-from opsd_diag.errors import OpsdError
 
 # ------------------------------------------------------------------------------------- fixtures
 
 
 def make_tables(seed=0, n_problems=6, samples=3, configs=("ctx", "plain"), with_base=True):
-    """Random but internally consistent tokens/rollouts tables (gate and a_d2 follow SIGNALS.md)."""
+    """Random but internally consistent tokens/rollouts tables (gate and a_d2 follow docs/signals.md)."""
     rng = np.random.default_rng(seed)
     rows, rid = [], 0
     for p in range(n_problems):

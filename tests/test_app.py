@@ -14,6 +14,8 @@ from app import jobs, serve
 from opsd_diag import jobs as job_protocol
 from opsd_diag.report import export
 
+pytestmark = pytest.mark.slow  # runs models end to end: `make test` only, not `make test-fast`
+
 REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
 PAGES = ("views/tokens.py", "views/signals.py", "views/export.py", "views/new_run.py")
@@ -31,8 +33,8 @@ def _config(zoo: Path, data: Path) -> dict:
 @pytest.fixture(scope="session")
 def runs_root(ci_zoo, tmp_path_factory) -> Path:
     """``runs/`` with one finished tiny run (``tiny``) and one that is still running (``busy``)."""
-    from opsd_diag.io.config import from_dict
     from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.io.config import from_dict
     from opsd_diag.zoo import task
 
     root = tmp_path_factory.mktemp("app") / "runs"
@@ -77,7 +79,7 @@ def test_overview_shows_verdict_and_estimator(runs_root, tmp_path):
     summary["verdicts"] = {"teacher": {"r_opd": {"verdict": "helps", "reason": "A > 0.", "score": 0.3}}}
     summary["ranking"] = [{"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": 0.3}]
     summary["verdict_rule"] = "**hurts** if ..."
-    summary["ideal"] = {"status": "ok", "estimator": "our estimator (SIGNALS.md)", "budget": 32,
+    summary["ideal"] = {"status": "ok", "estimator": "our estimator (docs/signals.md)", "budget": 32,
                         "continuations_used": 30, "n_nodes": 2, "n_prompts": 2, "k": 3, "m": 2}
     (run / "summary.json").write_text(json.dumps(summary))
     at = _app(run.parent, "judged")

@@ -2,13 +2,11 @@ import json
 
 import pandas as pd
 import pytest
-import yaml
+from conftest import REPO, tiny_config, write_jsonl
 
+from opsd_diag.errors import OpsdError
 from opsd_diag.io.config import DataSpec, from_dict, load_config, to_yaml
 from opsd_diag.io.data import load_problems
-from opsd_diag.errors import OpsdError
-
-from conftest import REPO, tiny_config, write_jsonl
 
 
 def test_quickstart_config_loads_and_round_trips(tmp_path):

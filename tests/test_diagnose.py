@@ -11,12 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, tiny_config
 
-from opsd_diag.io.config import from_dict
-from opsd_diag.engine.diagnose import run_diagnosis
 from opsd_diag.run import TABLES, Run
 
-from conftest import REPO, tiny_config
+pytestmark = pytest.mark.slow  # runs models end to end: `make test` only, not `make test-fast`
 
 
 def _write_cfg(tmp_path, zoo, data_file, **over) -> Path:
@@ -48,8 +47,9 @@ def _assert_same_run(a: Path, b: Path, atol: float = 0.0):
 
 @pytest.fixture(scope="module")
 def reference_run(ci_zoo, tmp_path_factory):
-    from opsd_diag.zoo import task
     from conftest import write_jsonl
+
+    from opsd_diag.zoo import task
 
     d = tmp_path_factory.mktemp("ref")
     data = write_jsonl(d / "p.jsonl", task.generate(6, 11))
@@ -144,7 +144,7 @@ def test_bad_data_lines_and_empty_data(ci_zoo, tmp_path):
 
 
 def test_teacher_with_other_vocabulary_is_refused(ci_zoo, problems_file, tmp_path):
-    from opsd_diag.zoo.build import new_model, SIZES
+    from opsd_diag.zoo.build import SIZES, new_model
     from opsd_diag.zoo.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["completely different text 123"] * 50, vocab_size=280)

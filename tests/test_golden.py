@@ -18,7 +18,6 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import REPO
 
 GOLDEN = REPO / "tests" / "golden"

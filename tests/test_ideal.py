@@ -10,15 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import WRONG_SOLUTION, ZOO, tiny_config, write_jsonl
+
 from opsd_diag.core import ideal as I
 from opsd_diag.engine import nodes as N
 from opsd_diag.engine.predict import run_predictor
-from opsd_diag.io.config import IdealSpec, from_dict
-from opsd_diag.errors import OpsdError
 from opsd_diag.engine.sampling import sample_hf
-
+from opsd_diag.errors import OpsdError
+from opsd_diag.io.config import IdealSpec, from_dict
 
 
 def run_ideal(prep, run_dir, spec=None, **kw):
@@ -376,8 +375,8 @@ def test_no_answers_is_skipped_not_a_crash(tmp_path):
 # A deliberately harmful context: a confident "correct solution" that belongs to another problem.
 @pytest.fixture(scope="module")
 def zoo_ideal(tmp_path_factory):
-    from opsd_diag.engine.diagnose import prepare, run_diagnosis
     from opsd_diag.core.verdict import MIN_PROMPTS
+    from opsd_diag.engine.diagnose import prepare, run_diagnosis
     from opsd_diag.zoo import task
 
     tmp_path = tmp_path_factory.mktemp("zoo_ideal")

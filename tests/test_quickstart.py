@@ -3,9 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+from conftest import REPO
+
 from opsd_diag.run import Run
 
-from conftest import REPO
+pytestmark = pytest.mark.slow  # runs models end to end: `make test` only, not `make test-fast`
 
 
 def test_quickstart_run(tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 
-from opsd_diag.io import templates
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import templates
 
 PROBLEM = {"id": "p1", "prompt": "Start at 1. Apply +2. Result?", "solution": "a) 1+2=3\nb) 3*2=6\nc) 6-1=5\nd) 5+0=5",
            "answer": "5"}

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
-
-from opsd_diag.io.config import from_dict
-from opsd_diag.errors import OpsdError
 from fixtures_trainer import build_world, config_dict, one_thread, read_metrics, world, write_config  # noqa: F401 (fixtures)
+
 from opsd_diag import jobs
-from trainer import cli, config, launch, rundir
+from opsd_diag.errors import OpsdError
+from opsd_diag.io.config import from_dict
+from trainer import cli, config
 from trainer.rollouts import MicroBatch
 from trainer.setup import prepare
 from trainer.step import micro_batch_backward
@@ -376,11 +374,11 @@ def test_sampler_decode_step_equals_each_row_alone(world):
 
 def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
     """Identical draws until a row of the batch finishes; every row ends at its first stop id or the limit."""
+    from transformers import AutoModelForCausalLM
+
+    from opsd_diag.engine import decode as sampler
     from opsd_diag.engine.sampling import sample_hf
     from opsd_diag.settings import SamplingSettings
-    from opsd_diag.engine import decode as sampler
-
-    from transformers import AutoModelForCausalLM
 
     tok, models = _world_models(world)
     eager = AutoModelForCausalLM.from_pretrained(world / "student", attn_implementation="eager").eval()

@@ -21,11 +21,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
-
 from conftest import WRONG_SOLUTION
 from fixtures_trainer import one_thread  # noqa: F401 (fixture)
+
 from trainer import cli
 
 ROOT = Path(__file__).resolve().parents[1]

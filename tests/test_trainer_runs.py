@@ -7,12 +7,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-import torch
-
 from fixtures_trainer import build_world, one_thread, read_metrics, without_time, world, write_config  # noqa: F401 (fixtures)
+
 from opsd_diag import jobs
 from trainer import cli, launch
 

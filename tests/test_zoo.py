@@ -7,15 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import REPO, ZOO
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.zoo import build as zoo_build
-from opsd_diag.zoo import rebuild_check
-from opsd_diag.zoo import task
+from opsd_diag.zoo import rebuild_check, task
 
-from conftest import REPO, ZOO
+pytestmark = pytest.mark.slow  # runs models end to end: `make test` only, not `make test-fast`
 
 ROLES = ("base", "teacher", "student")
 

@@ -19,7 +19,6 @@ from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 
 
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opsd-train", description="Train the chosen configuration of a diagnosis "
                                 "config (its 'training' section) with the same signal code.")

@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import (METHODS, DiagnosisConfig, TeacherSpec, TrainingSpec, load_config,
-                                 scoring_temperature, to_yaml, training_teacher)
+from opsd_diag.io.config import (
+    METHODS,
+    DiagnosisConfig,
+    TeacherSpec,
+    TrainingSpec,
+    load_config,
+    scoring_temperature,
+    to_yaml,
+    training_teacher,
+)
 
 
 @dataclass(frozen=True)

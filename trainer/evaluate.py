@@ -17,8 +17,9 @@ from accelerate.utils import gather_object
 
 from opsd_diag.core import signals
 from opsd_diag.core.stats import pass_at_k
-from opsd_diag.engine.sampling import SamplingSettings, sample_hf
+from opsd_diag.engine.sampling import sample_hf
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
+from opsd_diag.io.config import EvalSpec
 from opsd_diag.io.verify import is_correct
 from trainer.roles import Roles
 from trainer.rollouts import ProblemSet, micro_seed

@@ -1,6 +1,6 @@
 """The models a training run holds: the trainable student and its frozen or moving partners.
 
-- student: a fresh, trainable copy (never the cached eval model of ``opsd_diag.models``), float32
+- student: a fresh, trainable copy (never the cached eval model of ``opsd_diag.io.models``), float32
   master weights unless the config names a dtype; optionally wrapped with a peft LoRA adapter.
 - teacher: an external model (cached, frozen), or for a self-teacher the ``frozen`` initial student
   (with LoRA: the adapter switched off), an ``ema`` copy, or the ``live`` student under no_grad.
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from opsd_diag.engine.scoring import completion_hidden
+from opsd_diag.errors import OpsdError
 from opsd_diag.io import models as hub
 from opsd_diag.io.config import ModelSpec
-from opsd_diag.errors import OpsdError
-from opsd_diag.engine.scoring import completion_hidden
 
 
 def load_trainable(spec: ModelSpec, device: torch.device, source: str | None = None) -> nn.Module:

@@ -18,12 +18,13 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from opsd_diag.engine import decode as sampler
+from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.errors import OpsdError
 from opsd_diag.io.views import student_view, teacher_view
-from opsd_diag.engine import decode as sampler
+from opsd_diag.settings import derive_seed
 
 
 @dataclass
@@ -85,7 +86,7 @@ def load_set(data_spec, what: str) -> list[dict]:
 @lru_cache(maxsize=4)
 def _permutation(n: int, seed: int, epoch: int) -> tuple[int, ...]:
     order = list(range(n))
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    random.Random(derive_seed(seed, c=epoch)).shuffle(order)
     return tuple(order)
 
 
@@ -109,7 +110,7 @@ def rank_micro_batches(problem_ids: list[int], per_device: int, world: int, rank
 
 
 def micro_seed(seed: int, step: int, j: int) -> int:
-    return (seed * 1_000_003 + step * 9_176 + j * 7_919 + 17) % (2 ** 31)
+    return derive_seed(seed, step, j, 17)
 
 
 def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec, stop_ids):

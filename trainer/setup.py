@@ -1,7 +1,7 @@
 """Load and check everything a run needs, before its directory is written.
 
-Models go through ``opsd_diag.models`` (the same offline rules, errors and compatibility checks as a
-diagnosis); prompts go through ``opsd_diag.views``. Anything a user got wrong surfaces here as an
+Models go through ``opsd_diag.io.models`` (the same offline rules, errors and compatibility checks as a
+diagnosis); prompts go through ``opsd_diag.io.views``. Anything a user got wrong surfaces here as an
 ``OpsdError``.
 """
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
-from opsd_diag.io import models as hub
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import models as hub
+from opsd_diag.settings import LossSettings
 from trainer.config import TrainConfig
 from trainer.evaluate import EvalSets
-from opsd_diag.settings import LossSettings
 from trainer.roles import Roles, add_lora, frozen_copy, load_lora, load_trainable
 from trainer.rollouts import ProblemSet, build_problem_set, load_set
 from trainer.step import auto_chunk_size

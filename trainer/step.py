@@ -1,6 +1,6 @@
 """One micro-batch: score the rollouts, compute the method's loss chunk by chunk, and backpropagate.
 
-Normalisation (DESIGN.md pitfall 9): the loss of a step is sum over every generated token of every
+Normalisation (docs/design.md, pitfall 9): the loss of a step is sum over every generated token of every
 micro-batch on every process, divided by that global count ``N``. Each micro-batch contributes
 ``sum / N`` and, since DDP averages gradients over ``world`` processes, is scaled by ``world / N``.
 
@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from opsd_diag.core import signals
-from opsd_diag.errors import OpsdError
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
+from opsd_diag.errors import OpsdError
 from opsd_diag.settings import LossSettings
 from trainer.losses import token_loss
 from trainer.roles import Roles

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from opsd_diag.core.stats import (accuracy_ci, bootstrap_mean_over_prompts, ci_dict, gap_ci, jsonable,
-                                  pass_at_k_table)
+from opsd_diag.core.stats import accuracy_ci, bootstrap_mean_over_prompts, ci_dict, gap_ci, jsonable, pass_at_k_table
 from opsd_diag.errors import OpsdError
 from opsd_diag.schema import CI_COLUMNS, SIGNAL_COLUMNS
 

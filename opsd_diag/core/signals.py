@@ -25,8 +25,6 @@ import torch
 from torch import Tensor
 
 
-
-
 def log_probs(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """float32 ``log_softmax(logits / temperature)`` over the last (vocabulary) dimension."""
     if not temperature > 0:

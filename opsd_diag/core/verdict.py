@@ -26,7 +26,7 @@ nodes cover fewer than 5 prompts.
 Score (the ranking): the mean first-order gain ⟨g*, d/|d|⟩ over all nodes, i.e. the success
 probability gained per unit logit step along the signal at the student's uncertain tokens
 (our estimator; NaN when it is missing, ranked last). The thresholds are a first, explicit
-heuristic: SIGNALS.md asks for them to be checked against real training outcomes. On the bundled
+heuristic: docs/signals.md asks for them to be checked against real training outcomes. On the bundled
 zoo the `helps` configs raise accuracy when trained and the `hurts` one lowers it
 (tests/test_trainer_learning.py); no calibration on real models yet.
 """

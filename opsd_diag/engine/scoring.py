@@ -18,6 +18,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.settings import ScoreSettings
 
+
 @dataclass
 class TeacherInput:
     """One teacher config: the model that scores (the student itself for ``self``) and its prompts."""

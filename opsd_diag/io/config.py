@@ -36,20 +36,15 @@ def _centering(v: str) -> str:
     return v
 
 
-def _template(v: str) -> str:
-    try:
-        templates.placeholders(v)
-    except OpsdError as e:
-        raise ValueError(str(e)) from None
-    return v
-
-
-def _context(v: str) -> str:
-    try:
-        templates.resolve(v)
-    except OpsdError as e:
-        raise ValueError(str(e)) from None
-    return v
+def _user_error(check) -> AfterValidator:
+    """A validator from a project check that raises OpsdError (its message becomes the key's error)."""
+    def validate(v: str) -> str:
+        try:
+            check(v)
+        except OpsdError as e:
+            raise ValueError(str(e)) from None
+        return v
+    return AfterValidator(validate)
 
 
 def _device(v: str) -> str:
@@ -59,6 +54,8 @@ def _device(v: str) -> str:
 
 
 Centering = Annotated[str, AfterValidator(_centering)]
+Context = Annotated[str, _user_error(templates.resolve)]
+Template = Annotated[str, _user_error(templates.placeholders)]
 Temperature = Annotated[float, Field(gt=0.0, le=10.0)]
 
 
@@ -80,15 +77,13 @@ class ModelSpec(Strict):
 class TeacherSpec(Strict):
     """One teacher configuration: a model (or ``self``: the student's weights) plus a context."""
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="config name (letters, digits, `_-.`)")
-    model: str = Field("self", description="`self` (the student's weights: self-distillation) or a hub id / "
-                                           "directory")
+    model: str = Field("self", description="`self` (the student's weights) or a hub id / directory")
     revision: str | None = Field(None, description="hub revision of the teacher model")
-    context: Annotated[str, AfterValidator(_context)] = Field(
+    context: Context = Field(
         "none", description="built-in `none`, `full_solution`, `answer_only`, `partial_solution`, `hint`, or "
                             "your own template with `{prompt}` and any of `{solution}`, `{answer}`, "
                             "`{partial_solution}`, `{hint}`")
-    partial_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of solution lines in "
-                                                                     "`{partial_solution}`")
+    partial_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of solution lines in the partial one")
     system_prompt: str | None = Field(None, description="system prompt of this teacher view (default: the data's)")
 
     @model_validator(mode="after")
@@ -105,8 +100,7 @@ class TeacherSpec(Strict):
 class DataSpec(Strict):
     path: str = Field(description="JSONL, CSV or Parquet problem set")
     format: Literal["auto", "jsonl", "csv", "parquet"] = Field("auto", description="`auto`: from the extension")
-    fields: dict[str, str] = Field(default_factory=dict, description="our name -> column name, e.g. "
-                                                                     "`{prompt: question, answer: final}`")
+    fields: dict[str, str] = Field(default_factory=dict, description="our name -> column, e.g. `{prompt: question}`")
     limit: int | None = Field(None, gt=0, description="first N problems")
     system_prompt: str | None = Field(None, description="system prompt of the student view")
 
@@ -118,8 +112,7 @@ class SamplingSpec(Strict):
     max_completion_length: int = Field(128, ge=1, le=32768, description="new tokens per rollout")
     seed: int = Field(0, description="every random choice derives from it")
     batch_size: int = Field(32, ge=1, description="rows per generate call")
-    teacher_samples: int = Field(1, ge=0, le=1024, description="samples per prompt from each teacher view "
-                                                               "(teacher-with-context accuracy); 0: off")
+    teacher_samples: int = Field(1, ge=0, le=1024, description="samples per prompt per teacher view (its accuracy)")
     backend: Literal["hf", "vllm"] = Field("hf", description="`vllm` on GPU machines with vLLM installed")
 
     def settings(self, seed: int, *, num_samples: int | None = None, max_new_tokens: int | None = None,
@@ -234,8 +227,7 @@ class TrainingSpec(Strict):
     max_steps: int = Field(100, ge=1)
     per_device_train_batch_size: int = Field(8, ge=1, description="prompts per micro-batch per process")
     num_generations: int = Field(1, ge=1, le=256, description="samples per prompt")
-    generation_batch_size: int | None = Field(None, ge=1, description="completions per generate call; default: "
-                                                                      "a micro-batch")
+    generation_batch_size: int | None = Field(None, ge=1, description="completions per generate call (a micro-batch)")
     gradient_accumulation_steps: int = Field(1, ge=1)
     learning_rate: float = Field(1e-5, gt=0.0)
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
@@ -246,22 +238,18 @@ class TrainingSpec(Strict):
     adam_epsilon: float = Field(1e-8, gt=0.0)
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="none: no clipping")
     temperature: Temperature | None = Field(None, description="sampling temperature; default sampling.temperature")
-    scoring_temperature: Temperature | None = Field(None, description="default scoring.temperature, else the "
-                                                                      "sampling temperature")
+    scoring_temperature: Temperature | None = Field(None, description="default scoring.temperature, else `temperature`")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="default sampling.top_p")
     max_completion_length: int | None = Field(None, ge=1, le=32768, description="default sampling's")
-    chunk_size: int | None = Field(None, ge=1, description="positions per LM-head chunk; default: from the "
-                                                           "vocabulary size")
+    chunk_size: int | None = Field(None, ge=1, description="positions per LM-head chunk (from the vocabulary size)")
     data: DataSpec | None = Field(None, description="training prompts; default: the diagnosis' data")
-    sft_target: Annotated[str, AfterValidator(_template)] = Field(
-        "{solution}", description="template of the reference response (sft, regression NLL)")
+    sft_target: Template = Field("{solution}", description="template of the reference response (sft, regression NLL)")
     eval: EvalSpec = Field(default_factory=EvalSpec)
     eval_steps: int = Field(0, ge=0, description="0: evaluate only at the start and the end")
     save_steps: int = Field(0, ge=0, description="0: save only at the end (and on a graceful stop)")
     save_total_limit: int | None = Field(2, ge=1)
     seed: int = 0
-    mixed_precision: Literal["auto", "no", "bf16"] = Field("auto", description="`auto`: bf16 on CUDA with bf16 "
-                                                                               "support")
+    mixed_precision: Literal["auto", "no", "bf16"] = Field("auto", description="`auto`: bf16 on CUDA when supported")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory")
     report_to: Literal["auto", "none"] | list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         "auto", description="`auto`: TensorBoard when installed")
@@ -298,16 +286,14 @@ class TrainingSpec(Strict):
 
 class DiagnosisConfig(Strict):
     student: ModelSpec
-    base: ModelSpec | None = Field(None, description="the teacher's pre-reasoning checkpoint (same keys as "
-                                                     "student); needed for r_delta, a_delta, a_d2")
+    base: ModelSpec | None = Field(None, description="the teacher's pre-reasoning checkpoint (for the delta signals)")
     teachers: list[TeacherSpec] = Field(min_length=1)
     data: DataSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
     device: Annotated[str, AfterValidator(_device)] = Field("auto", description="`auto`: CUDA when available")
-    shard_size: int = Field(8, ge=1, description="prompts per stored shard (the unit of resume and of "
-                                                 "multi-process sharding)")
+    shard_size: int = Field(8, ge=1, description="prompts per stored shard (the unit of resume and of sharding)")
     ideal: IdealSpec | None = Field(None, description="the ideal-gradient predictor; off when absent")
     training: TrainingSpec | None = Field(None, description="the training run of `opsd-train`")
 
@@ -396,12 +382,10 @@ def training_teacher(cfg: DiagnosisConfig) -> TeacherSpec | None:
             kind = "a self-teacher (model: self with a context)" if wants_self else "a teacher model"
             raise ValueError(f"training.method '{spec.method}' needs {kind} in teachers")
         teacher = fits[0]
-    if wants_self and not teacher.is_self:
-        raise ValueError(f"training.method 'opsd' trains against the student's own weights, but teacher "
-                         f"'{teacher.name}' is the model {teacher.model}: use method opd, or a teacher with model: self")
-    if not wants_self and teacher.is_self:
-        raise ValueError(f"training: teacher '{teacher.name}' is the student itself: use method opsd for "
-                         "self-distillation")
+    if wants_self != teacher.is_self:
+        raise ValueError(f"training: teacher '{teacher.name}' is the model {teacher.model}: use method opd, or a "
+                         "teacher with model: self" if wants_self else f"training: teacher '{teacher.name}' is the "
+                         "student itself: use method opsd for self-distillation")
     if teacher.is_self and teacher.context == "none":
         raise ValueError(f"training: teacher '{teacher.name}' is the student with no context, so every signal is "
                          "zero: give it a privileged context such as full_solution")

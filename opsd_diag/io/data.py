@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from opsd_diag.io.config import DataSpec
 from opsd_diag.errors import OpsdError
+from opsd_diag.io.config import DataSpec
 
 OUR_FIELDS = ("id", "prompt", "solution", "answer", "meta")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.schema import SIGNAL_COLUMNS, TOKEN_KEYS
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
 # What a run directory may hold before the run itself writes: what the job launcher leaves (opsd_diag.jobs)
@@ -124,9 +125,14 @@ def read_table(run_dir: Path, name: str) -> pd.DataFrame:
     if not path.is_file():
         return pd.DataFrame()
     try:
-        return pd.read_parquet(path)
+        frame = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a corrupt file
         raise OpsdError(f"{path} is corrupt ({type(e).__name__}): rerun the run into a new --out") from None
+    missing = [c for c in (TOKEN_KEYS + SIGNAL_COLUMNS if name == "tokens" else ()) if c not in frame.columns]
+    if missing:
+        raise OpsdError(f"{path} lacks the columns {missing[:5]} (written by another version?): rerun the diagnosis "
+                        "into a new --out")
+    return frame
 
 
 def default_run_dir(config_path: str | Path, root: str | Path = "runs", prefix: str = "") -> Path:

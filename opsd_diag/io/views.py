@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opsd_diag.io import templates
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import templates
 
 
 @dataclass(frozen=True)
