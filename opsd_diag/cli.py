@@ -102,6 +102,21 @@ def _cmd_predict(args) -> None:
     _print_report(run_dir)
 
 
+def _cmd_scoreboard(args) -> None:
+    from opsd_diag.scoreboard import scoreboard
+
+    board = scoreboard(Path(args.root))
+    if board.frame.empty:
+        print(f"no training runs started from a diagnosis under {args.root}: start one with "
+              "'opsd-train --from-diagnosis RUN_DIR --config NAME --signal SIGNAL'")
+        return
+    with _pd_options():
+        print(board.frame.drop(columns=["diagnosis"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"\nSpearman(predicted score, realised pass@1 gain) over {board.n_scored} finished runs: "
+          f"{board.spearman:.3f}" + ("  (needs 3 or more)" if board.n_scored < 3 else "")
+          + f"; verdict accuracy (helps/hurts vs the sign of the gain): {board.verdict_accuracy:.2f}")
+
+
 def _cmd_zoo_build(args) -> None:
     from opsd_diag.zoo.build import build
 
@@ -137,6 +152,10 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--k", type=int, help="top-k candidates per model at each node")
     pr.add_argument("--m", type=int, help="continuations per candidate")
     pr.set_defaults(func=_cmd_predict)
+
+    sb = sub.add_parser("scoreboard", help="predicted vs realised for every training run started from a diagnosis")
+    sb.add_argument("root", nargs="?", default="runs", help="folder to search for training runs (default runs)")
+    sb.set_defaults(func=_cmd_scoreboard)
 
     z = sub.add_parser("zoo", help="the bundled toy world")
     zsub = z.add_subparsers(dest="zoo_command", required=True)

@@ -19,7 +19,8 @@ Num = float | None
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # unknown keys are ignored, so a run written by an older version (with fields since dropped) still opens
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class CI(_Model):
@@ -64,17 +65,18 @@ class Group(_Model):
 
 
 class Alignment(_Model):
-    """a_delta against a_opd over the tokens where both are finite (sign agreement = the gate keep)."""
+    """a_delta against a_opd: the gate over all finite tokens, the rest over the informative ones."""
     n: int
-    sign_agreement: Num = None
+    gate_keep: Num = None  # share of tokens the OPD² gate lets through
+    near_zero_share: Num = None  # share where a_opd or a_delta is numerically zero
+    n_informative: int = 0
+    sign_agreement: Num = None  # among the informative tokens
     pearson: Num = None
     spearman: Num = None
-    large_gap_share: Num = None
     q_pp: int = 0
     q_pn: int = 0
     q_np: int = 0
     q_nn: int = 0
-    n_zero: int = 0
 
 
 class HighEntropyShare(_Model):
@@ -173,12 +175,13 @@ class Summary(_Model):
             row = {"config": config, "n_tokens": entry.overall.n_tokens}
             row.update({c: cols[c].mean for c in HEADLINE_COLUMNS})
             row["sign_agreement"] = entry.alignment.sign_agreement
+            row["near_zero_share"] = entry.alignment.near_zero_share
             row["teacher_accuracy"] = _est(entry.teacher_accuracy)
             row["student_accuracy"] = self.student_accuracy.value()
             row["accuracy_gap"] = _est(entry.teacher_minus_student_accuracy)
             rows.append(row)
         frame = pd.DataFrame(rows, columns=["config", "n_tokens", *HEADLINE_COLUMNS, "sign_agreement",
-                                            "teacher_accuracy", "student_accuracy", "accuracy_gap"])
+                                            "near_zero_share", "teacher_accuracy", "student_accuracy", "accuracy_gap"])
         num = frame.columns.drop(["config", "n_tokens"])
         frame[num] = frame[num].astype(float)  # None -> NaN
         return frame

@@ -136,26 +136,31 @@ def test_pass_at_k_table_hand_example():
 
 def test_alignment_quadrants_hand_made():
     df = pd.DataFrame({
-        "a_opd":   [1.0, 2.0, 0.5, -1.0, -0.2, -3.0, 0.0, 1.0, np.nan, 4.0],
-        "a_delta": [0.5, 3.5, -1.0, 2.0, -0.1, -0.5, 1.0, 0.0, 1.0, np.inf],
+        "a_opd":   [1.0, 2.0, 0.5, -1.0, -0.2, -3.0, 0.0, 1.0, np.nan, 4.0, 5e-5, -2.0],
+        "a_delta": [0.5, 3.5, -1.0, 2.0, -0.1, -0.5, 1.0, 0.0, 1.0, np.inf, 3.0, -1e-6],
     })
     s = an.alignment_stats(df)
-    assert s["n"] == 8
-    assert (s["q_pp"], s["q_pn"], s["q_np"], s["q_nn"], s["n_zero"]) == (2, 1, 1, 2, 2)
-    assert s["sign_agreement"] == pytest.approx(4 / 8)
-    # |a_delta - a_opd| >= 1: rows 1 (1.5), 2 (1.5), 3 (3.0), 5 (2.5), 6 (1.0), 7 (1.0)
-    assert s["large_gap_share"] == pytest.approx(6 / 8)
+    assert s["n"] == 10  # finite pairs
+    # the gate over every finite pair: rows 0, 1, 4, 5, 10 agree in sign (11: both negative too)
+    assert s["gate_keep"] == pytest.approx(6 / 10)
+    # informative: both |.| > 1e-4, so rows 6, 7 (a zero), 10 and 11 (tiny) are left out
+    assert s["n_informative"] == 6 and s["near_zero_share"] == pytest.approx(4 / 10)
+    assert (s["q_pp"], s["q_pn"], s["q_np"], s["q_nn"]) == (2, 1, 1, 2)
+    assert s["sign_agreement"] == pytest.approx(4 / 6)
+    assert "large_gap_share" not in s  # a_delta - a_opd does not depend on the teacher
 
 
 def test_alignment_correlations_and_gate():
     tokens, _ = make_tables(seed=3)
     s = an.alignment_stats(tokens)
-    x, y = tokens["a_opd"].to_numpy(), tokens["a_delta"].to_numpy()
+    info = (tokens["a_opd"].abs() > an.NEAR_ZERO) & (tokens["a_delta"].abs() > an.NEAR_ZERO)
+    x, y = tokens.loc[info, "a_opd"].to_numpy(), tokens.loc[info, "a_delta"].to_numpy()
     assert s["pearson"] == pytest.approx(np.corrcoef(x, y)[0, 1])
     rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
     assert s["spearman"] == pytest.approx(np.corrcoef(rx, ry)[0, 1])
-    assert s["sign_agreement"] == pytest.approx(tokens["gate"].mean())  # = gate keep fraction
-    assert s["q_pp"] + s["q_pn"] + s["q_np"] + s["q_nn"] + s["n_zero"] == s["n"] == len(tokens)
+    assert s["gate_keep"] == pytest.approx(tokens["gate"].mean())  # = the gate's keep fraction
+    assert s["sign_agreement"] == pytest.approx(tokens.loc[info, "gate"].mean())
+    assert s["q_pp"] + s["q_pn"] + s["q_np"] + s["q_nn"] == s["n_informative"] == int(info.sum())
 
 
 def test_alignment_degenerate_inputs():
@@ -252,7 +257,8 @@ def test_summarize_matches_direct_computations():
     assert sum(b["share"] for b in bins.values()) == pytest.approx(1.0)
     top = ctx[ctx["h_s"] >= 2.0]
     assert bins["[2, inf)"]["kl_rev"] == pytest.approx(top["kl_rev"].mean())
-    assert bins["[2, inf)"]["sign_agreement"] == pytest.approx(top["gate"].mean())
+    informative = (top["a_opd"].abs() > an.NEAR_ZERO) & (top["a_delta"].abs() > an.NEAR_ZERO)
+    assert bins["[2, inf)"]["sign_agreement"] == pytest.approx(top.loc[informative, "gate"].mean())
     assert c["high_entropy_share"]["student"] == pytest.approx((ctx["h_s"] >= 2).mean())
     assert c["high_entropy_share"]["teacher"] == pytest.approx((ctx["h_t"] >= 2).mean())
 
@@ -306,7 +312,9 @@ def test_summary_frame_headline_numbers():
     row = frame.set_index("config").loc["plain"]
     plain = tokens[tokens["config"] == "plain"]
     assert row["a_opd"] == pytest.approx(plain["a_opd"].mean())
-    assert row["sign_agreement"] == pytest.approx(plain["gate"].mean())
+    informative = (plain["a_opd"].abs() > an.NEAR_ZERO) & (plain["a_delta"].abs() > an.NEAR_ZERO)
+    assert row["sign_agreement"] == pytest.approx(plain.loc[informative, "gate"].mean())
+    assert row["near_zero_share"] == pytest.approx(1 - informative.mean())
     assert row["teacher_accuracy"] == pytest.approx(s["configs"]["plain"]["teacher_accuracy"]["estimate"])
     assert row["accuracy_gap"] == pytest.approx(
         s["configs"]["plain"]["teacher_minus_student_accuracy"]["estimate"])

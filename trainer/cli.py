@@ -22,10 +22,42 @@ from opsd_diag.errors import OpsdError
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opsd-train", description="Train the chosen configuration of a diagnosis "
                                 "config (its 'training' section) with the same signal code.")
-    p.add_argument("config", help="diagnosis config with a 'training' section")
+    p.add_argument("config_file", nargs="?", metavar="CONFIG", help="diagnosis config with a 'training' section")
     p.add_argument("--out", help="training run directory (default runs/train-<config>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    d = p.add_argument_group("train what a finished diagnosis predicted (instead of CONFIG)")
+    d.add_argument("--from-diagnosis", metavar="RUN_DIR", help="a finished diagnosis run directory")
+    d.add_argument("--config", help="one of its teacher configs")
+    d.add_argument("--signal", help="the diagnosed signal to train on (r_opd, jsd, rev_kl, fwd_kl, a_d2, a_ex)")
+    d.add_argument("--max-steps", type=int, help="training.max_steps")
+    d.add_argument("--learning-rate", type=float, help="training.learning_rate")
+    d.add_argument("--batch-size", type=int, help="training.per_device_train_batch_size")
+    d.add_argument("--seed", type=int, help="training.seed")
+    d.add_argument("--eval-data", help="held-out problems (training.eval.data.path), so the run can be scored")
     return p
+
+
+def _load(args):
+    """(resolved training config, prediction record or None, a name for the default run directory)."""
+    from trainer import config
+
+    if args.from_diagnosis is None:
+        if args.config_file is None:
+            raise OpsdError("give a config file, or --from-diagnosis RUN_DIR --config NAME --signal SIGNAL")
+        return config.load(args.config_file), None, args.config_file
+    if args.config_file is not None or not (args.config and args.signal):
+        raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL, and no config file")
+    from trainer.from_diagnosis import from_diagnosis
+
+    overrides = {"max_steps": args.max_steps, "learning_rate": args.learning_rate,
+                 "per_device_train_batch_size": args.batch_size, "seed": args.seed}
+    if args.eval_data:
+        overrides["eval"] = {"data": {"path": args.eval_data}}
+    cfg, predicted = from_diagnosis(args.from_diagnosis, args.config, args.signal, **overrides)
+    source = f"training from {args.from_diagnosis}"
+    tc = config.resolve_training(cfg, source)
+    config.check_environment(tc.spec, source)
+    return tc, predicted, f"{args.config}-{args.signal}"
 
 
 def _is_main() -> bool:
@@ -55,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = Path(args.out) if args.out else None
     try:
-        from trainer import config, loop
+        from trainer import loop
 
-        tc = config.load(args.config)
+        tc, predicted, name = _load(args)
         if args.resume and run_dir is None:
             raise OpsdError("--resume needs --out RUN_DIR: the run directory to continue")
-        run_dir = run_dir or rundir.default_dir(args.config)
+        run_dir = run_dir or rundir.default_dir(name)
         _logging()
-        status = loop.run(tc, run_dir, resume=args.resume, argv=_command(argv))
+        status = loop.run(tc, run_dir, resume=args.resume, argv=_command(argv), prediction=predicted)
     except OpsdError as e:
         if _is_main():
             print(f"opsd-train: error: {e}", file=sys.stderr)

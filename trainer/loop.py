@@ -151,7 +151,7 @@ def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None) -> None:
         log.info("eval step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in res.items()))
 
 
-def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str]) -> str:
+def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], prediction: dict | None = None) -> str:
     """Train (or resume) into ``run_dir``; returns the final status (finished / stopped)."""
     spec = tc.spec
     run_dir = Path(run_dir)
@@ -169,7 +169,7 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str]) -> str
     lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
     if acc.is_main_process:
         rundir.check(run_dir, config_yaml, resume)  # again, now that no other run can write here
-        rundir.create(run_dir, config_yaml, argv)
+        rundir.create(run_dir, config_yaml, argv, prediction)
         rundir.attach_log_file(run_dir)
         checkpoint.clean_temp(run_dir)
         if resume:

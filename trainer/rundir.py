@@ -23,6 +23,7 @@ from pathlib import Path
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
+from opsd_diag.scoreboard import PREDICTION
 
 
 def default_dir(config_path: str | Path, root: str | Path = "runs") -> Path:
@@ -84,8 +85,9 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
     _check_writable(out_dir)
 
 
-def create(out_dir: Path, config_yaml: str, argv: list[str]) -> None:
-    """Make (or reuse, on resume) the run directory with its config and command."""
+def create(out_dir: Path, config_yaml: str, argv: list[str], prediction: dict | None = None) -> None:
+    """Make (or reuse, on resume) the run directory with its config, command and the prediction it
+    was started from (``prediction.json``: the track record of ``opsd-diag scoreboard``)."""
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -93,6 +95,8 @@ def create(out_dir: Path, config_yaml: str, argv: list[str]) -> None:
         raise OpsdError(f"cannot create run directory {out_dir} ({e.strerror}): choose a writable --out") from None
     if not is_run_dir(out_dir):
         store.atomic_write_text(out_dir / "command.txt", shlex.join(argv) + "\n")
+        if prediction is not None:
+            store.atomic_write_json(out_dir / PREDICTION, prediction)
         store.atomic_write_text(out_dir / "config.yaml", config_yaml)
     else:
         with open(out_dir / "command.txt", "a") as f:  # a resume: keep every command that ran here

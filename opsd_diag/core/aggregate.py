@@ -17,6 +17,7 @@ from opsd_diag.core.stats import accuracy_ci, bootstrap_mean_over_prompts, ci_di
 from opsd_diag.errors import OpsdError
 from opsd_diag.schema import CI_COLUMNS, SIGNAL_COLUMNS
 
+NEAR_ZERO = 1e-4  # |advantage| at or below this is numerically zero for the alignment statistics
 DEFAULT_ENTROPY_EDGES = (0.1, 0.5, 1.0, 2.0)
 DEFAULT_POSITION_EDGES = (16, 32, 64, 128)
 
@@ -66,33 +67,38 @@ def position_buckets(pos, edges: Sequence[int] = DEFAULT_POSITION_EDGES) -> pd.S
     return pd.cut(pos, bins=[-np.inf, *edges, np.inf], right=False, labels=labels, ordered=True)
 
 
-def alignment_stats(df: pd.DataFrame) -> dict:
-    """How far the delta advantage agrees with the OPD one (sign, correlation, quadrants).
+def alignment_stats(df: pd.DataFrame, near_zero: float = NEAR_ZERO) -> dict:
+    """How far the delta advantage agrees with the OPD one, among the tokens where both say something.
 
-    Uses tokens where both a_opd and a_delta are finite. ``sign_agreement`` is the fraction with
-    a_delta * a_opd > 0, which is exactly the OPD² gate keep fraction; a zero on either side is
-    a disagreement there and falls in no quadrant (``n_zero`` counts those tokens).
-    Quadrant keys: first letter the sign of a_opd, second the sign of a_delta.
+    Of the tokens with finite a_opd and a_delta (``n``), ``gate_keep`` is the fraction the OPD² gate
+    lets through (a_delta * a_opd > 0, over all of them). Most tokens of a confident student have
+    both advantages numerically zero, and agreement there is noise, so the sign agreement, the
+    correlations and the quadrant counts use only the *informative* tokens, where |a_opd| and
+    |a_delta| both exceed ``near_zero``; ``near_zero_share`` is the share left out. Quadrant keys:
+    first letter the sign of a_opd, second the sign of a_delta. (a_delta − a_opd involves only the
+    student and the base, so no statistic of it is reported: it cannot tell teachers apart.)
     """
     a_opd = df["a_opd"].to_numpy(dtype=float)
     a_delta = df["a_delta"].to_numpy(dtype=float)
     ok = np.isfinite(a_opd) & np.isfinite(a_delta)
-    x, y = a_opd[ok], a_delta[ok]
-    n = int(x.size)
+    informative = ok & (np.abs(a_opd) > near_zero) & (np.abs(a_delta) > near_zero)
+    x, y = a_opd[informative], a_delta[informative]
+    n, n_info = int(ok.sum()), int(informative.sum())
     out = {
         "n": n,
-        "sign_agreement": float(np.mean(x * y > 0)) if n else math.nan,
+        "gate_keep": float(np.mean(a_opd[ok] * a_delta[ok] > 0)) if n else math.nan,
+        "near_zero_share": 1.0 - n_info / n if n else math.nan,
+        "n_informative": n_info,
+        "sign_agreement": float(np.mean(x * y > 0)) if n_info else math.nan,
         "pearson": math.nan,
         "spearman": math.nan,
-        "large_gap_share": float(np.mean(np.abs(y - x) >= 1.0)) if n else math.nan,
         "q_pp": int(np.sum((x > 0) & (y > 0))),
         "q_pn": int(np.sum((x > 0) & (y < 0))),
         "q_np": int(np.sum((x < 0) & (y > 0))),
         "q_nn": int(np.sum((x < 0) & (y < 0))),
-        "n_zero": int(np.sum((x == 0) | (y == 0))),
     }
     # Correlation is undefined for constant input; check first rather than silence scipy's warning.
-    if n >= 2 and np.ptp(x) > 0 and np.ptp(y) > 0:
+    if n_info >= 2 and np.ptp(x) > 0 and np.ptp(y) > 0:
         out["pearson"] = float(stats.pearsonr(x, y)[0])
         out["spearman"] = float(stats.spearmanr(x, y)[0])
     return out

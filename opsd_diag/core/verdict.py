@@ -6,8 +6,9 @@ Inputs, per config and signal, each a 95% bootstrap interval over prompts (estim
        rollouts (all nodes when those cover fewer than 5 prompts);
 - C    mean alignment cos(g*, d) between the ideal direction and the signal's direction, same nodes;
 - G    teacher-with-context accuracy minus student accuracy (sampled from the teacher view);
-- keep the gate keep fraction (share of tokens where a_delta and a_opd agree in sign), which
-       matters for the OPD² signal (a_d2) only: it says how much of that signal survives its gate.
+- keep the share of the informative tokens (|a_opd| and |a_delta| above 1e-4) where a_delta and
+       a_opd agree in sign, which matters for the OPD² signal (a_d2) only: it says how much of that
+       signal survives its gate.
 
 The rule:
 
@@ -26,9 +27,8 @@ nodes cover fewer than 5 prompts.
 Score (the ranking): the mean first-order gain ⟨g*, d/|d|⟩ over all nodes, i.e. the success
 probability gained per unit logit step along the signal at the student's uncertain tokens
 (our estimator; NaN when it is missing, ranked last). The thresholds are a first, explicit
-heuristic: docs/signals.md asks for them to be checked against real training outcomes. On the bundled
-zoo the `helps` configs raise accuracy when trained and the `hurts` one lowers it
-(tests/test_trainer_learning.py); no calibration on real models yet.
+heuristic; how often the verdicts were right on the bundled world is measured by the pre-registered
+study in benchmarks/validity/ (docs/verdict.md); no calibration on real models yet.
 """
 
 from __future__ import annotations

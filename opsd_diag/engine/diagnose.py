@@ -232,7 +232,7 @@ def finish(prep: Prepared, out_dir: Path) -> dict:
     a = prep.cfg.analysis
     summary = aggregate.summarize(tables["tokens"], tables["rollouts"], tables["teacher_rollouts"],
                                   entropy_edges=a.entropy_edges, entropy_quantiles=a.entropy_quantiles,
-                                  high_entropy=a.high_entropy, ks=tuple(a.pass_k), n_boot=a.bootstrap,
+                                  high_entropy=a.high_entropy, ks=tuple(a.pass_k or (1, 4)), n_boot=a.bootstrap,
                                   seed=prep.cfg.sampling.seed)
     summary["context_truncated"] = {t: int(sum(v)) for t, v in prep.truncated.items()}
     store.atomic_write_json(Path(out_dir) / "summary.json", summary)

@@ -153,7 +153,8 @@ class AnalysisSpec(Strict):
         None, description="entropy-bin edges in nats (default 0.1, 0.5, 1, 2)")
     entropy_quantiles: int | None = Field(None, ge=2, le=20, description="N quantile bins instead of edges")
     high_entropy: float = Field(2.0, gt=0, description="threshold (nats) of the high-entropy share")
-    pass_k: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 4], description="k of pass@k")
+    pass_k: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="k of pass@k (default 1 and 4; a k above num_samples gives n/a)")
     bootstrap: int = Field(1000, ge=10, le=100_000, description="bootstrap replicates (over prompts) of every CI")
 
     @model_validator(mode="after")
@@ -305,8 +306,8 @@ class DiagnosisConfig(Strict):
             raise ValueError(f"teacher names must be unique; repeated: {', '.join(dup)}")
         if self.scoring.exopd_reference == "base" and self.base is None:
             raise ValueError("scoring.exopd_reference is 'base' but no base model is configured")
-        bad = [k for k in self.analysis.pass_k if k > self.sampling.num_samples]
-        if bad and "pass_k" in self.analysis.model_fields_set:  # the default [1, 4] gives NaN for k > n
+        bad = [k for k in self.analysis.pass_k or () if k > self.sampling.num_samples]
+        if bad:
             raise ValueError(f"analysis.pass_k {bad} exceeds sampling.num_samples={self.sampling.num_samples}: "
                              "pass@k needs at least k samples per prompt")
         if self.training is not None:

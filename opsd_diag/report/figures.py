@@ -26,8 +26,8 @@ FIGURE_HELP = {
                "inside each bin, and how often the student vs the teacher is uncertain (entropy above "
                "the high-entropy threshold).",
     "alignment": "Each dot is one token's centred OPD advantage a_opd (x) against its centred delta "
-                 "advantage a_delta (y); the corner counts are the four sign quadrants over all tokens, "
-                 "and the same-sign share is the OPD² gate keep fraction.",
+                 "advantage a_delta (y); the corner counts are the sign quadrants of the tokens where both "
+                 "are not numerically zero, and the title gives the OPD² gate keep fraction over all tokens.",
     "correctness": "Distribution of the chosen per-token signal on rollouts the answer checker marked "
                    "correct vs incorrect (box: quartiles, whiskers: 5th-95th percentile, dashed line: mean).",
     "position": "Mean of the chosen signal per completion-position bucket for each config; grey bars "
@@ -132,14 +132,16 @@ def alignment_figure(tokens: pd.DataFrame, config: str, max_points: int = 3000, 
     lim = float(np.nanmax(np.abs(ok[["a_opd", "a_delta"]].to_numpy()))) or 1.0
     fig.add_trace(go.Scatter(x=[-lim, lim], y=[-lim, lim], mode="lines", name="a_delta = a_opd",
                              line=dict(dash="dot", color="#999")))
-    n = al["n"]
+    n = max(1, al["n_informative"])
     for key, x, y, text in (("q_pp", 0.98, 0.98, "both > 0"), ("q_np", 0.02, 0.98, "a_opd < 0 < a_delta"),
                             ("q_nn", 0.02, 0.02, "both < 0"), ("q_pn", 0.98, 0.02, "a_delta < 0 < a_opd")):
         fig.add_annotation(text=f"{text}: {al[key]} ({al[key] / n:.1%})", xref="paper", yref="paper", x=x,
                            y=y, showarrow=False, xanchor="right" if x > 0.5 else "left",
                            bgcolor="rgba(255,255,255,0.7)")
-    fig.update_layout(title=f"{config}: a_opd vs a_delta, same sign (gate keep) {al['sign_agreement']:.1%}, "
-                            f"showing {len(ok)} of {n} tokens", height=560)
+    fig.update_layout(title=f"{config}: a_opd vs a_delta; gate keeps {al['gate_keep']:.1%}, same sign on "
+                            f"{al['sign_agreement']:.1%} of the informative tokens "
+                            f"({al['near_zero_share']:.0%} near zero), showing {len(ok)} of {al['n']} tokens",
+                      height=560)
     return fig
 
 

@@ -1,0 +1,88 @@
+"""The track record: `opsd-train --from-diagnosis` keeps the prediction with the training run, and
+`opsd-diag scoreboard` reads predicted vs realised back, on real short runs of a tiny random zoo."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+from conftest import tiny_config, write_jsonl
+from fixtures_trainer import one_thread  # noqa: F401 (fixture)
+
+from opsd_diag import cli as diag_cli
+from opsd_diag.core.stats import spearman
+from opsd_diag.io.config import from_dict
+from opsd_diag.run import Run
+from opsd_diag.scoreboard import scoreboard
+from trainer import cli
+from trainer.from_diagnosis import method_for
+
+pytestmark = pytest.mark.slow  # a diagnosis and two short training runs
+
+
+@pytest.fixture(scope="module")
+def diagnosis(ci_zoo, tmp_path_factory):
+    from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.zoo import task
+
+    root = tmp_path_factory.mktemp("scoreboard")
+    data = write_jsonl(root / "problems.jsonl", task.generate(6, 11))
+    held_out = write_jsonl(root / "held_out.jsonl", task.generate(4, 99))
+    cfg = from_dict(tiny_config(ci_zoo, data, ideal={"budget": 24, "k": 2, "m": 2},
+                                sampling={"max_completion_length": 8, "teacher_samples": 1}))
+    run_diagnosis(cfg, root / "diag", show_progress=False)
+    return root, held_out
+
+
+def _train(root, held_out, config: str, signal: str, name: str, *extra: str) -> int:
+    return cli.main(["--from-diagnosis", str(root / "diag"), "--config", config, "--signal", signal,
+                     "--max-steps", "2", "--batch-size", "2", "--eval-data", str(held_out),
+                     "--out", str(root / "runs" / name), *extra])
+
+
+def test_from_diagnosis_keeps_the_prediction_and_the_scoreboard_reads_it(diagnosis, capsys):
+    root, held_out = diagnosis
+    assert _train(root, held_out, "teacher", "r_opd", "a") == 0
+    assert _train(root, held_out, "self_full", "jsd", "b") == 0
+    run = Run.load(root / "diag")
+    for name, config, signal, method in (("a", "teacher", "r_opd", "opd"), ("b", "self_full", "jsd", "opsd")):
+        d = root / "runs" / name
+        p = json.loads((d / "prediction.json").read_text())
+        v = run.summary.verdicts[config][signal]
+        assert (p["config"], p["signal"], p["verdict"], p["score"]) == (config, signal, v.verdict, v.score)
+        assert p["diagnosis"] == str((root / "diag").resolve())
+        trained = yaml.safe_load((d / "config.yaml").read_text())["training"]
+        assert trained["method"] == method and trained["teacher"] == config and trained["max_steps"] == 2
+    board = scoreboard(root / "runs")
+    frame = board.frame.set_index("config")
+    assert set(frame.index) == {"teacher", "self_full"} and (frame["status"] == "finished").all()
+    for name, config in (("a", "teacher"), ("b", "self_full")):
+        evals = [json.loads(x) for x in (root / "runs" / name / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(x)["kind"] == "eval"]
+        assert frame.loc[config, "gain"] == pytest.approx(evals[-1]["pass@1"] - evals[0]["pass@1"])
+    assert board.n_scored == 2 and math.isnan(board.spearman)  # two runs: no correlation yet
+    assert math.isnan(spearman([1, 2], [3, 4]))
+    assert diag_cli.main(["scoreboard", str(root / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "self_full" in out and "Spearman" in out and "needs 3 or more" in out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--config", "nope", "--signal", "r_opd"], "not a teacher config"),
+    (["--config", "self_full", "--signal", "a_d2"], "cannot be trained with a self-teacher"),
+    (["--config", "teacher"], "takes --config NAME and --signal SIGNAL"),
+])
+def test_from_diagnosis_user_errors(diagnosis, tmp_path, capsys, args, needle):
+    root, _ = diagnosis
+    assert cli.main(["--from-diagnosis", str(root / "diag"), *args, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and not (tmp_path / "x").exists()
+
+
+def test_every_signal_maps_to_the_method_that_trains_on_it(diagnosis):
+    cfg = Run.load(diagnosis[0] / "diag").config
+    assert method_for(cfg, "teacher", "a_d2") == {"teacher": "teacher", "method": "opd2"}
+    assert method_for(cfg, "teacher", "rev_kl")["beta"] == 1.0 and method_for(cfg, "teacher", "fwd_kl")["beta"] == 0.0
+    assert method_for(cfg, "self_full", "r_opd") == {"teacher": "self_full", "method": "opsd", "loss": "opd"}

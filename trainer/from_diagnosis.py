@@ -1,0 +1,74 @@
+"""Train what a diagnosis predicted: the training config of one (config, signal) of a finished run,
+and the prediction it came from, kept with the training run (``prediction.json``) for the track record.
+
+Each diagnosed signal maps to the method that trains on exactly that signal:
+
+    signal   external teacher model              self-teacher (the student shown a context)
+    r_opd    opd                                 opsd, loss opd
+    jsd      jsd (beta = scoring.jsd_beta)       opsd, loss jsd
+    rev_kl   jsd with beta 1 (reverse KL)        opsd, loss jsd, beta 1
+    fwd_kl   jsd with beta 0 (forward KL)        opsd, loss jsd, beta 0
+    a_d2     opd2                                -- (OPD² needs a teacher model and its base)
+    a_ex     exopd                               --
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from opsd_diag.errors import OpsdError
+from opsd_diag.io.config import DiagnosisConfig, validate
+from opsd_diag.run import Run
+
+EXTERNAL = {"r_opd": {"method": "opd"}, "jsd": {"method": "jsd"}, "rev_kl": {"method": "jsd", "beta": 1.0},
+            "fwd_kl": {"method": "jsd", "beta": 0.0}, "a_d2": {"method": "opd2"}, "a_ex": {"method": "exopd"}}
+SELF = {"r_opd": {"method": "opsd", "loss": "opd"}, "jsd": {"method": "opsd", "loss": "jsd"},
+        "rev_kl": {"method": "opsd", "loss": "jsd", "beta": 1.0}, "fwd_kl": {"method": "opsd", "loss": "jsd", "beta": 0.0}}
+
+
+def method_for(cfg: DiagnosisConfig, config: str, signal: str) -> dict:
+    """The training-section keys that train on ``signal`` with the teacher config ``config``."""
+    teachers = {t.name: t for t in cfg.teachers}
+    if config not in teachers:
+        raise OpsdError(f"--config {config!r} is not a teacher config of the diagnosis: use one of "
+                        f"{', '.join(teachers)}")
+    table = SELF if teachers[config].is_self else EXTERNAL
+    if signal not in table:
+        kind = "a self-teacher" if teachers[config].is_self else "a teacher model"
+        raise OpsdError(f"--signal {signal!r} cannot be trained with {kind} ({config}): use one of "
+                        f"{', '.join(table)}")
+    return {"teacher": config, **table[signal]}
+
+
+def training_config(run: Run, config: str, signal: str, **overrides) -> DiagnosisConfig:
+    """The diagnosis config with a training section for (config, signal); the config's own training
+    section (when it has one) supplies the defaults, ``overrides`` (None values ignored) the rest."""
+    base = run.config.model_dump(mode="json", exclude_none=False)
+    section = dict(base.get("training") or {})
+    section.update(method_for(run.config, config, signal))
+    section.update({k: v for k, v in overrides.items() if v is not None})
+    return validate(DiagnosisConfig, {**base, "training": section}, f"training from {run.path}")
+
+
+def prediction(run: Run, config: str, signal: str) -> dict:
+    """What the diagnosis said of (config, signal): verdict, score, reason and the rule's inputs."""
+    v = run.summary.verdicts.get(config, {}).get(signal)
+    entry = run.summary.configs.get(config)
+    ideal = run.summary.ideal.configs.get(config) if run.summary.ideal else None
+    return {
+        "diagnosis": str(run.path.resolve()), "config": config, "signal": signal, "created": time.time(),
+        "verdict": v.verdict if v else None, "score": v.score if v else None, "reason": v.reason if v else None,
+        "teacher_advantage": ideal.teacher_advantage["all"].model_dump() if ideal else None,
+        "alignment": ideal.alignment[signal]["all"].mean.model_dump() if ideal and signal in ideal.alignment
+        else None,
+        "accuracy_gap": entry.teacher_minus_student_accuracy.model_dump()
+        if entry and entry.teacher_minus_student_accuracy else None,
+        "student_accuracy": run.summary.student_accuracy.model_dump(),
+    }
+
+
+def from_diagnosis(run_dir: str | Path, config: str, signal: str, **overrides) -> tuple[DiagnosisConfig, dict]:
+    """(the training config, the prediction record) of (config, signal) of the finished run in ``run_dir``."""
+    run = Run.load(run_dir)
+    return training_config(run, config, signal, **overrides), prediction(run, config, signal)
