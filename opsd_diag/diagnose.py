@@ -23,6 +23,7 @@ from opsd_diag.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.data import load_problems
 from opsd_diag.errors import OpsdError
 from opsd_diag.models import check_compatible, fingerprint, load_model, load_tokenizer, stop_token_ids
+from opsd_diag import fast_decode, fused_scoring
 from opsd_diag.rollout import SamplingSettings, sample_hf, sample_vllm
 from opsd_diag.scoring import COLUMNS, ScoreSettings, TeacherInput, score_batch
 from opsd_diag.verify import extract_answer, is_correct
@@ -99,7 +100,8 @@ def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingS
     if prep.cfg.sampling.backend == "vllm":
         return sample_vllm(model_name, prompts, settings, prep.stop_ids, prep.cfg.student.dtype,
                            prep.cfg.student.trust_remote_code)
-    return sample_hf(model, prep.tok, prompts, settings, prep.stop_ids)
+    # engine: $OPSD_SAMPLING_ENGINE (hf, the default, or static: opsd_diag.fast_decode); config key to come
+    return fast_decode.pick(sample_hf)(model, prep.tok, prompts, settings, prep.stop_ids)
 
 
 def _checked(prep: Prepared, problem: dict, ids: list[int]) -> tuple[str, str | None, bool | None]:
@@ -164,6 +166,8 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
     names = cache_token_names(prep.tok)
     bs = cfg.scoring.batch_size
     scoreable = [r for r in rollouts if r["length"] > 0]
+    # engine: $OPSD_SCORING_ENGINE (reference, the default; fused; compiled: opsd_diag.fused_scoring)
+    score = fused_scoring.pick(score_batch)
     for start in range(0, len(scoreable), bs):
         batch = scoreable[start:start + bs]
         comps = [r["completion_ids"] for r in batch]
@@ -172,8 +176,8 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
                                          if cfg.scoring.base_view == "teacher" else None)
                     for t in cfg.teachers}
         base_prompts = [r["prompt_ids.student"] for r in batch] if cfg.scoring.base_view == "student" else None
-        tokens, topk = score_batch(prep.student, comps, [r["prompt_ids.student"] for r in batch], teachers, s, pad,
-                                   base=prep.base, base_prompts=base_prompts)
+        tokens, topk = score(prep.student, comps, [r["prompt_ids.student"] for r in batch], teachers, s, pad,
+                              base=prep.base, base_prompts=base_prompts)
         rid = np.array([r["rollout_id"] for r in batch])
         flat_ids = np.array([t for c in comps for t in c])
         for name, cols in tokens.items():

@@ -56,6 +56,7 @@ from tqdm.auto import tqdm
 from opsd_diag import analysis, signals, store, verdict
 from opsd_diag.config import IdealSpec
 from opsd_diag.errors import OpsdError
+from opsd_diag import fast_decode
 from opsd_diag.rollout import Completion, SamplingSettings, sample_hf, sample_vllm
 from opsd_diag.scoring import completion_hidden, lm_logits
 from opsd_diag.verify import is_correct
@@ -333,7 +334,8 @@ def _sampler(prep) -> Sampler:
     if cfg.sampling.backend == "vllm":
         return lambda prompts, s: sample_vllm(cfg.student.model, prompts, s, prep.stop_ids, cfg.student.dtype,
                                               cfg.student.trust_remote_code)
-    return lambda prompts, s: sample_hf(prep.student, prep.tok, prompts, s, prep.stop_ids)
+    sample = fast_decode.pick(sample_hf)  # $OPSD_SAMPLING_ENGINE: hf (default) or static
+    return lambda prompts, s: sample(prep.student, prep.tok, prompts, s, prep.stop_ids)
 
 
 def _build_jobs(prep, run, spec: IdealSpec, plan: pd.DataFrame, configs: list[str], chunk: int = 16):

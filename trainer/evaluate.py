@@ -17,6 +17,7 @@ from accelerate.utils import gather_object
 
 from opsd_diag import signals
 from opsd_diag.analysis import pass_at_k
+from opsd_diag import fast_decode
 from opsd_diag.rollout import SamplingSettings, sample_hf
 from opsd_diag.scoring import completion_hidden, lm_logits
 from opsd_diag.verify import is_correct
@@ -43,7 +44,7 @@ def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, st
     for c, idx in _chunks(len(ps.problems), per_chunk, world, rank):
         s = SamplingSettings(ev.num_samples, ev.temperature, 1.0, ev.max_completion_length,
                              micro_seed(ev.seed, salt, c), ev.batch_size)
-        outs = sample_hf(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids)
+        outs = fast_decode.pick(sample_hf)(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids)
         for i, per_prompt in zip(idx, outs):
             answer = ps.problems[i].get("answer")
             ok = [answer is not None and is_correct(tok.decode(o.ids, skip_special_tokens=True), answer, checker)

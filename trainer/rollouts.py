@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-from opsd_diag import templates
+from opsd_diag import fast_decode, templates
 from opsd_diag.config import DiagnosisConfig
 from opsd_diag.data import load_problems, prompt_text
 from opsd_diag.errors import OpsdError
@@ -122,7 +122,7 @@ def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec:
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
         s = SamplingSettings(k, spec.temperature, spec.top_p, spec.max_completion_length,
                              micro_seed(spec.seed, step, first + c), spec.generation_batch_size)
-        samples += sampler.sample(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s,
+        samples += fast_decode.pick(sampler.sample)(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s,
                                   stop_ids)
     return samples
 
