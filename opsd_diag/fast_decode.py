@@ -111,8 +111,9 @@ def unsupported_reason(model) -> str | None:
     impl = getattr(cfg, "_attn_implementation", None)
     if impl not in ("sdpa", "eager"):
         return f"attention implementation {impl!r} (sdpa or eager only)"
-    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
-        return "sharded (DTensor) parameters"
+    if any(type(p).__name__ == "DTensor" for p in model.parameters()) or \
+            any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+        return "FSDP-sharded model (its hooks gather parameters per forward)"
     if len({p.device for p in model.parameters()}) > 1:
         return "parameters on several devices"
     return None

@@ -108,9 +108,8 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     for a, mb in enumerate(mbs):
         sync = contextlib.nullcontext() if a == len(mbs) - 1 else acc.no_sync(hidden_model)
         with sync:
-            backward(hidden_model, st.roles, mb, st.loss, pad_id=st.pad_id,
-                                 chunk_size=st.chunk_size, scale=world / n_global, ref=st.reference,
-                                 autocast=acc.autocast, sums=sums)
+            backward(hidden_model, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.chunk_size,
+                     scale=world / n_global, ref=st.reference, autocast=acc.autocast, sums=sums)
     params = st.roles.trainable()
     grad_norm = float(acc.clip_grad_norm_(params, spec.max_grad_norm or float("inf")))
     optimizer.step()
