@@ -9,7 +9,7 @@ What runs (the diagnostic's default ``base_view: student``, one external and one
     base               base      student view
 
 ``bare`` is ``model(input_ids, attention_mask, position_ids)`` with full logits for each pair, on
-the exact packed tensors ``score_batch`` builds (``views.pack``). ``scoring`` is one ``score_batch``
+the exact packed tensors ``score_batch`` builds (``benchmarks/reference.py``). ``scoring`` is one ``score_batch``
 call: the four decoder forwards, the chunked LM heads, every signal of docs/signals.md for both teacher
 configs, top-k. The two are timed alternately (warm-up, then ``--repeats`` pairs) and the ratio of
 the medians is reported, so drift from other jobs on the machine hits both sides alike.
@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from reference import pack  # noqa: E402
 
+from opsd_diag.engine import fused_scoring  # noqa: E402
 from opsd_diag.engine.scoring import TeacherInput, completion_hidden, score_batch  # noqa: E402
 from opsd_diag.io.config import ScoringSpec  # noqa: E402
 
@@ -135,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--completion-len", type=int, default=192)
     p.add_argument("--chunk-size", default="256,32",
                    help="score_batch chunk size(s), comma-separated: one scoring row each; 256 is the config default")
+    p.add_argument("--engines", default="reference",
+                   help="scoring engines, comma-separated: reference (score_batch), fused, compiled "
+                        "(opsd_diag.fused_scoring); one scoring row per engine and chunk size")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--target", type=float, default=TARGET)
@@ -156,9 +160,14 @@ def main(argv: list[str] | None = None) -> int:
             model(input_ids=ids.to(a.device), attention_mask=att.to(a.device), position_ids=pos.to(a.device),
                   use_cache=False).logits
 
-    def scoring(chunk: int):
-        settings = ScoringSpec(chunk_size=chunk).settings(1.0)  # the config's defaults: full centring, top-5, ...
-        return lambda: score_batch(student, comps, s_prompts, teachers, settings, 0, base=base, base_prompts=s_prompts)
+    def scoring(chunk: int, engine: str = "reference"):
+        settings = ScoringSpec(chunk_size=chunk).settings(1.0)  # full centring, top-5, ExOPD vs student
+        score = fused_scoring.pick(score_batch, engine)
+        return lambda: score(student, comps, s_prompts, teachers, settings, 0, base=base, base_prompts=s_prompts)
+
+    engines = [e for e in a.engines.split(",") if e]
+    label = (lambda c, e: f"scoring (score_batch, chunk_size={c})" if e == "reference"
+             else f"scoring ({e}, chunk_size={c})")
 
     def decoder_only():
         for model, prompts in pairs:
@@ -170,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             model.get_output_embeddings()(completion_hidden(model, prompts, comps, 0)).float()  # [N, V]
 
     fns = {"bare forwards (full logits)": bare,
-           **{f"scoring (score_batch, chunk_size={c})": scoring(c) for c in chunks},
+           **{label(c, e): scoring(c, e) for e in engines for c in chunks},
            "decoder only (4x completion_hidden)": decoder_only, "strict: decoder + head on scored tokens": strict}
     times: dict[str, list[float]] = {k: [] for k in fns}
+    first: dict[str, float] = {}  # the first call's time (a compile happens there)
     for i in range(a.warmup + a.repeats):
         order = list(fns) if i % 2 == 0 else list(reversed(fns))  # alternate so drift hits all sides alike
         for name in order:
@@ -182,9 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             sync(a.device)
             if i >= a.warmup:
                 times[name].append(time.perf_counter() - t0)
+            first.setdefault(name, time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     bare_t = med["bare forwards (full logits)"]
-    scored = {c: med[f"scoring (score_batch, chunk_size={c})"] for c in chunks}
+    scored = {(c, e): med[label(c, e)] for e in engines for c in chunks}
 
     print(f"## bench_scoring: scoring overhead ({a.device}, {a.dtype}, {machine(a.device)})")
     print(f"model: Qwen3-shaped hidden={a.hidden} layers={a.layers} heads={a.heads}/{a.kv_heads} head_dim={a.head_dim} "
@@ -200,13 +211,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name:45} | {med[name]:9.3f} | {min(v):8.3f} | {med[name] / bare_t:7.3f} |")
     print()
     decoders, strict_t = med["decoder only (4x completion_hidden)"], med["strict: decoder + head on scored tokens"]
-    for c, t in scored.items():
-        print(f"(informational) chunk_size={c}: scoring / strict baseline = {t / strict_t:.3f}; "
-              f"heads + signals + top-k after the decoders = {t - decoders:.3f} s")
-    for c, t in scored.items():
+    for (c, e), t in scored.items():
+        print(f"(informational) {e} chunk_size={c}: scoring / strict baseline = {t / strict_t:.3f}; "
+              f"heads + signals + top-k after the decoders = {t - decoders:.3f} s; first call {first[label(c, e)]:.1f} s")
+    for (c, e), t in scored.items():
         ratio = t / bare_t
-        print(f"RESULT chunk_size={c} scoring/bare = {ratio:.3f}  target <= {a.target:.2f}  "
+        name = "" if e == "reference" else f"{e} "
+        print(f"RESULT {name}chunk_size={c} scoring/bare = {ratio:.3f}  target <= {a.target:.2f}  "
               f"{'PASS' if ratio <= a.target else 'FAIL'}")
+    for e in engines:
+        if e != "reference" and "reference" in engines:
+            for c in chunks:
+                print(f"(informational) chunk_size={c}: {e} / reference scoring time = "
+                      f"{scored[(c, e)] / scored[(c, 'reference')]:.3f}")
     return 0
 
 

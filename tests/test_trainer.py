@@ -349,6 +349,7 @@ def test_sampler_decode_step_equals_each_row_alone(world):
     from transformers import AutoModelForCausalLM, DynamicCache
 
     from opsd_diag.engine import decode as sampler
+    from opsd_diag.engine.sampling import cache_kwarg
 
     g = torch.Generator().manual_seed(8)
     rows = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (3, 11, 7)]
@@ -359,7 +360,7 @@ def test_sampler_decode_step_equals_each_row_alone(world):
     nxt = torch.tensor([[5], [6], [7]])
     for impl in ("sdpa", "eager"):
         model = AutoModelForCausalLM.from_pretrained(world / "student", attn_implementation=impl).eval()
-        kw = sampler._cache_kwarg(inspect.signature(model.forward).parameters)
+        kw = cache_kwarg(inspect.signature(model.forward).parameters)
         cache = DynamicCache(config=model.config)
         with torch.inference_mode():
             model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **{kw: cache})

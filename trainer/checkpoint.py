@@ -74,10 +74,12 @@ def begin(run_dir: Path, step: int) -> Path:
     return tmp
 
 
-def write_model(tmp: Path, roles, tok) -> None:
-    """Main process: the student (or its adapter), the tokenizer and the EMA teacher, HF format."""
+def write_model(tmp: Path, roles, tok, state_dict: dict | None = None) -> None:
+    """Main process: the student (or its adapter), the tokenizer and the EMA teacher, HF format.
+
+    ``state_dict``: the student's full weights when they are sharded (FSDP, ``trainer.sharded``)."""
     model = roles.peft_model if roles.peft_model is not None else roles.student
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": state_dict} if state_dict else {}))
     tok.save_pretrained(tmp)
     if roles.teacher_mode == "ema":
         roles.teacher.save_pretrained(tmp / "ema", safe_serialization=True)

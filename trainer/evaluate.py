@@ -17,6 +17,7 @@ from accelerate.utils import gather_object
 
 from opsd_diag.core import signals
 from opsd_diag.core.stats import pass_at_k
+from opsd_diag.engine import fast_decode
 from opsd_diag.engine.sampling import sample_hf
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.io.config import EvalSpec
@@ -36,13 +37,14 @@ def _chunks(n: int, size: int, world: int, rank: int) -> list[tuple[int, list[in
     return [(c, list(range(lo, min(n, lo + size)))) for c, lo in enumerate(starts) if c % world == rank]
 
 
-def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, stop_ids, world, rank, salt: int):
+def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, stop_ids, world, rank, salt: int,
+                      engine: str):
     """[(problem index, n, c)] for this rank's chunks, plus the samples (for the KL check)."""
     per_chunk = max(1, ev.batch_size // ev.num_samples)
     results, samples = [], []
     for c, idx in _chunks(len(ps.problems), per_chunk, world, rank):
         s = ev.settings(micro_seed(ev.seed, salt, c))
-        outs = sample_hf(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids)
+        outs = fast_decode.pick(sample_hf, engine)(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids)
         for i, per_prompt in zip(idx, outs):
             answer = ps.problems[i].get("answer")
             ok = [answer is not None and is_correct(tok.decode(o.ids, skip_special_tokens=True), answer, checker)
@@ -100,7 +102,8 @@ def _accuracy(results: list[tuple[int, int, int]], ks: list[int], prefix: str) -
 
 
 def evaluate(roles: Roles, tok, sets: EvalSets, ev: EvalSpec, *, checker: str, stop_ids: list[int], pad_id: int,
-             chunk: int, tau: float, world: int = 1, rank: int = 0, autocast=contextlib.nullcontext) -> dict:
+             chunk: int, tau: float, world: int = 1, rank: int = 0, autocast=contextlib.nullcontext,
+             engine: str = "hf") -> dict:
     """Every process calls this; the returned metrics are complete on every process."""
     model = roles.student
     was_training = model.training
@@ -109,14 +112,15 @@ def evaluate(roles: Roles, tok, sets: EvalSets, ev: EvalSpec, *, checker: str, s
     try:
         with autocast():
             if sets.held_out is not None:
-                res, samples = _sample_and_check(model, tok, sets.held_out, ev, checker, stop_ids, world, rank, 0)
+                res, samples = _sample_and_check(model, tok, sets.held_out, ev, checker, stop_ids, world, rank, 0,
+                                                 engine)
                 out.update(_accuracy(gather_object(res), ev.pass_k, ""))
                 if ev.kl_to_initial and roles.has_initial:
                     kl = gather_object([_kl_to_initial(roles, samples, pad_id, ev.batch_size, chunk, tau)])
                     out["kl_to_initial"] = sum(t for t, _ in kl) / max(1, sum(n for _, n in kl))
             if sets.regression is not None:
                 reg = sets.regression
-                res, _ = _sample_and_check(model, tok, reg, ev, checker, stop_ids, world, rank, 1)
+                res, _ = _sample_and_check(model, tok, reg, ev, checker, stop_ids, world, rank, 1, engine)
                 out.update(_accuracy(gather_object(res), [1], "regression_"))
                 mine = [(reg.student_prompts[i], reg.targets[i])
                         for _, idx in _chunks(len(reg.problems), ev.batch_size, world, rank) for i in idx]

@@ -19,10 +19,10 @@ import torch
 from accelerate import Accelerator
 
 from opsd_diag import jobs
-from trainer import checkpoint, rundir
+from opsd_diag.errors import OpsdError
+from trainer import checkpoint, rundir, sharded
 from trainer.config import TrainConfig, trackers
 from trainer.evaluate import evaluate
-from trainer.roles import CompletionHidden
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
 from trainer.setup import Setup, prepare
 from trainer.step import STAT_NAMES, StepSums, micro_batch_backward
@@ -97,20 +97,21 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     ids = step_problems(len(st.train.problems), step, global_batch, spec.seed)
     plan = rank_micro_batches(ids, spec.per_device_train_batch_size, world, rank, spec.gradient_accumulation_steps)
     t0 = time.perf_counter()
-    with torch.no_grad(), acc.autocast():
-        mbs = [make_micro_batch(st.roles.student, st.tok, st.train, j, idx, step, spec, st.stop_ids)
+    with torch.no_grad(), acc.autocast(), sharded.full_params(hidden_model):  # FSDP: gathered while sampling
+        mbs = [make_micro_batch(st.roles.student, st.tok, st.train, j, idx, step, spec, st.stop_ids,
+                                st.tc.cfg.sampling.engine)
                for j, idx in plan]
     sampling_s = time.perf_counter() - t0
     local = torch.tensor([sum(mb.n_tokens for mb in mbs)], dtype=torch.float64, device=acc.device)
     n_global = int(acc.reduce(local, "sum").item())  # all-reduce the count before any backward
     sums = StepSums()
     lr = scheduler.get_last_lr()[0]
+    backward = sharded.micro_batch_backward if sharded.is_sharded(hidden_model) else micro_batch_backward
     for a, mb in enumerate(mbs):
         sync = contextlib.nullcontext() if a == len(mbs) - 1 else acc.no_sync(hidden_model)
         with sync:
-            micro_batch_backward(hidden_model, st.roles, mb, st.loss, pad_id=st.pad_id,
-                                 chunk_size=st.chunk_size, scale=world / n_global, ref=st.reference,
-                                 autocast=acc.autocast, sums=sums)
+            backward(hidden_model, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.chunk_size,
+                     scale=world / n_global, ref=st.reference, autocast=acc.autocast, sums=sums)
     params = st.roles.trainable()
     grad_norm = float(acc.clip_grad_norm_(params, spec.max_grad_norm or float("inf")))
     optimizer.step()
@@ -125,26 +126,31 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
 
 def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, scheduler, elapsed: float) -> None:
     tmp = checkpoint.temp_dir(run_dir, step)
+    full = sharded.full_state_dict(st.roles.student)  # FSDP: gathered on every process (a collective)
     if acc.is_main_process:
         checkpoint.begin(run_dir, step)
-        checkpoint.write_model(tmp, st.roles, st.tok)
+        checkpoint.write_model(tmp, st.roles, st.tok, state_dict=full)
     acc.wait_for_everyone()
     checkpoint.write_rank_rng(tmp, acc.process_index)
     acc.wait_for_everyone()
     if acc.is_main_process:
-        state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "elapsed": elapsed}
+        # FSDP: each process holds a shard of the optimizer state; it is not saved (resume refuses such a checkpoint)
+        opt_state = None if sharded.is_sharded(st.roles.student) else optimizer.state_dict()
+        state = {"optimizer": opt_state, "scheduler": scheduler.state_dict(), "elapsed": elapsed}
         checkpoint.commit(run_dir, tmp, step, state, st.tc.spec.save_total_limit, {"method": st.tc.spec.method})
         log.info("checkpoint saved: step %d", step)
     acc.wait_for_everyone()
 
 
-def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None) -> None:
+def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None, wrapped=None) -> None:
     ev = st.tc.spec.eval
     if st.evals.held_out is None and st.evals.regression is None:
         return
-    res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
-                   pad_id=st.pad_id, chunk=st.chunk_size, tau=st.tc.spec.scoring_temperature,
-                   world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast)
+    with sharded.full_params(wrapped) if wrapped is not None else contextlib.nullcontext():
+        res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
+                       pad_id=st.pad_id, chunk=st.chunk_size, tau=st.tc.spec.scoring_temperature,
+                       world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast,
+                       engine=st.tc.cfg.sampling.engine)
     if acc.is_main_process:
         metrics.write({"kind": "eval", "step": step, **res})
         acc.log({f"eval/{k}": v for k, v in res.items()}, step=step)
@@ -195,12 +201,16 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
     step, elapsed_before = 0, 0.0
     if ckpt is not None:
         state, rng = checkpoint.read_state(ckpt, acc.process_index)
+        if state["optimizer"] is None:
+            raise OpsdError(f"{ckpt} comes from a sharded (FSDP) run, whose optimizer state is not saved: it cannot "
+                            "be resumed (its weights load with from_pretrained)")
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step, elapsed_before = int(state["step"]), float(state.get("elapsed", 0.0))
         if rng is not None:
             checkpoint.set_rng_state(rng)
-    hidden_model, optimizer = acc.prepare(CompletionHidden(st.roles.student), optimizer)
+    # DDP / one process: CompletionHidden (LM head applied outside, trainer.step); FSDP: trainer.sharded
+    hidden_model, optimizer = sharded.prepare(acc, sharded.wrap(st.roles.student, acc), optimizer, st.roles)
     metrics = rundir.MetricsLog(run_dir) if acc.is_main_process else None
     if acc.is_main_process:
         metrics.truncate_after(step)
@@ -220,7 +230,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
     saved_at = step if ckpt is not None else -1
     try:
         if step == 0 and spec.eval.at_start:
-            _eval(acc, st, 0, metrics)
+            _eval(acc, st, 0, metrics, hidden_model)
         while step < spec.max_steps:
             t0 = time.time()
             rec = train_step(acc, st, hidden_model, optimizer, scheduler, step)
@@ -240,7 +250,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str
                          rec["tokens"], rec["tokens_per_s"])
             last = step == spec.max_steps
             if (spec.eval_steps and step % spec.eval_steps == 0) or last:
-                _eval(acc, st, step, metrics)
+                _eval(acc, st, step, metrics, hidden_model)
             if (spec.save_steps and step % spec.save_steps == 0) or last:
                 _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started)
                 saved_at = step

@@ -102,7 +102,9 @@ class Roles:
         ema = dict(self.teacher.named_parameters())
         for name, p in self.student.named_parameters():
             if p.requires_grad:
-                ema[name].lerp_(p.detach().to(ema[name].dtype), 1.0 - decay)
+                src = p.detach()
+                src = src.full_tensor() if hasattr(src, "full_tensor") else src  # FSDP shard: gather (collective)
+                ema[name].lerp_(src.to(ema[name].dtype), 1.0 - decay)
 
 
 def add_lora(model: nn.Module, lora) -> nn.Module:

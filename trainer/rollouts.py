@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from opsd_diag.engine import decode as sampler
+from opsd_diag.engine import fast_decode
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
@@ -113,20 +114,20 @@ def micro_seed(seed: int, step: int, j: int) -> int:
     return derive_seed(seed, step, j, 17)
 
 
-def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec, stop_ids):
+def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec, stop_ids, engine: str):
     k = spec.num_generations
     per_chunk = spec.generation_batch_size // k  # prompts per generate call
     first = j * spec.per_device_train_batch_size // per_chunk  # global index of this micro-batch's first chunk
     samples = []
+    sample = fast_decode.pick(sampler.sample, engine)  # hf: the row-dropping loop; static: engine.fast_decode
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
         s = spec.sampling_settings(micro_seed(spec.seed, step, first + c))
-        samples += sampler.sample(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s,
-                                  stop_ids)
+        samples += sample(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s, stop_ids)
     return samples
 
 
 def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec,
-                     stop_ids: list[int]) -> MicroBatch:
+                     stop_ids: list[int], engine: str = "hf") -> MicroBatch:
     """On-policy samples from the current student (or the reference responses for sft)."""
     rows = [i for i in idx for _ in range(spec.num_generations)]
     if spec.method == "sft":
@@ -135,7 +136,7 @@ def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: i
     else:
         was_training = model.training
         model.eval()
-        samples = _sample(model, tok, ps, j, idx, step, spec, stop_ids)
+        samples = _sample(model, tok, ps, j, idx, step, spec, stop_ids, engine)
         model.train(was_training)
         completions = [c.ids for per in samples for c in per]
         finished = [c.finished for per in samples for c in per]

@@ -96,6 +96,27 @@ def _partner_logits(pair, sl: slice, ctx) -> Tensor | None:
         return lm_logits(model, h[sl])  # [n, V]
 
 
+def chunk_loss(student_logits: Tensor, ids: Tensor, sl: slice, s: LossSettings, partners: tuple, ref: str | None,
+               autocast) -> tuple[Tensor, dict]:
+    """(summed loss, per-token statistics) of one chunk: the partners' logits at ``sl`` and the method's loss.
+
+    ``partners`` is ``partner_hidden``'s (teacher, base, reference) triple; ``ref`` names the ExOPD
+    reference (``student``: the initial student, ``base``) or None. Shared by the one-process/DDP
+    step below and the sharded (FSDP) step of ``trainer.sharded``.
+    """
+    h_t, h_b, h_r = partners
+    teacher_logits = _partner_logits(h_t, sl, autocast)  # [n, V] or None
+    base_logits = _partner_logits(h_b, sl, autocast)  # [n, V] or None
+    ref_lp = None
+    if ref is not None:  # ExOPD's reference: the initial student, or the base
+        ref_logits = base_logits if ref == "base" else _partner_logits(h_r, sl, autocast)  # [n, V]
+        ref_lp = signals.token_logprob(signals.log_probs(ref_logits, s.temperature), ids)  # [n]
+    per_token, stats = token_loss(student_logits, ids, s, teacher_logits=teacher_logits, base_logits=base_logits,
+                                  ref_logprob=ref_lp)
+    total, _ = signals.masked_sum_and_count(per_token, torch.ones_like(ids, dtype=torch.bool))
+    return total, stats
+
+
 def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSettings, *, pad_id: int,
                          chunk_size: int, scale: float, ref: str | None = None, autocast=contextlib.nullcontext,
                          sums: StepSums | None = None) -> StepSums:
@@ -108,7 +129,7 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
     n = mb.n_tokens
     token_ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
     h_s = _checked(hidden_model(mb.student_prompts, mb.completions, pad_id), n, "student")  # [N, H] grad
-    h_t, h_b, h_r = partner_hidden(roles, mb, s, pad_id, ref)
+    partners = partner_hidden(roles, mb, s, pad_id, ref)
     # the student's LM head runs per chunk below; its weights get their gradient with the decoder's
     head_params = [p for p in roles.student.get_output_embeddings().parameters() if p.requires_grad]
     grad_h = torch.zeros_like(h_s, dtype=torch.float32)  # [N, H]
@@ -120,15 +141,7 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
         h_chunk = h_s[sl].detach().requires_grad_(True)  # [n, H] a leaf: this chunk's graph ends here
         with autocast():
             student_logits = lm_logits(roles.student, h_chunk)  # [n, V] float32
-        teacher_logits = _partner_logits(h_t, sl, autocast)  # [n, V] or None
-        base_logits = _partner_logits(h_b, sl, autocast)  # [n, V] or None
-        ref_lp = None
-        if ref is not None:  # ExOPD's reference: the initial student, or the base
-            ref_logits = base_logits if ref == "base" else _partner_logits(h_r, sl, autocast)  # [n, V]
-            ref_lp = signals.token_logprob(signals.log_probs(ref_logits, s.temperature), ids)  # [n]
-        per_token, stats = token_loss(student_logits, ids, s, teacher_logits=teacher_logits,
-                                      base_logits=base_logits, ref_logprob=ref_lp)
-        total, _ = signals.masked_sum_and_count(per_token, torch.ones_like(ids, dtype=torch.bool))
+        total, stats = chunk_loss(student_logits, ids, sl, s, partners, ref, autocast)
         grads = torch.autograd.grad(total * scale, [h_chunk, *head_params])
         grad_h[sl] += grads[0].float()
         for acc, g in zip(grad_head, grads[1:]):

@@ -27,16 +27,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from opsd_diag.engine.sampling import Completion, sample_hf, trim_completion
+from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, sample_hf, trim_completion, warp
 from opsd_diag.settings import SamplingSettings
-
-
-def _cache_kwarg(params) -> str | None:
-    """Name of the forward's KV-cache argument, from ``inspect.signature(model.forward).parameters``."""
-    for name in ("cache", "past_key_values"):  # transformers >= 5.x renamed past_key_values to cache
-        if name in params:
-            return name
-    return None
 
 
 def supported(model) -> bool:
@@ -44,17 +36,11 @@ def supported(model) -> bool:
     from transformers.generation.utils import GenerationMixin
 
     cfg = model.config
-    if getattr(cfg, "is_encoder_decoder", False) or _cache_kwarg(inspect.signature(model.forward).parameters) is None:
+    if getattr(cfg, "is_encoder_decoder", False) or cache_kwarg(inspect.signature(model.forward).parameters) is None:
         return False
     if type(model).prepare_inputs_for_generation is not GenerationMixin.prepare_inputs_for_generation:
         return False
-    return _layer_types(model) <= {"full_attention", "sliding_attention"}
-
-
-def _layer_types(model) -> set[str]:
-    cfg = model.config
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    return set(getattr(text, "layer_types", None) or ["full_attention"])
+    return layer_types(model) <= {"full_attention", "sliding_attention"}
 
 
 def _one_token_mask(model):
@@ -63,24 +49,11 @@ def _one_token_mask(model):
     A 4-D boolean mask is returned as is by HF's mask preparation; only SDPA reads booleans as
     "attend" and only full attention has no other per-layer mask, so anything else keeps the 2-D mask.
     """
-    if _layer_types(model) == {"full_attention"} and getattr(model.config, "_attn_implementation", None) == "sdpa":
+    if layer_types(model) == {"full_attention"} and getattr(model.config, "_attn_implementation", None) == "sdpa":
         return lambda att: att[:, None, None, :].bool()  # [b, 1, 1, kv]
     return lambda att: att
 
 
-def _warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """[b, V] float32 scores: temperature, then HF's nucleus cut (the top token always stays)."""
-    scores = logits / temperature if temperature != 1.0 else logits
-    if top_p < 1.0:
-        sorted_scores, sorted_idx = torch.sort(scores, descending=False)
-        cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-        remove = cum <= (1 - top_p)
-        remove[..., -1:] = False
-        scores = scores.masked_fill(remove.scatter(1, sorted_idx, remove), float("-inf"))
-    return scores
-
-
-@torch.inference_mode()
 def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: list[int], pad_id: int,
                   cache_kwarg: str, logits_kw: dict, step_mask) -> list[Completion]:
     device = next(model.parameters()).device
@@ -100,7 +73,7 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
     alive = torch.arange(b, device=device)  # batch rows still sampling
     last = pos[:, -1]  # [alive] position of each row's latest token
     for t in range(s.max_new_tokens):
-        scores = _warp(out.logits[:, -1].float(), s.temperature, s.top_p)  # [alive, V]
+        scores = warp(out.logits[:, -1].float(), s.temperature, s.top_p)  # [alive, V]
         nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)  # [alive]
         tokens[alive, t] = nxt
         done = torch.isin(nxt, stop)  # [alive]
@@ -122,7 +95,7 @@ def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: 
     if not supported(model):
         return sample_hf(model, tok, prompts, s, stop_ids)
     params = inspect.signature(model.forward).parameters
-    cache_kwarg = _cache_kwarg(params)
+    kwarg = cache_kwarg(params)
     logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     step_mask = _one_token_mask(model)
     rows = [p for p in prompts for _ in range(s.num_samples)]
@@ -131,6 +104,6 @@ def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: 
     for start in range(0, len(rows), s.batch_size):
         # the global RNG is reseeded per batch from the chunk seed, exactly as sample_hf does
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        out += _sample_batch(model, rows[start:start + s.batch_size], s, stop_ids, tok.pad_token_id, cache_kwarg,
+        out += _sample_batch(model, rows[start:start + s.batch_size], s, stop_ids, tok.pad_token_id, kwarg,
                              logits_kw, step_mask)
     return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]

@@ -19,6 +19,7 @@ import torch
 
 from opsd_diag import __version__, jobs
 from opsd_diag.core import aggregate
+from opsd_diag.engine import fast_decode, fused_scoring
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf, sample_vllm
@@ -107,7 +108,8 @@ def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingS
     if prep.cfg.sampling.backend == "vllm":
         return sample_vllm(model_name, prompts, settings, prep.stop_ids, prep.cfg.student.dtype,
                            prep.cfg.student.trust_remote_code)
-    return sample_hf(model, prep.tok, prompts, settings, prep.stop_ids)
+    sample = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast_decode
+    return sample(model, prep.tok, prompts, settings, prep.stop_ids)
 
 
 def _checked(prep: Prepared, problem: dict, ids: list[int]) -> tuple[str, str | None, bool | None]:
@@ -169,6 +171,7 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
     names = cache_token_names(prep.tok)
     bs = cfg.scoring.batch_size
     scoreable = [r for r in rollouts if r["length"] > 0]
+    score = fused_scoring.pick(score_batch, cfg.scoring.engine)  # reference, or engine.fused_scoring
     for start in range(0, len(scoreable), bs):
         batch = scoreable[start:start + bs]
         comps = [r["completion_ids"] for r in batch]
@@ -177,8 +180,8 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
                                          if cfg.scoring.base_view == "teacher" else None)
                     for t in cfg.teachers}
         base_prompts = [r["prompt_ids.student"] for r in batch] if cfg.scoring.base_view == "student" else None
-        tokens, topk = score_batch(prep.student, comps, [r["prompt_ids.student"] for r in batch], teachers, s, pad,
-                                   base=prep.base, base_prompts=base_prompts)
+        tokens, topk = score(prep.student, comps, [r["prompt_ids.student"] for r in batch], teachers, s, pad,
+                              base=prep.base, base_prompts=base_prompts)
         rid = np.array([r["rollout_id"] for r in batch])
         flat_ids = np.array([t for c in comps for t in c])
         for name, cols in tokens.items():

@@ -30,6 +30,33 @@ def trim_completion(ids: list[int], stop_ids: list[int]) -> tuple[list[int], boo
 
 
 @torch.no_grad()
+def cache_kwarg(params) -> str | None:
+    """Name of the forward's KV-cache argument, from ``inspect.signature(model.forward).parameters``."""
+    for name in ("cache", "past_key_values"):  # transformers >= 5.x renamed past_key_values to cache
+        if name in params:
+            return name
+    return None
+
+
+def layer_types(model) -> set[str]:
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    return set(getattr(text, "layer_types", None) or ["full_attention"])
+
+
+def warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """[b, V] float32 scores: temperature, then HF's nucleus cut (the top token always stays)."""
+    scores = logits / temperature if temperature != 1.0 else logits
+    if top_p < 1.0:
+        sorted_scores, sorted_idx = torch.sort(scores, descending=False)
+        cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        remove = cum <= (1 - top_p)
+        remove[..., -1:] = False
+        scores = scores.masked_fill(remove.scatter(1, sorted_idx, remove), float("-inf"))
+    return scores
+
+
+@torch.inference_mode()
 def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int]) -> list[list[Completion]]:
     """``s.num_samples`` completions per prompt; deterministic for a given seed and prompt list."""
     rows = [p for p in prompts for _ in range(s.num_samples)]

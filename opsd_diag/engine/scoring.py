@@ -108,11 +108,13 @@ def completion_hidden(model, prompts: list[list[int]], completions: list[list[in
 
 def lm_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     """LM head on a chunk of hidden states, float32, with the model's final soft-capping if any."""
-    logits = model.get_output_embeddings()(hidden).float()  # [n, V]
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
+    return softcap(model.get_output_embeddings()(hidden).float(), getattr(model.config, "final_logit_softcapping",
+                                                                          None))  # [n, V]
+
+
+def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """Gemma-style final logit soft-capping ``tanh(z / cap) * cap`` (none when ``cap`` is unset)."""
+    return torch.tanh(logits / cap) * cap if cap else logits
 
 
 def _hidden(model, prompts, completions, pad_id, n_expected: int) -> torch.Tensor:

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from opsd_diag import schema
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
+from opsd_diag.io.training_fit import training_teacher
 from opsd_diag.io.yamlfile import read_mapping
 from opsd_diag.settings import LossSettings, SamplingSettings, ScoreSettings
 
@@ -114,6 +115,8 @@ class SamplingSpec(Strict):
     batch_size: int = Field(32, ge=1, description="rows per generate call")
     teacher_samples: int = Field(1, ge=0, le=1024, description="samples per prompt per teacher view (its accuracy)")
     backend: Literal["hf", "vllm"] = Field("hf", description="`vllm` on GPU machines with vLLM installed")
+    engine: Literal["hf", "static"] = Field("hf", description="hf: today's decode loop; static: static KV cache "
+                                                              "with CUDA-graph decode steps (engine.fast_decode)")
 
     def settings(self, seed: int, *, num_samples: int | None = None, max_new_tokens: int | None = None,
                  batch_size: int | None = None) -> SamplingSettings:
@@ -136,6 +139,8 @@ class ScoringSpec(Strict):
     top_k: int = Field(5, ge=0, le=100, description="alternatives kept per position for display")
     batch_size: int = Field(8, ge=1, description="rollouts per forward pass")
     chunk_size: int = Field(128, ge=1, description="positions per LM-head chunk (bounds memory)")
+    engine: Literal["reference", "fused", "compiled"] = Field(
+        "reference", description="per-chunk scoring: reference, fused (one function), compiled (torch.compile)")
     max_prompt_length: int = Field(2048, ge=16, description="a longer teacher view has its privileged context "
                                                             "shortened (never the question), and the run records it")
 
@@ -362,39 +367,4 @@ def to_yaml(cfg: DiagnosisConfig) -> str:
     import yaml
 
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
-
-
-def training_teacher(cfg: DiagnosisConfig) -> TeacherSpec | None:
-    """The ``teachers`` entry the training section trains against (None for sft), checked against the
-    method: opsd needs a self-teacher with a context, the other methods a teacher model."""
-    spec = cfg.training
-    if spec.method == "sft":
-        return None
-    wants_self = spec.method == "opsd"
-    if spec.teacher is not None:
-        found = [t for t in cfg.teachers if t.name == spec.teacher]
-        if not found:
-            raise ValueError(f"training.teacher '{spec.teacher}' is not a configured teacher; use one of: "
-                             + ", ".join(t.name for t in cfg.teachers))
-        teacher = found[0]
-    else:
-        fits = [t for t in cfg.teachers if t.is_self == wants_self]
-        if not fits:
-            kind = "a self-teacher (model: self with a context)" if wants_self else "a teacher model"
-            raise ValueError(f"training.method '{spec.method}' needs {kind} in teachers")
-        teacher = fits[0]
-    if wants_self != teacher.is_self:
-        raise ValueError(f"training: teacher '{teacher.name}' is the model {teacher.model}: use method opd, or a "
-                         "teacher with model: self" if wants_self else f"training: teacher '{teacher.name}' is the "
-                         "student itself: use method opsd for self-distillation")
-    if teacher.is_self and teacher.context == "none":
-        raise ValueError(f"training: teacher '{teacher.name}' is the student with no context, so every signal is "
-                         "zero: give it a privileged context such as full_solution")
-    if spec.method == "opd2" and cfg.base is None:
-        raise ValueError("training.method 'opd2' needs a base model (the teacher before its reasoning training): "
-                         "add a 'base: {model: PATH}' section")
-    if spec.method == "exopd" and (spec.exopd_reference or cfg.scoring.exopd_reference) == "base" and cfg.base is None:
-        raise ValueError("training.exopd_reference is 'base' but no base model is configured: add a 'base' "
-                         "section or use exopd_reference: student")
-    return teacher
 

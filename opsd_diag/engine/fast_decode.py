@@ -1,0 +1,149 @@
+"""Fast on-policy sampling: a static KV cache and decode steps captured as CUDA graphs per shape bucket.
+
+The contract is ``opsd_diag.engine.sampling.sample_hf``'s (``s.num_samples`` completions per prompt, each up to
+and including its first stop id) and the draws are those of ``opsd_diag.engine.decode``: each token from
+softmax(float32 logits / temperature) with HF's nucleus cut, nothing from a checkpoint's
+generation_config, the global RNG reseeded per generation batch from the chunk seed, and one
+``torch.multinomial`` over the rows still sampling, in batch order. So for the same logits this
+engine draws exactly what ``opsd_diag.engine.decode.sample`` draws.
+
+What differs is how the logits are computed (measured on an H200 at Qwen3-1.7B's shape, HF's
+eager decode step costs ~67 ms at batch 8 and at batch 64 alike: Python and kernel launches, not
+GPU work):
+
+- The KV cache is one set of preallocated buffers per model, ``[rows, kv_heads, length, head_dim]``
+  per layer (``SlotCache``, a ``transformers`` ``Cache`` whose every step writes one slot in place),
+  so a decode step has fixed tensor addresses and can be replayed as a CUDA graph.
+- Shapes are bucketed: rows to powers of two, the key length a step attends to up to a multiple of
+  ``KV_BUCKET``. One graph per (row bucket, key-length bucket) is captured on first use and reused
+  by every later call with the same buckets (the trainer's steps, the predictor's continuations).
+- Finished rows are dropped at bucket granularity: a finished row stops drawing at once; when the
+  rows still sampling fit a smaller row bucket they are moved to the front of the buffers (cache,
+  mask, positions) and the smaller bucket's graph runs from then on.
+- Every step attends with an explicit 4-D mask (boolean for SDPA, additive for eager attention)
+  passed as the model's per-layer-type mask mapping, so HF's mask construction is skipped and a
+  decode step has no host synchronisation inside it.
+
+On CPU (or with ``OPSD_CUDA_GRAPHS=0``) the same static-cache loop runs eagerly: that is what the
+CPU tests compare against the reference. Models whose generation needs more than a full-attention
+KV cache (sliding-window or linear-attention layers, encoder-decoders, a custom
+``prepare_inputs_for_generation``, attention other than SDPA or eager, FSDP-sharded parameters)
+go to the reference sampler unchanged.
+
+Selection: ``pick(reference, engine)`` returns the sampler to call for the config's ``sampling.engine``
+(``hf``: today's path, the default; ``static``: this engine). The buffers, graphs and cache live in
+``engine.static_cache``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+
+import torch
+
+from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, trim_completion, warp
+from opsd_diag.engine.static_cache import engine_for
+from opsd_diag.settings import SamplingSettings
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("hf", "static")  # sampling.engine: hf (today's path) or static (this engine)
+
+
+# ------------------------------------------------------------------------------------------- selection
+
+def pick(reference, engine: str):
+    """The sampler to call, with ``reference``'s signature ``(model, tok, prompts, settings, stop_ids)``.
+
+    ``hf`` returns ``reference`` itself (today's path); ``static`` returns this engine, which hands a
+    model it cannot run to ``reference``.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"sampling engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "hf":
+        return reference
+    return functools.partial(sample_static, fallback=reference)
+
+
+# ------------------------------------------------------------------------------------------- support
+
+def unsupported_reason(model) -> str | None:
+    """Why this engine cannot run ``model`` (then the reference sampler does), or None."""
+    from transformers.generation.utils import GenerationMixin
+
+    cfg = model.config
+    if getattr(cfg, "is_encoder_decoder", False):
+        return "encoder-decoder model"
+    if cache_kwarg(inspect.signature(model.forward).parameters) is None:
+        return "the forward takes no KV cache"
+    if type(model).prepare_inputs_for_generation is not GenerationMixin.prepare_inputs_for_generation:
+        return "model-specific prepare_inputs_for_generation"
+    if layer_types(model) != {"full_attention"}:
+        return f"layer types {sorted(layer_types(model))} (full attention only)"
+    impl = getattr(cfg, "_attn_implementation", None)
+    if impl not in ("sdpa", "eager"):
+        return f"attention implementation {impl!r} (sdpa or eager only)"
+    if any(type(p).__name__ == "DTensor" for p in model.parameters()) or \
+            any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+        return "FSDP-sharded model (its hooks gather parameters per forward)"
+    if len({p.device for p in model.parameters()}) > 1:
+        return "parameters on several devices"
+    return None
+
+
+def multinomial_chooser(temperature: float, top_p: float):
+    def choose(scores, rows, t):
+        return torch.multinomial(warp(scores, temperature, top_p).softmax(dim=-1), num_samples=1).squeeze(1)
+    return choose
+
+
+_WARNED: set = set()
+
+
+def sample_static(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int], *,
+                  fallback=None) -> list[list[Completion]]:
+    """``s.num_samples`` completions per prompt (the ``sample_hf`` contract); deterministic for a seed."""
+    reason = unsupported_reason(model)
+    if reason is not None:
+        if fallback is None:
+            raise ValueError(f"the static sampling engine cannot run this model: {reason}")
+        if reason not in _WARNED:
+            _WARNED.add(reason)
+            log.warning("sampling engine 'static' cannot run this model (%s): using the reference sampler", reason)
+        return fallback(model, tok, prompts, s, stop_ids)
+    with torch.inference_mode():
+        eng = engine_for(model)
+        rows = [p for p in prompts for _ in range(s.num_samples)]
+        gen = torch.Generator(device="cpu").manual_seed(s.seed)
+        choose = multinomial_chooser(s.temperature, s.top_p)
+        out: list[Completion] = []
+        for start in range(0, len(rows), s.batch_size):
+            # the global RNG is reseeded per batch from the chunk seed, exactly as sample_hf and trainer.sampler
+            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+            tokens = eng.generate(rows[start:start + s.batch_size], s.max_new_tokens, stop_ids, tok.pad_token_id,
+                                  choose)
+            out += [Completion(*trim_completion(row, stop_ids)) for row in tokens.tolist()]
+    return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
+
+
+def forced_step_logits(model, prompts: list[list[int]], forced: list[list[int]], stop_ids: list[int],
+                       pad_id: int) -> list[torch.Tensor]:
+    """Teacher-forced run of the engine (tests, checks): row i is fed ``forced[i]`` (it ends at its first
+    stop id, or after the longest row); returns, per row, the float32 logits ``[steps, V]`` the engine
+    produced before each of its tokens, through the same prefill, decode steps, buckets and row drops
+    as sampling."""
+    max_new = max(len(f) for f in forced)
+    seen: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(prompts))}
+
+    def choose(scores, rows, t):
+        nxt = []
+        for r, row in enumerate(rows.tolist()):
+            seen[row].append(scores[r].clone())
+            nxt.append(forced[row][t] if t < len(forced[row]) else stop_ids[0])
+        return torch.tensor(nxt, device=scores.device)
+
+    with torch.inference_mode():
+        engine_for(model).generate(prompts, max_new, stop_ids, pad_id, choose)
+    return [torch.stack(seen[i]) for i in range(len(prompts))]
