@@ -76,7 +76,7 @@ class ShardedStudent(nn.Module):
         if chunk_loss is None:
             return h
         # a zero that reaches every root parameter (the head included): every process reduces the same
-        # gradients even when its micro-batch has no completion token (DESIGN.md pitfall 9)
+        # gradients even when its micro-batch has no completion token (docs/design.md, pitfall 9)
         total = h.float().sum() * 0.0 + sum(p.float().sum() * 0.0 for p in
                                               self.model.get_output_embeddings().parameters() if p.requires_grad)
         for lo in range(0, h.shape[0], chunk_size):
