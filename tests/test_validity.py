@@ -258,6 +258,7 @@ def test_tiny_study_runs_every_job_and_resumes_as_a_no_op(tiny_study):
     assert all(d["solution"] != o["solution"] for d, o in zip(derived, original))
     png = tiny_study / "validity_scatter.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tiny_study / "validity_analysis.json").read_text())["rows"]
     n_jobs = len(_jsonl(tiny_study / "jobs.jsonl"))
     res = _run_study(tiny_study)  # resume: everything is finished, nothing runs again
     assert res.returncode == 0, res.stderr[-2000:]
@@ -286,8 +287,6 @@ def test_tiny_report_numbers_are_recomputed_from_the_stored_runs(tiny_study):
         fin = np.array([[ev[n]["test"][i][1] / ev[n]["test"][i][0] for i in ids] for n in names])
         gain = float((fin - p_init[None]).mean())
         assert row["gain_pass@1"]["estimate"] == pytest.approx(gain, abs=1e-12)
-        lo, hi = row["gain_pass@1"]["lo"], row["gain_pass@1"]["hi"]
-        assert lo <= gain + 1e-12 and gain <= hi + 1e-12 or lo == hi
         kl_sum = sum(ev[n]["kl"][i][0] for n in names for i in ids)
         kl_cnt = sum(ev[n]["kl"][i][1] for n in names for i in ids)
         assert row["kl_to_initial"]["estimate"] == pytest.approx(kl_sum / kl_cnt, rel=1e-9)
@@ -309,9 +308,10 @@ def test_tiny_report_numbers_are_recomputed_from_the_stored_runs(tiny_study):
         assert f"| {row['verdict']} |" in line and ci(row["gain_pass@1"]) in line
         scores.append(v["score"])
         gains.append(gain)
+    pairs = [(s, g) for s, g in zip(scores, gains) if s is not None]
     rho = an["spearman"]["score"]["estimate"]
-    if np.ptp(gains) > 0 and np.ptp(scores) > 0:
-        assert rho == pytest.approx(sps.spearmanr(scores, gains)[0], abs=1e-12)
+    if len(pairs) >= 3 and np.ptp([s for s, _ in pairs]) > 0 and np.ptp([g for _, g in pairs]) > 0:
+        assert rho == pytest.approx(sps.spearmanr(*zip(*pairs))[0], abs=1e-12)
     else:
         assert rho is None
     acc = an["verdict_accuracy"]

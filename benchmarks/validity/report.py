@@ -3,7 +3,8 @@
     python benchmarks/validity/report.py --study DIR [--out benchmarks/validity/RESULTS.md]
 
 Every number comes from analysis.analyse(DIR) (which reads the study's runs and evaluations);
-the full analysis is also written as DIR/analysis.json.  The PNG goes beside the Markdown file.
+the full analysis is written as DIR/analysis.json and, with the PNG, beside the Markdown file
+(validity_analysis.json, validity_scatter.png).
 """
 
 from __future__ import annotations
@@ -261,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     an["png_renderer"] = scatter(an, png)
     (study / "analysis.json").write_text(json.dumps(an, indent=1))
     out.write_text(markdown(an, png.name, study))
-    print(f"wrote {out} and {png} ({an['png_renderer']})")
+    record = out.with_name(png.name.replace("_scatter.png", "_analysis.json"))
+    record.write_text(json.dumps(an, indent=1))  # the numbers behind the Markdown, kept beside it
+    print(f"wrote {out}, {png} ({an['png_renderer']}) and {record}")
     return 0
 
 
