@@ -169,7 +169,7 @@ def test_near_zero_alignment_leaves_numerically_zero_advantages_out():
 
 
 def test_default_plan_is_what_issue_11_asks_for():
-    from opsd_diag.verdict import SIGNALS
+    from opsd_diag.core.verdict import SIGNALS
 
     plan = plan_mod.load("default")
     assert len(plan["configurations"]) >= 10 and len(plan["training"]["seeds"]) >= 3

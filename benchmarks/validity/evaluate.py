@@ -31,18 +31,20 @@ import torch
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from opsd_diag import signals  # noqa: E402
-from opsd_diag.config import DataSpec  # noqa: E402
-from opsd_diag.data import load_problems  # noqa: E402
-from opsd_diag.models import load_model, load_tokenizer, stop_token_ids  # noqa: E402
-from opsd_diag.rollout import SamplingSettings, sample_hf  # noqa: E402
-from opsd_diag.scoring import completion_hidden, lm_logits  # noqa: E402
-from opsd_diag.verify import is_correct  # noqa: E402
+from opsd_diag.core import signals  # noqa: E402
+from opsd_diag.engine.sampling import sample_hf  # noqa: E402
+from opsd_diag.engine.scoring import completion_hidden, lm_logits  # noqa: E402
+from opsd_diag.io.config import DataSpec  # noqa: E402
+from opsd_diag.io.data import load_problems  # noqa: E402
+from opsd_diag.io.models import load_model, load_tokenizer, stop_token_ids  # noqa: E402
+from opsd_diag.io.verify import is_correct  # noqa: E402
+from opsd_diag.settings import SamplingSettings  # noqa: E402
 
 
 def _check(tok, problems, prompts, model, n: int, ev: dict, stop_ids, checker: str, seed: int):
     """({problem id: [n, c]}, [(problem id, prompt ids, completion ids)])."""
-    s = SamplingSettings(n, ev["temperature"], 1.0, ev["max_completion_length"], seed, ev["batch_size"])
+    s = SamplingSettings(num_samples=n, temperature=ev["temperature"], top_p=1.0,
+                         max_new_tokens=ev["max_completion_length"], seed=seed, batch_size=ev["batch_size"])
     outs = sample_hf(model, tok, prompts, s, stop_ids)
     counts, samples = {}, []
     for p, prompt, per_prompt in zip(problems, prompts, outs):
@@ -97,7 +99,7 @@ def evaluate_policy(model, initial, tok, test, regression, ev: dict, checker: st
 
 
 def _problems(path: str, tok) -> dict:
-    from opsd_diag.views import student_view
+    from opsd_diag.io.views import student_view
 
     problems = load_problems(DataSpec(path=path))
     return {"problems": problems, "prompts": [student_view(tok, p).ids for p in problems]}

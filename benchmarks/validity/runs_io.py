@@ -14,40 +14,46 @@ from pathlib import Path
 
 import pandas as pd
 
+from opsd_diag.errors import OpsdError
+from opsd_diag.run import Run
+
 # ----------------------------------------------------------------------------- diagnosis run dirs
 
 
 def diag_manifest(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / "manifest.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        return Run.load(run_dir).manifest
+    except OpsdError:
+        return None
 
 
 def diag_finished(run_dir: Path, needs_verdicts: bool = True) -> bool:
     """The diagnosis ran to the end (and, with an ideal section, wrote its verdicts)."""
-    m = diag_manifest(run_dir)
-    if not m or m.get("status") != "finished" or not (Path(run_dir) / "summary.json").is_file():
+    try:
+        run = Run.load(run_dir)
+    except OpsdError:
         return False
-    return not needs_verdicts or "verdicts" in diag_summary(run_dir)
+    return not needs_verdicts or bool(run.summary.verdicts)
 
 
 def diag_summary(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / "summary.json").read_text())
+    """summary.json as the product wrote it, read and validated through the Run object."""
+    return Run.load(run_dir).summary.model_dump(mode="json", exclude_unset=True)
 
 
 def diag_rollouts(run_dir: Path) -> pd.DataFrame:
     """Student rollouts: rollout_id, problem_id, sample_idx, completion_ids, prompt ids, correct."""
     cols = ["rollout_id", "problem_id", "sample_idx", "completion_ids", "prompt_ids.student", "correct"]
-    return pd.read_parquet(Path(run_dir) / "rollouts.parquet", columns=cols).sort_values("rollout_id",
-                                                                                          ignore_index=True)
+    return Run.load(run_dir).rollouts[cols].sort_values("rollout_id", ignore_index=True)
 
 
 def diag_tokens(run_dir: Path, columns: list[str]) -> pd.DataFrame:
     """Per-token signals (rollout_id, config, pos and the named columns)."""
-    return pd.read_parquet(Path(run_dir) / "tokens.parquet", columns=["rollout_id", "config", "pos", *columns])
+    return Run.load(run_dir).tokens[["rollout_id", "config", "pos", *columns]]
 
 
 def diag_configs(run_dir: Path) -> list[str]:
-    return sorted(diag_summary(run_dir)["configs"])
+    return sorted(Run.load(run_dir).configs)
 
 
 def _est(ci: dict | None) -> float:
@@ -59,11 +65,11 @@ def predictor_inputs(summary: dict, config: str, signal: str) -> dict:
     """What the product predicts for (config, signal), read exactly as its verdict rule reads it.
 
     verdict / score / reason from ``summary['verdicts']``; teacher advantage, alignment and the
-    accuracy gap through ``opsd_diag.verdict.collect`` (the verdict's own input extraction), plus
+    accuracy gap through ``opsd_diag.core.verdict.collect`` (the verdict's own input extraction), plus
     the config's mean reverse KL and mean JSD over the diagnosis tokens and the library's own sign
     agreement (all tokens, near-zero ones included).
     """
-    from opsd_diag import verdict as product_verdict
+    from opsd_diag.core import verdict as product_verdict
 
     v = summary["verdicts"][config][signal]
     inputs = product_verdict.collect(summary, summary.get("ideal"))[(config, signal)]
