@@ -19,7 +19,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PLAN_FILE = HERE / "plan.yaml"
-VARIANTS = ("default", "quick", "tiny")
+VARIANTS = ("default", "quick", "tiny", "second_look")
 MAIN = "main"  # the diagnosis run of every configuration expressible from the train split itself
 
 
@@ -43,9 +43,11 @@ def load(variant: str = "default", path: Path = PLAN_FILE) -> dict:
     if variant != "default":
         over = copy.deepcopy(variants[variant])
         names = over.pop("configurations", None)
+        extra = over.pop("extra_configurations", [])  # configurations a variant adds (the second look)
         plan = _merge(raw, over)
+        plan["configurations"] = [*raw["configurations"], *extra]
         if names is not None:
-            by_name = {c["name"]: c for c in raw["configurations"]}
+            by_name = {c["name"]: c for c in plan["configurations"]}
             unknown = [n for n in names if n not in by_name]
             if unknown:
                 raise ValueError(f"variant {variant} names unknown configurations {unknown}")
@@ -60,14 +62,15 @@ def _check(plan: dict) -> None:
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate configuration names in the plan: {names}")
     for c in plan["configurations"]:
-        if ("teacher" in c) == ("context" in c):
-            raise ValueError(f"configuration {c['name']}: give exactly one of teacher / context")
+        if "teacher" not in c and "context" not in c:
+            raise ValueError(f"configuration {c['name']}: give a teacher model, a context, or both")
         if c.get("derive") not in (None, "shuffled_steps", "other_solution"):
             raise ValueError(f"configuration {c['name']}: unknown derive {c['derive']!r}")
     for kind in ("external", "self"):
-        if len(plan["methods"][kind]) < 2 and plan["variant"] == "default":
+        if len(plan["methods"][kind]) < 2 and plan["variant"] in ("default", "second_look"):
             raise ValueError(f"the plan needs at least two {kind} methods")
-    if plan["variant"] == "default" and (len(plan["configurations"]) < 10 or len(plan["training"]["seeds"]) < 3):
+    if plan["variant"] in ("default", "second_look") and (len(plan["configurations"]) < 10
+                                                          or len(plan["training"]["seeds"]) < 3):
         raise ValueError("the default plan needs at least 10 configurations and 3 seeds")
 
 
@@ -170,10 +173,9 @@ def is_external(c: dict) -> bool:
 def teacher_entry(plan: dict, c: dict, models: Path, name: str | None = None) -> dict:
     """The ``teachers`` entry of a diagnosis / training config for configuration ``c``."""
     name = name or c["name"]
-    if is_external(c):
-        return {"name": name, "model": str(models / c["teacher"])}
-    context = plan["wrong_solution"] if c["context"] == "wrong_solution" else c["context"]
-    entry = {"name": name, "context": context}
+    entry = {"name": name, "model": str(models / c["teacher"])} if is_external(c) else {"name": name}
+    if "context" in c:  # a self-teacher's context, or a teacher model shown one
+        entry["context"] = plan["wrong_solution"] if c["context"] == "wrong_solution" else c["context"]
     if "partial_fraction" in c:
         entry["partial_fraction"] = c["partial_fraction"]
     return entry
