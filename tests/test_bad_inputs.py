@@ -780,8 +780,7 @@ APP_CASES: list[AppCase] = [
 ]
 
 
-@pytest.mark.slow  # an app session per row (a few seconds each)
-@pytest.mark.parametrize("case", APP_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", APP_CASES, ids=lambda c: c.id)  # an app session per row: well under a second
 def test_app_bad_input(case: AppCase, env: Env):
     from streamlit.testing.v1 import AppTest
 

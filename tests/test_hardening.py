@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 import yaml
@@ -41,16 +39,16 @@ def diag_config(world: Path, **over) -> dict:
 def poisoned_teacher(world: Path, out: Path, every: int = 8) -> Path:
     """The world's teacher whose input embeddings are NaN for some token ids that no prompt contains.
 
-    Its logits are finite on every prompt (so the load-time check passes), and NaN on a rollout from
-    the first such token the student samples (attention spreads a NaN key over the whole row).
+    Its logits are finite on every prompt (so the load-time check passes), and NaN at every position of
+    a rollout in which the student sampled such a token (in attention a masked NaN value still meets a
+    zero weight, and 0 * NaN is NaN), so some rollouts break and the others stay finite.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from opsd_diag.io import templates
     from opsd_diag.io.config import DataSpec
     from opsd_diag.io.data import load_problems
-    from opsd_diag.io.views import student_view
-    from opsd_diag.io import templates
-    from opsd_diag.io.views import encode_chat
+    from opsd_diag.io.views import encode_chat, student_view
 
     tok = AutoTokenizer.from_pretrained(world / "teacher")
     seen = set(tok.all_special_ids) | {tok.pad_token_id, tok.eos_token_id}
@@ -278,7 +276,7 @@ def test_a_nan_teacher_with_allow_nonfinite_gives_nan_in_every_column_it_enters(
     assert 0 < broken.sum() < len(b), "the poisoned teacher should break some rollouts, not all"
     teacher_cols = list(READS["teacher"])
     assert b.loc[broken, teacher_cols].isna().all().all()  # rank_t, top1_agree, gate too: no 0 next to NaN
-    assert np.isfinite(b.loc[~broken, teacher_cols].drop(columns=[]).to_numpy(dtype=float)).all()
+    assert np.isfinite(b.loc[~broken, teacher_cols].to_numpy(dtype=float)).all()
     student_cols = ["lp_s", "h_s", "lp_b", "h_b"]
     assert np.isfinite(b[student_cols].to_numpy(dtype=float)).all()
     good = tokens[tokens["config"] == "self_full"][list(SIGNAL_COLUMNS)]
