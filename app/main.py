@@ -13,6 +13,7 @@ if str(ROOT) not in sys.path:  # `streamlit run` puts app/ on the path, not the 
 import streamlit as st  # noqa: E402
 
 from app import common  # noqa: E402
+from opsd_diag.errors import OpsdError  # noqa: E402
 
 st.set_page_config(page_title="OPSD-Diag", layout="wide")
 common.init_state(sys.argv[1:])
@@ -25,4 +26,7 @@ pages = [
     st.Page("views/new_run.py", title="New diagnosis"),
     st.Page("views/train.py", title="Train"),
 ]
-st.navigation(pages).run()
+try:
+    st.navigation(pages).run()
+except OpsdError as e:  # a corrupt or unreadable run (a table read by a page): the message in place
+    st.error(str(e))

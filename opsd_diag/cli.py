@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from opsd_diag.argparser import Parser, parse
 from opsd_diag.errors import OpsdError
 
 MODELS_DIR = Path("sample_data/models")
@@ -20,9 +21,11 @@ def _cmd_run(args) -> None:
     from opsd_diag.io.config import load_config
 
     cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
+    from opsd_diag import jobs
     from opsd_diag.io import store
 
     out = Path(args.out) if args.out else store.default_run_dir(args.config)
+    jobs.check_free(out)  # another run writes there: say so now, not after loading the models
     store.check_run_dir(out, cfg.model_dump(mode="json"))
     if (out / "manifest.json").is_file() and store.read_manifest(out).get("status") == "finished":
         print(f"run {out} is already finished: nothing to do (opsd-diag report {out} shows it; a new --out "
@@ -125,7 +128,7 @@ def _cmd_zoo_build(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="opsd-diag", description=__doc__.splitlines()[0])
+    p = Parser(prog="opsd-diag", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="sample, score and aggregate a diagnosis config into a run directory")
@@ -170,7 +173,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args, status = parse(parser(), argv)  # a usage mistake: one line, exit 2
+    if args is None:
+        return status
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one that matters

@@ -148,6 +148,38 @@ def status(run_dir: str | Path) -> dict:
 # ---------------------------------------------------------------------------------- lock
 
 
+def _open_nofollow(path: Path, flags: int, mode: str):
+    """``open`` that refuses a symbolic link (a crafted run folder's ``.lock`` -> a file elsewhere is never
+    truncated, appended to or read)."""
+    return os.fdopen(os.open(path, flags | os.O_NOFOLLOW, 0o644), mode)
+
+
+def _in_use(run_dir: Path, f) -> OpsdError:
+    f.seek(0)
+    holder = f.read().strip() or "another process"
+    return OpsdError(f"{run_dir} is in use by {holder}: wait for it to end, stop it, or choose another --out")
+
+
+def check_free(run_dir: str | Path) -> None:
+    """An OpsdError naming the holder when a live process holds ``RUN_DIR/.lock``; creates nothing.
+
+    Called before the models load, so a second run on a busy directory fails at once (``acquire_lock``
+    still decides, later). Not for a process that holds the lock itself: its own lock reads as busy.
+    """
+    run_dir = Path(run_dir)
+    try:
+        f = _open_nofollow(run_dir / LOCK, os.O_RDONLY, "r")
+    except OSError:
+        return  # no lock file: nothing ever wrote here, or it is not ours to read
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(run_dir, f) from None
+        except OSError:
+            return
+
+
 def acquire_lock(run_dir: str | Path, what: str = "run"):
     """Hold ``RUN_DIR/.lock`` for the life of this process (one writer per run directory).
 
@@ -155,16 +187,17 @@ def acquire_lock(run_dir: str | Path, what: str = "run"):
     a dead holder's lock is free again (the kernel released it) and is taken over with a message.
     """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    f = open(run_dir / LOCK, "a+")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        f = _open_nofollow(run_dir / LOCK, os.O_RDWR | os.O_CREAT, "r+")
+    except OSError as e:
+        raise OpsdError(f"cannot write the run directory {run_dir} ({e.strerror}): choose a writable --out") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
+        err = _in_use(run_dir, f)
         f.close()
-        raise OpsdError(f"{run_dir} is in use by {holder}: wait for it to end, stop it, or choose another --out") \
-            from None
+        raise err from None
     f.seek(0)
     old = f.read().strip()
     if old:
@@ -190,10 +223,12 @@ def start(argv: list[str], run_dir: str | Path, kind: str, *, cwd: str | Path | 
           env: dict | None = None) -> Job:
     """Start ``argv`` in a new process group with its output in ``RUN_DIR/stdout.log``."""
     run_dir = Path(run_dir)
+    check_free(run_dir)  # a run writes there: its status.json is not ours to overwrite
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_status(run_dir, "starting", owner=False, kind=kind, argv=argv, started=time.time(), stage="starting")
-        with open(run_dir / LOG, "ab") as log:  # the child keeps its own descriptor
+        log_file = _open_nofollow(run_dir / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab")
+        with log_file as log:  # the child keeps its own descriptor
             proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
                                     env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1",

@@ -167,7 +167,7 @@ def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path
         __import__("time").sleep(0.2)
     at.run()
     assert not at.exception
-    assert any("cannot load model" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("no_such_model does not exist" in e.value for e in at.error), [e.value for e in at.error]
     # the job directory holds only the job's own files: status and log, no half-written run
     assert sorted(p.name for p in run_dir.iterdir()) == ["status.json", "stdout.log"]
 

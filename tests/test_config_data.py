@@ -76,8 +76,10 @@ def test_field_mapping_chat_prompts_and_limit(tmp_path):
     ("", {}, r"contains no problems"),
     ("\n\n", {}, r"contains no problems"),
     ('{"question": "q"}\n', {}, r"line 1 has no 'prompt' field"),
-    ('{"q": "x"}\n', {"prompt": "question"}, r"line 1 has no 'question' field"),
-    ('[1, 2]\n', {}, r"line 1 is not a JSON object"),
+    ('{"q": "x"}\n', {"prompt": "question"}, r"maps prompt to 'question', but no record .* has a 'question' field"),
+    ('{"prompt": "a", "q": "x"}\n{"q": "y"}\n', {}, r"line 2 has no 'prompt' field"),
+    ('[1, 2]\n', {}, r"record 1 of its JSON array is not a JSON object"),
+    ('["a"\n', {}, r"line 1 is not valid JSON"),
     ('{"prompt": 5}\n', {}, r"line 1: 'prompt' must be a string"),
     ('{"id": 1, "prompt": "a"}\n{"id": 1, "prompt": "b"}\n', {}, r"line 2: duplicate id"),
     ('{"prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n', {},
@@ -99,7 +101,7 @@ def test_bad_data_files(tmp_path):
     with pytest.raises(OpsdError, match="cannot read"):
         load_problems(DataSpec(path=str(tmp_path / "d.parquet")))
     pd.DataFrame([{"prompt": "q", "solution": "s"}]).to_csv(tmp_path / "c.csv", index=False)
-    with pytest.raises(OpsdError, match="row 1 has no 'question'"):
+    with pytest.raises(OpsdError, match="has no 'question' column \\(columns: prompt, solution\\)"):
         load_problems(DataSpec(path=str(tmp_path / "c.csv"), fields={"prompt": "question"}))
 
 

@@ -124,7 +124,7 @@ def _assert_error(r, match: str, out: Path):
 
 
 @pytest.mark.parametrize("over, match", [
-    ({"student": {"model": "/nonexistent/model"}}, "cannot load model '/nonexistent/model'"),
+    ({"student": {"model": "/nonexistent/model"}}, "model directory /nonexistent/model does not exist"),
     ({"teachers": [{"name": "t", "context": "no placeholder here"}]}, "no {prompt} placeholder"),
     ({"sampling": {"num_sampels": 3}}, "sampling.num_sampels: unknown key"),
     ({"data": {"path": "missing.jsonl"}}, "data file missing.jsonl not found"),

@@ -361,3 +361,34 @@ def test_masked_sum_and_count_ignores_nan_padding():
     assert per_token.grad.tolist() == [1.0, 0.0, 1.0]
     with pytest.raises(ValueError):
         S.masked_sum_and_count(per_token, torch.ones(2, dtype=torch.bool))
+
+
+STUDENT_ONLY = {"lp_s", "h_s", "lp_b", "h_b"}  # the columns that do not read the teacher
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_teacher_row_makes_every_teacher_column_nan(bad):
+    """rank_t, top1_agree and gate are comparisons: without care a NaN row reads 0 (rank_t = 0 would claim
+    the teacher's first choice); every column derived from a non-finite distribution must be NaN instead."""
+    student, teacher, base, tokens = make(11)
+    teacher[2, 3] = bad  # one vocabulary entry of position 2
+    got = sig(student, teacher, tokens, base_logits=base)
+    rest = [0, 1, 3, 4]
+    clean = sig(student[rest], teacher[rest], tokens[rest], base_logits=base[rest])
+    for key in SIGNAL_COLUMNS:
+        assert torch.isnan(got[key][2]).item() == (key not in STUDENT_ONLY), key
+        torch.testing.assert_close(got[key][rest], clean[key], equal_nan=True)  # the other positions: untouched
+
+
+def test_a_non_finite_base_or_student_row_is_nan_where_it_is_read():
+    student, teacher, base, tokens = make(12)
+    base[1, 0] = float("nan")
+    student[3, 5] = float("nan")
+    got = sig(student, teacher, tokens, base_logits=base)
+    for key in ("lp_b", "h_b", "r_delta", "a_delta", "gate", "a_d2"):
+        assert torch.isnan(got[key][1]), key
+    for key in ("lp_t", "h_t", "r_opd", "a_opd", "kl_rev", "rank_t", "top1_agree"):
+        assert torch.isfinite(got[key][1]), key  # the base does not enter these
+    for key in SIGNAL_COLUMNS:
+        if key not in ("lp_t", "h_t", "rank_t", "lp_b", "h_b", "r_delta"):  # no student in these
+            assert torch.isnan(got[key][3]), key

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from opsd_diag.errors import OpsdError
+
 STATE = "trainer_state.pt"
 _NAME = re.compile(r"step-(\d{6,})")
 
@@ -113,8 +115,15 @@ def clean_temp(run_dir: Path) -> None:
 
 
 def read_state(ckpt: Path, rank: int) -> tuple[dict, dict | None]:
-    """(trainer state, this rank's RNG state or None)."""
-    state = torch.load(ckpt / STATE, map_location="cpu", weights_only=True)
+    """(trainer state, this rank's RNG state or None); a damaged file is an OpsdError naming the checkpoint."""
     rng_file = ckpt / f"rng_{rank}.pt"
-    rng = torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.is_file() else None
+    try:
+        state = torch.load(ckpt / STATE, map_location="cpu", weights_only=True)
+        rng = torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.is_file() else None
+    except Exception as e:  # noqa: BLE001 - torch.load raises many types for a damaged file
+        raise OpsdError(f"checkpoint {ckpt} is damaged ({type(e).__name__}): remove that folder to resume from the "
+                        "checkpoint before it, or start a new --out") from None
+    if not isinstance(state, dict) or "step" not in state:
+        raise OpsdError(f"checkpoint {ckpt} is damaged (no step in its state): remove that folder to resume from the "
+                        "checkpoint before it, or start a new --out")
     return state, rng

@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 
 from opsd_diag import jobs
+from opsd_diag.argparser import Parser, parse
 from opsd_diag.errors import OpsdError
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="opsd-train", description="Train the chosen configuration of a diagnosis "
-                                "config (its 'training' section) with the same signal code.")
+    p = Parser(prog="opsd-train", description="Train the chosen configuration of a diagnosis config (its "
+               "'training' section) with the same signal code.")
     p.add_argument("config_file", nargs="?", metavar="CONFIG", help="diagnosis config with a 'training' section")
     p.add_argument("--out", help="training run directory (default runs/train-<config>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
@@ -82,12 +83,19 @@ def _logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    from trainer import rundir
-
+    args, status = parse(parser(), argv)  # a usage mistake: one line, exit 2
+    if args is None:
+        return status
     run_dir = Path(args.out) if args.out else None
     try:
-        from trainer import loop
+        if run_dir is not None:
+            jobs.check_free(run_dir)  # another run writes there: say so at once, before the heavy imports
+        from transformers.utils import logging as hf_logging
+
+        from trainer import loop, rundir
+
+        hf_logging.disable_progress_bar()  # the run logs its own progress
+        hf_logging.set_verbosity_error()  # a library's report never buries the one-line error
 
         tc, predicted, name = _load(args)
         if args.resume and run_dir is None:

@@ -20,6 +20,7 @@ def start(config_path: str | Path, out_dir: str | Path | None = None, *, num_pro
     """Validate the config and the run directory, then start ``opsd-train`` in a new process group."""
     tc = train_config.load(config_path)
     run_dir = Path(out_dir) if out_dir else rundir.default_dir(config_path, runs_root)
+    jobs.check_free(run_dir)
     rundir.check(run_dir, tc.to_yaml(), resume)
     argv = jobs.training_command(config_path, run_dir, num_processes=num_processes, resume=resume,
                                  accelerate_config=accelerate_config)

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import torch
 from accelerate import Accelerator
 
 from opsd_diag import jobs
-from opsd_diag.errors import OpsdError
+from opsd_diag.errors import NonFiniteLogits, OpsdError
 from trainer import checkpoint, rundir, sharded
 from trainer.config import TrainConfig, trackers
 from trainer.evaluate import evaluate
@@ -97,10 +98,14 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     ids = step_problems(len(st.train.problems), step, global_batch, spec.seed)
     plan = rank_micro_batches(ids, spec.per_device_train_batch_size, world, rank, spec.gradient_accumulation_steps)
     t0 = time.perf_counter()
-    with torch.no_grad(), acc.autocast(), sharded.full_params(hidden_model):  # FSDP: gathered while sampling
-        mbs = [make_micro_batch(st.roles.student, st.tok, st.train, j, idx, step, spec, st.stop_ids,
-                                st.tc.cfg.sampling.engine)
-               for j, idx in plan]
+    try:
+        with torch.no_grad(), acc.autocast(), sharded.full_params(hidden_model):  # FSDP: gathered while sampling
+            mbs = [make_micro_batch(st.roles.student, st.tok, st.train, j, idx, step, spec, st.stop_ids,
+                                    st.tc.cfg.sampling.engine)
+                   for j, idx in plan]
+    except NonFiniteLogits as e:
+        raise OpsdError(f"step {step + 1}: {_who(st, 'student')} produced non-finite logits (NaN or inf) while "
+                        f"sampling, at completion position {e.position}: {NONFINITE_FIX}") from None
     sampling_s = time.perf_counter() - t0
     local = torch.tensor([sum(mb.n_tokens for mb in mbs)], dtype=torch.float64, device=acc.device)
     n_global = int(acc.reduce(local, "sum").item())  # all-reduce the count before any backward
@@ -112,16 +117,42 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
         with sync:
             backward(hidden_model, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.chunk_size,
                      scale=world / n_global, ref=st.reference, autocast=acc.autocast, sums=sums)
+    (loss, tokens, rows, finished), means = _reduce_sums(acc, sums, tuple(STAT_NAMES))
     params = st.roles.trainable()
     grad_norm = float(acc.clip_grad_norm_(params, spec.max_grad_norm or float("inf")))
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # every process sees the same reduced values
+        raise OpsdError(_nonfinite_message(st, sums, step, loss, grad_norm))  # before any optimizer step
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     st.roles.ema_update(spec.ema_decay)
-    (loss, tokens, rows, finished), means = _reduce_sums(acc, sums, tuple(STAT_NAMES))
     return {"loss": loss / tokens, "lr": lr, "grad_norm": grad_norm, "tokens": int(tokens),
             "completion_length": tokens / rows, "finished_ratio": finished / rows,
             **{STAT_NAMES[k]: v for k, v in means.items()}, "sampling_s": sampling_s}
+
+
+NONFINITE_FIX = "check its weights for NaN/inf and its dtype (float16 overflows: use bfloat16 or float32)"
+
+
+def _who(st: Setup, role: str) -> str:
+    cfg, t = st.tc.cfg, st.tc.teacher
+    return {"student": f"the student model '{cfg.student.model}'",
+            "teacher": f"teacher '{t.name}' (model '{cfg.student.model if t.is_self else t.model}')" if t else "",
+            "base": f"the base model '{cfg.base.model}'" if cfg.base else "",
+            "reference": f"the ExOPD reference (the initial student '{cfg.student.model}')"}[role]
+
+
+def _nonfinite_message(st: Setup, sums: StepSums, step: int, loss: float, grad_norm: float) -> str:
+    """Which model went non-finite, where: the step stops before its optimizer step, so no weight changes."""
+    found = sums.first_nonfinite()
+    if found is not None:
+        role, mb, row, pos = found
+        problem = st.train.problems[mb.problem_idx[row]]["id"]
+        return (f"step {step + 1}: {_who(st, role)} produced non-finite logits (NaN or inf) at completion position "
+                f"{pos} of a rollout of problem '{problem}': {NONFINITE_FIX}; no optimizer step was taken")
+    what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
+    return (f"step {step + 1}: the {what} is not finite (on this or another process), with finite logits here: "
+            "lower training.learning_rate or set training.max_grad_norm; no optimizer step was taken")
 
 
 def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, scheduler, elapsed: float) -> None:
@@ -163,13 +194,18 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     run_dir = Path(run_dir)
     # cpu=True on CPU machines also makes several processes under torchrun use gloo (MULTI_CPU)
     cpu = tc.cfg.device == "cpu" or (tc.cfg.device == "auto" and not torch.cuda.is_available())
+    if cpu and spec.mixed_precision == "bf16" and os.environ.get("RANK", "0") == "0":
+        print("warning: training.mixed_precision bf16 on the CPU is slow and loses accuracy: use auto or no",
+              file=sys.stderr)
     acc = Accelerator(cpu=cpu, mixed_precision=_mixed_precision(spec), log_with=trackers(spec) or None,
                       project_dir=str(run_dir))
     if acc.num_processes > 1 and acc.device.type == "cpu":  # CPU processes share the cores
         torch.set_num_threads(max(1, torch.get_num_threads() // acc.num_processes))
     config_yaml = tc.to_yaml()
+    jobs.check_free(run_dir)  # another run writes there: say so (naming it) before anything else
     rundir.check(run_dir, config_yaml, resume)
     ckpt = checkpoint.latest(run_dir) if resume else None
+    resumed = checkpoint.read_state(ckpt, acc.process_index) if ckpt is not None else None  # damaged: an error now
     torch.manual_seed(spec.seed)
     st = prepare(tc, acc.device, ckpt)  # every user error surfaces before anything is written
     lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
@@ -182,10 +218,11 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
             (run_dir / jobs.STOP).unlink(missing_ok=True)  # the STOP that ended the previous segment
     acc.wait_for_everyone()
     try:
-        return _train(acc, st, run_dir, ckpt)
+        return _train(acc, st, run_dir, ckpt, resumed)
     except BaseException as e:
         if acc.is_main_process:
-            jobs.write_status(run_dir, "failed", error=f"{type(e).__name__}: {e}")
+            error = str(e) if isinstance(e, OpsdError) else f"{type(e).__name__}: {e}"
+            jobs.write_status(run_dir, "failed", error=error)
         raise
     finally:
         acc.end_training()
@@ -193,14 +230,14 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
             lock.close()
 
 
-def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None) -> str:
+def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resumed: tuple | None) -> str:
     tc, spec = st.tc, st.tc.spec
     optimizer = torch.optim.AdamW(st.roles.trainable(), lr=spec.learning_rate, weight_decay=spec.weight_decay,
                                   betas=(spec.adam_beta1, spec.adam_beta2), eps=spec.adam_epsilon)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(spec))
     step, elapsed_before = 0, 0.0
     if ckpt is not None:
-        state, rng = checkpoint.read_state(ckpt, acc.process_index)
+        state, rng = resumed
         if state["optimizer"] is None:
             raise OpsdError(f"{ckpt} comes from a sharded (FSDP) run, whose optimizer state is not saved: it cannot "
                             "be resumed (its weights load with from_pretrained)")

@@ -77,10 +77,14 @@ def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, tok, problems: l
     return ProblemSet(problems, student, teacher_prompts, base_prompts, targets)
 
 
-def load_set(data_spec, what: str) -> list[dict]:
-    problems = load_problems(data_spec)
+def load_set(data_spec, key: str) -> list[dict]:
+    """The problems of one data section of the config; every error names the section (``training.data``...)."""
+    try:
+        problems = load_problems(data_spec, key)
+    except OpsdError as e:
+        raise OpsdError(f"{key}.path: {e}") from None
     if not problems:
-        raise OpsdError(f"the {what} set is empty: point it at a file with problems")
+        raise OpsdError(f"{key}.path: the set is empty: point it at a file with problems")
     return problems
 
 

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import shlex
-import tempfile
 from pathlib import Path
 
 from opsd_diag import jobs
@@ -28,19 +27,6 @@ from opsd_diag.scoreboard import PREDICTION
 
 def default_dir(config_path: str | Path, root: str | Path = "runs") -> Path:
     return store.default_run_dir(config_path, root, prefix="train-")
-
-
-def _check_writable(out_dir: Path) -> None:
-    parent = out_dir if out_dir.exists() else out_dir.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise OpsdError(f"--out {out_dir}: {parent} is a file, not a directory: choose another --out")
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent):
-            pass
-    except OSError as e:
-        raise OpsdError(f"cannot write the run directory {out_dir} ({e.strerror}): choose a writable --out") from None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -73,7 +59,7 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
         if not resume:
             raise OpsdError(f"{out_dir} already holds a training run: pass --resume to continue it, or choose "
                             "another --out")
-        if (out_dir / "config.yaml").read_text() != config_yaml:
+        if (out_dir / "config.yaml").read_bytes() != config_yaml.encode():  # bytes: a damaged file just differs
             raise OpsdError(f"{out_dir} holds a run of a different config: resume with its own config.yaml "
                             f"({out_dir / 'config.yaml'}) or choose another --out")
     elif resume and not out_dir.exists():
@@ -82,7 +68,7 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
         raise OpsdError(f"--resume: {out_dir} is not a training run directory (no config.yaml)")
     elif out_dir.exists() and not store.is_job_dir(out_dir):
         raise OpsdError(f"{out_dir} exists and is not empty: choose a new or empty --out")
-    _check_writable(out_dir)
+    store.check_writable(out_dir)
 
 
 def create(out_dir: Path, config_yaml: str, argv: list[str], prediction: dict | None = None) -> None:

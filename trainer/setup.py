@@ -14,6 +14,7 @@ import torch
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import models as hub
+from opsd_diag.io import templates
 from opsd_diag.settings import LossSettings
 from trainer.config import TrainConfig
 from trainer.evaluate import EvalSets
@@ -81,12 +82,34 @@ def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -
     return Roles(student, peft_model, mode, teacher, base, initial)
 
 
+def check_inputs(tc: TrainConfig) -> tuple[list[dict], list[dict] | None, list[dict] | None]:
+    """(training, held-out, regression problems), checked against the contexts and targets that render
+    them, before any model loads; errors name the config key."""
+    cfg, spec, ev = tc.cfg, tc.spec, tc.spec.eval
+    train_key = "data" if spec.data == cfg.data else "training.data"  # left out: inherited from data
+    train = load_set(spec.data, train_key)
+    held_out = load_set(ev.data, "training.eval.data") if ev.data is not None else None
+    regression = load_set(ev.regression, "training.eval.regression") if ev.regression is not None else None
+    t = tc.teacher
+    if t is not None:
+        templates.check_problems(templates.resolve(t.context), train, f"teacher '{t.name}' (context "
+                                 f"{t.context[:40]!r}), the training section's teacher", spec.data.fields,
+                                 t.partial_fraction)
+    if spec.method == "sft":
+        templates.check_problems(spec.sft_target, train, "training.sft_target", spec.data.fields)
+    if regression is not None:
+        templates.check_problems(spec.sft_target, regression, "training.sft_target (on training.eval.regression)",
+                                 ev.regression.fields)
+    if held_out is not None and not any(p.get("answer") is not None for p in held_out):
+        raise OpsdError("training.eval.data has no answers, so accuracy cannot be measured: map its answer "
+                        "field with fields: {answer: ...}")
+    return train, held_out, regression
+
+
 def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> Setup:
     cfg, spec = tc.cfg, tc.spec
-    train_problems = load_set(spec.data, "training")
+    train_problems, held_out, regression = check_inputs(tc)
     ev = spec.eval
-    held_out = load_set(ev.data, "evaluation") if ev.data is not None else None
-    regression = load_set(ev.regression, "regression") if ev.regression is not None else None
     tok = hub.load_tokenizer(cfg.student.model, cfg.student.revision, cfg.student.allow_download,
                              cfg.student.trust_remote_code)
     roles = build_roles(tc, device, ckpt, tok)
@@ -100,13 +123,19 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
     stop_ids = hub.stop_token_ids(roles.student, tok)
     train = build_problem_set(cfg, spec, tok, train_problems, stop_ids, system=spec.data.system_prompt,
                               teacher=tc.teacher, with_targets=spec.method == "sft")
+    first = f"training problem '{train.problems[0]['id']}'"
+    hub.check_finite_logits(roles.student, train.student_prompts[0], f"the student model '{cfg.student.model}'",
+                            f"the prompt of {first}")
+    if roles.teacher_mode == "external":
+        hub.check_finite_logits(roles.teacher, train.teacher_prompts[0],
+                                f"teacher '{tc.teacher.name}' (model '{tc.teacher.model}')", f"its view of {first}")
+    if roles.base is not None:
+        hub.check_finite_logits(roles.base, train.base_prompts[0], f"the base model '{cfg.base.model}'",
+                                f"its view of {first}")
     sets = EvalSets(
         build_problem_set(cfg, spec, tok, held_out, stop_ids, system=ev.data.system_prompt) if held_out else None,
         build_problem_set(cfg, spec, tok, regression, stop_ids, system=ev.regression.system_prompt,
                           with_targets=True) if regression else None)
-    if held_out is not None and not any(p.get("answer") is not None for p in held_out):
-        raise OpsdError("training.eval.data has no answers, so accuracy cannot be measured: map its answer "
-                        "field with fields: {answer: ...}")
     ref = spec.exopd_reference if spec.method == "exopd" else None
     vocab = roles.student.get_output_embeddings().weight.shape[0]
     chunk = spec.chunk_size or auto_chunk_size(vocab)

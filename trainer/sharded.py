@@ -190,6 +190,7 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
             sums.loss = sums.loss + total.detach().double()
             sums.tokens += ids.numel()
             sums.add_stats(stats)
+            sums.note(mb, sl.start, stats)
         return total
 
     total = hidden_model(mb.student_prompts, mb.completions, pad_id, one_chunk, chunk_size, autocast)

@@ -55,12 +55,30 @@ class StepSums:
     finished: int = 0
     stats: dict[str, Tensor] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    nonfinite: list = field(default_factory=list)  # (micro-batch, chunk start, {role: [n] bool}) per chunk
 
     def add_stats(self, stats: dict[str, Tensor]) -> None:
         for k, v in stats.items():
             if k in STAT_NAMES:
                 self.stats[k] = self.stats.get(k, 0.0) + v.detach().double().sum()
                 self.counts[k] = self.counts.get(k, 0) + v.numel()
+
+    def note(self, mb: MicroBatch, lo: int, stats: dict) -> None:
+        """Keep a chunk's non-finite flags (device tensors: read only when the step's loss is not finite)."""
+        self.nonfinite.append((mb, lo, stats["nonfinite"]))
+
+    def first_nonfinite(self) -> tuple[str, MicroBatch, int, int] | None:
+        """(role, micro-batch, row, completion position) of the first position whose logits were NaN or inf."""
+        for mb, lo, flags in self.nonfinite:
+            for role, bad in flags.items():
+                hit = bad.nonzero()
+                if hit.numel():
+                    flat = lo + int(hit[0, 0])
+                    for row, c in enumerate(mb.completions):
+                        if flat < len(c):
+                            return role, mb, row, flat
+                        flat -= len(c)
+        return None
 
 
 def _checked(h: Tensor, n: int, role: str) -> Tensor:
@@ -114,6 +132,15 @@ def chunk_loss(student_logits: Tensor, ids: Tensor, sl: slice, s: LossSettings, 
     per_token, stats = token_loss(student_logits, ids, s, teacher_logits=teacher_logits, base_logits=base_logits,
                                   ref_logprob=ref_lp)
     total, _ = signals.masked_sum_and_count(per_token, torch.ones_like(ids, dtype=torch.bool))
+    # where a model's logits were NaN or inf (its entropy is NaN exactly then): read only on a non-finite loss
+    flags = {"student": ~torch.isfinite(stats["h_s"])}
+    if teacher_logits is not None:
+        flags["teacher"] = ~torch.isfinite(stats["h_t"])
+    if base_logits is not None:
+        flags["base"] = ~torch.isfinite(base_logits).all(-1)
+    if ref_lp is not None:
+        flags["reference"] = ~torch.isfinite(ref_lp)
+    stats["nonfinite"] = flags
     return total, stats
 
 
@@ -149,6 +176,7 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
         sums.loss = sums.loss + total.detach().double()
         sums.tokens += ids.numel()  # every position of a completion is a generated token
         sums.add_stats(stats)
+        sums.note(mb, lo, stats)
     # One backward through the decoder; the head's weight gradient joins as a root so a tied
     # embedding/head weight gets its single, summed gradient (one DDP hook per parameter).
     torch.autograd.backward([h_s, *head_params], [grad_h.to(h_s.dtype), *grad_head])

@@ -153,7 +153,8 @@ def advantages(student: Dist, teacher: Dist, token_ids: Tensor, *, base: Dist | 
         out.update(r_delta=nan, a_delta=nan, gate=nan, a_d2=nan)
         return out
     a_delta = centred_advantage(student, teacher.logp - base.logp, token_ids, centering=centering)  # [N]
-    gate = (a_delta * out["a_opd"] > 0).float()  # [N] OPD² joint conditioning
+    joint = a_delta * out["a_opd"]  # [N]
+    gate = (joint > 0).float().masked_fill(joint.isnan(), float("nan"))  # [N] OPD² joint conditioning; NaN stays
     out.update(r_delta=teacher.lp - base.lp, a_delta=a_delta, gate=gate, a_d2=gate * a_delta)
     return out
 
@@ -188,6 +189,29 @@ def signals_from(student: Dist, teacher: Dist, token_ids: Tensor, *, base: Dist 
         "rank_t": (teacher.logp > teacher.lp.unsqueeze(-1)).sum(-1).float(),  # [N]
         "top1_agree": (student.top1 == teacher.top1).float(),  # [N]
     })
+    return _nan_where_nonfinite(out, {"student": student, "teacher": teacher, "base": base})
+
+
+# The columns each model's distribution enters (docs/signals.md). A model whose logits at a position hold
+# NaN or inf has a NaN entropy there (p log p is NaN for a NaN, +inf or -inf logit), and then every
+# column it enters is NaN: comparisons would otherwise read 0 (rank_t = 0 claims the teacher's first
+# choice, gate = 0 and top1_agree = 0 look like measurements), and a -inf logit would leave lp finite
+# beside a NaN KL.
+READS = {
+    "student": ("lp_s", "r_opd", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "a_ex", "h_s",
+                "top1_agree"),
+    "teacher": ("lp_t", "r_opd", "r_delta", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "a_ex",
+                "h_t", "rank_t", "top1_agree"),
+    "base": ("lp_b", "r_delta", "a_delta", "gate", "a_d2", "h_b"),
+}
+
+
+def _nan_where_nonfinite(out: dict[str, Tensor], dists: dict[str, Dist | None]) -> dict[str, Tensor]:
+    for role, d in dists.items():
+        if d is not None:
+            bad = d.h.isnan()  # [N] the position's logits were not all finite
+            for key in READS[role]:
+                out[key] = out[key].masked_fill(bad, float("nan"))
     return out
 
 

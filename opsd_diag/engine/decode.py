@@ -27,7 +27,15 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, sample_hf, trim_completion, warp
+from opsd_diag.engine.sampling import (
+    Completion,
+    cache_kwarg,
+    check_finite,
+    layer_types,
+    sample_hf,
+    trim_completion,
+    warp,
+)
 from opsd_diag.settings import SamplingSettings
 
 
@@ -74,12 +82,17 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
     last = pos[:, -1]  # [alive] position of each row's latest token
     for t in range(s.max_new_tokens):
         scores = warp(out.logits[:, -1].float(), s.temperature, s.top_p)  # [alive, V]
+        bad = torch.isnan(scores).any(-1) | torch.isposinf(scores).any(-1)  # [alive] NaN/inf: nothing to sample
+        scores = scores.masked_fill(bad[:, None], 0.0)  # such a row draws something; the run stops below
         nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)  # [alive]
         tokens[alive, t] = nxt
         done = torch.isin(nxt, stop)  # [alive]
-        if t == s.max_new_tokens - 1 or bool(done.all()):
+        any_bad, all_done, any_done = torch.stack([bad.any(), done.all(), done.any()]).tolist()  # one sync
+        if any_bad:
+            check_finite(out.logits[:, -1].float(), t)  # raises NonFiniteLogits naming the row and position
+        if t == s.max_new_tokens - 1 or all_done:
             break
-        if bool(done.any()):
+        if any_done:
             keep = (~done).nonzero().squeeze(1)
             alive, nxt, att, last = alive[keep], nxt[keep], att[keep], last[keep]
             cache.batch_select_indices(keep)

@@ -8,6 +8,7 @@ shard index, so the result does not depend on how many processes share the work,
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import time
 from dataclasses import dataclass, field
@@ -24,11 +25,18 @@ from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf, sample_vllm
 from opsd_diag.engine.scoring import TeacherInput, score_batch
-from opsd_diag.errors import OpsdError
-from opsd_diag.io import store
+from opsd_diag.errors import NonFiniteLogits, OpsdError
+from opsd_diag.io import store, templates
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.models import check_compatible, fingerprint, load_model, load_tokenizer, stop_token_ids
+from opsd_diag.io.models import (
+    check_compatible,
+    check_finite_logits,
+    fingerprint,
+    load_model,
+    load_tokenizer,
+    stop_token_ids,
+)
 from opsd_diag.io.verify import extract_answer, is_correct
 from opsd_diag.io.views import student_view, teacher_view
 from opsd_diag.schema import SIGNAL_COLUMNS
@@ -58,7 +66,8 @@ class Prepared:
 
     def sampler(self) -> Sampler:
         """The student's sampler (HF in-process, or the vLLM engine), for the predictor's continuations."""
-        return lambda prompts, s: _sample(self, self.student, self.cfg.student.model, prompts, s)
+        return lambda prompts, s: _sample(self, self.student, self.cfg.student.model, prompts, s,
+                                          f"the student model '{self.cfg.student.model}'")
 
 
 def _load(spec: ModelSpec | None, device: str, name: str | None = None):
@@ -70,9 +79,23 @@ def _load(spec: ModelSpec | None, device: str, name: str | None = None):
     return tok, model
 
 
+def check_inputs(cfg: DiagnosisConfig) -> list[dict]:
+    """The problems, checked against every teacher's context (and the sampling backend), before any
+    model loads: a data or template mistake costs a fraction of a second, not a model load."""
+    problems = load_problems(cfg.data)
+    for n, t in enumerate(cfg.teachers):
+        templates.check_problems(templates.resolve(t.context), problems,
+                                 f"teachers.{n} '{t.name}' (context {t.context[:40]!r})", cfg.data.fields,
+                                 t.partial_fraction)
+    if cfg.sampling.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
+                        "or use backend: hf")
+    return problems
+
+
 def prepare(cfg: DiagnosisConfig) -> Prepared:
     """Load and validate everything; no file is written."""
-    problems = load_problems(cfg.data)
+    problems = check_inputs(cfg)
     tok, student = _load(cfg.student, cfg.device)
     base_tok, base = _load(cfg.base, cfg.device)
     named = {"student": (cfg.student.model, tok, student)}
@@ -99,17 +122,34 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
                  for p in problems]
         teacher_prompts[t.name] = [v.ids for v in views]
         truncated[t.name] = [v.context_truncated for v in views]
+    if not cfg.scoring.allow_nonfinite:  # broken weights fail here, before the run directory exists
+        first = f"problem '{problems[0]['id']}'"
+        check_finite_logits(student, student_prompts[0], f"the student model '{cfg.student.model}'",
+                            f"the prompt of {first}")
+        if base is not None:
+            check_finite_logits(base, student_prompts[0], f"the base model '{cfg.base.model}'", f"the prompt of {first}")
+        for t in cfg.teachers:
+            if not t.is_self:
+                check_finite_logits(teacher_models[t.name], teacher_prompts[t.name][0],
+                                    f"teacher config '{t.name}' (model '{t.model}')", f"its view of {first}")
     fps = {role: fingerprint(m) for role, (_, _, m) in named.items()}
     return Prepared(cfg, problems, tok, student, base, teacher_models, stop_token_ids(student, tok),
                     student_prompts, teacher_prompts, truncated, fps)
 
 
-def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings):
+def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = ""):
     if prep.cfg.sampling.backend == "vllm":
         return sample_vllm(model_name, prompts, settings, prep.stop_ids, prep.cfg.student.dtype,
                            prep.cfg.student.trust_remote_code)
     sample = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast_decode
-    return sample(model, prep.tok, prompts, settings, prep.stop_ids)
+    try:
+        return sample(model, prep.tok, prompts, settings, prep.stop_ids)
+    except NonFiniteLogits as e:
+        raise OpsdError(f"{who or f'model {model_name!r}'} produced non-finite logits (NaN or inf) while sampling, "
+                        f"at completion position {e.position}: {NONFINITE_FIX}") from None
+
+
+NONFINITE_FIX = "check its weights for NaN/inf and its dtype (float16 overflows: use bfloat16 or float32)"
 
 
 def _checked(prep: Prepared, problem: dict, ids: list[int]) -> tuple[str, str | None, bool | None]:
@@ -127,7 +167,8 @@ def run_shard(prep: Prepared, index: int) -> dict[str, pd.DataFrame]:
     idx = list(range(lo, min(len(prep.problems), lo + cfg.shard_size)))
     k = cfg.sampling.num_samples
     settings = cfg.sampling.settings(derive_seed(cfg.sampling.seed, index))
-    samples = _sample(prep, prep.student, cfg.student.model, [prep.student_prompts[i] for i in idx], settings)
+    samples = _sample(prep, prep.student, cfg.student.model, [prep.student_prompts[i] for i in idx], settings,
+                      f"the student model '{cfg.student.model}'")
 
     rollouts = []
     for i, per_prompt in zip(idx, samples):
@@ -151,7 +192,9 @@ def run_shard(prep: Prepared, index: int) -> dict[str, pd.DataFrame]:
         ts = cfg.sampling.settings(derive_seed(cfg.sampling.seed, index, 1 + n_t),
                                    num_samples=cfg.sampling.teacher_samples)
         model_name = cfg.student.model if t.is_self else t.model
-        outs = _sample(prep, prep.teacher_models[t.name], model_name, [prep.teacher_prompts[t.name][i] for i in idx], ts)
+        prompts = [prep.teacher_prompts[t.name][i] for i in idx]
+        outs = _sample(prep, prep.teacher_models[t.name], model_name, prompts, ts,
+                       f"teacher config '{t.name}' (model '{model_name}')")
         for i, per_prompt in zip(idx, outs):
             for j, c in enumerate(per_prompt):
                 text, pred, correct = _checked(prep, prep.problems[i], c.ids)
@@ -183,6 +226,8 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
         tokens, topk = score(prep.student, comps, [r["prompt_ids.student"] for r in batch], teachers, s, pad,
                               base=prep.base, base_prompts=base_prompts)
         rid = np.array([r["rollout_id"] for r in batch])
+        if not cfg.scoring.allow_nonfinite:
+            _check_finite(prep, tokens, rid)
         flat_ids = np.array([t for c in comps for t in c])
         for name, cols in tokens.items():
             frame = pd.DataFrame({"rollout_id": rid[cols["row"]], "config": name, "pos": cols["pos"],
@@ -200,6 +245,24 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
     empty = pd.DataFrame()
     return (pd.concat(token_parts, ignore_index=True) if token_parts else empty,
             pd.concat(topk_parts, ignore_index=True) if topk_parts else empty)
+
+
+def _check_finite(prep: Prepared, tokens: dict, rid: np.ndarray) -> None:
+    """Stop at the first position where a model's logits were NaN or inf (its entropy is NaN exactly then)."""
+    cfg = prep.cfg
+    for t in cfg.teachers:
+        cols = tokens[t.name]
+        checks = [("h_s", f"the student model '{cfg.student.model}'"),
+                  ("h_t", f"teacher config '{t.name}' (model '{cfg.student.model if t.is_self else t.model}')")]
+        if prep.base is not None:
+            checks.append(("h_b", f"the base model '{cfg.base.model}'"))
+        for col, who in checks:
+            bad = np.flatnonzero(~np.isfinite(cols[col]))
+            if bad.size:
+                i = bad[0]
+                raise OpsdError(f"{who} produced non-finite logits (NaN or inf) scoring rollout {rid[cols['row'][i]]} "
+                                f"at completion position {cols['pos'][i]}: {NONFINITE_FIX}; or set "
+                                "scoring.allow_nonfinite: true to keep going with NaN in every column derived from it")
 
 
 def cache_token_names(tok):
@@ -258,8 +321,10 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
         if state.device.type == "cpu":  # several CPU processes share the cores
             torch.set_num_threads(max(1, (torch.get_num_threads()) // state.num_processes))
     started = time.time()
-    prep = prepare(cfg)
     out_dir = Path(out_dir)
+    jobs.check_free(out_dir)  # a busy or unusable directory fails before the models load
+    store.check_run_dir(out_dir, cfg.model_dump(mode="json"))
+    prep = prepare(cfg)
     store.check_run_dir(out_dir, cfg.model_dump(mode="json"))  # every process checks: a refusal leaves none waiting
     main = state.is_main_process
     lock = jobs.acquire_lock(out_dir, "opsd-diag run") if main else None

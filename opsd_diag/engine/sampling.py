@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import LogitsProcessorList
 
-from opsd_diag.errors import OpsdError
+from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.settings import SamplingSettings
 
 
@@ -56,6 +57,27 @@ def warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor
     return scores
 
 
+def check_finite(scores: torch.Tensor, position: int) -> None:
+    """NonFiniteLogits when a row's next-token scores hold NaN or +inf (what softmax cannot sample from).
+
+    -inf is allowed: the nucleus cut writes it, and a row keeps at least its top token.
+    """
+    bad = torch.isnan(scores).any(-1) | torch.isposinf(scores).any(-1)  # [b]
+    if bool(bad.any()):
+        raise NonFiniteLogits(int(bad.nonzero()[0, 0]), position)
+
+
+class _FiniteScores:
+    """A logits processor for ``generate`` that only checks (it returns the scores unchanged)."""
+
+    def __init__(self, prompt_width: int):
+        self.width = prompt_width
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        check_finite(scores, input_ids.shape[1] - self.width)
+        return scores
+
+
 @torch.inference_mode()
 def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int]) -> list[list[Completion]]:
     """``s.num_samples`` completions per prompt; deterministic for a given seed and prompt list."""
@@ -77,7 +99,8 @@ def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_id
             input_ids=ids.to(device), attention_mask=att.to(device), do_sample=True,
             temperature=s.temperature, top_p=s.top_p, top_k=0, min_p=None, typical_p=1.0,
             repetition_penalty=1.0, no_repeat_ngram_size=0, max_new_tokens=s.max_new_tokens,
-            eos_token_id=stop_ids, pad_token_id=tok.pad_token_id, num_beams=1)
+            eos_token_id=stop_ids, pad_token_id=tok.pad_token_id, num_beams=1,
+            logits_processor=LogitsProcessorList([_FiniteScores(width)]))
         for row in gen_ids[:, width:].tolist():
             trimmed, finished = trim_completion(row, stop_ids)
             out.append(Completion(trimmed, finished))

@@ -143,6 +143,8 @@ class ScoringSpec(Strict):
         "reference", description="per-chunk scoring: reference, fused (one function), compiled (torch.compile)")
     max_prompt_length: int = Field(2048, ge=16, description="a longer teacher view has its privileged context "
                                                             "shortened (never the question), and the run records it")
+    allow_nonfinite: bool = Field(False, description="NaN/inf logits stop the run, naming the model and the position; "
+                                                     "true: keep going, every column derived from them NaN")
 
     def settings(self, sampling_temperature: float) -> ScoreSettings:
         """This section as the scorer's settings (``sampling_temperature``: what the samples were drawn at)."""
@@ -153,7 +155,8 @@ class ScoringSpec(Strict):
 
 
 class AnalysisSpec(Strict):
-    checker: Literal["auto", "toy", "boxed", "last_number", "exact"] = Field("auto", description="answer extraction")
+    checker: Literal["auto", "toy", "boxed", "gsm8k", "last_number", "exact"] = Field(
+        "auto", description="answer extraction; the reference's final answer is compared (`#### N`, `\\boxed{}`)")
     entropy_edges: list[Annotated[float, Field(gt=0)]] | None = Field(
         None, description="entropy-bin edges in nats (default 0.1, 0.5, 1, 2)")
     entropy_quantiles: int | None = Field(None, ge=2, le=20, description="N quantile bins instead of edges")

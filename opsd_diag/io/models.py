@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,6 +25,11 @@ def resolve_device(device: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise OpsdError(f"device '{device}' requested but CUDA is not available: use device: cpu or auto")
+    if device.startswith("cuda:") and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise OpsdError(f"device '{device}' requested but this machine has {torch.cuda.device_count()} CUDA "
+                        f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1}): use one of them, or auto")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise OpsdError("device 'mps' requested but Apple's MPS is not available here: use device: cpu or auto")
     return torch.device(device)
 
 
@@ -36,13 +42,20 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_remote_code: bool) -> dict:
     local = Path(name).expanduser()
+    if local.is_file():
+        raise OpsdError(f"model {name} is a file: point to the directory of a saved transformers model (its "
+                        "config.json and weights)")
     if local.exists():
         if not (local / "config.json").is_file():
             raise OpsdError(f"model directory {name} has no config.json: point to a saved transformers model")
-        return {"pretrained_model_name_or_path": str(local), "trust_remote_code": trust_remote_code}
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") != 1
-    if looks_local or not allow_download:
-        hint = "check the path" if looks_local else "set allow_download: true to fetch it, or give a local path"
+        return {"pretrained_model_name_or_path": str(local), "trust_remote_code": trust_remote_code,
+                "_hint": "its files look damaged or incomplete: save the model (and tokenizer) again"}
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:  # a path, not a hub id
+        raise OpsdError(f"model directory {name} does not exist: check the path (relative paths start from "
+                        f"{Path.cwd()})")
+    if name.count("/") == 0 or not allow_download:
+        hint = ("give a local directory, or a hub id 'org/name' with allow_download: true" if name.count("/") == 0
+                else "set allow_download: true to fetch it, or give a local path")
         return {"pretrained_model_name_or_path": name, "revision": revision, "local_files_only": True,
                 "trust_remote_code": trust_remote_code, "_hint": hint}
     return {"pretrained_model_name_or_path": name, "revision": revision, "trust_remote_code": trust_remote_code}
@@ -53,8 +66,13 @@ def _load(loader, name: str, revision, allow_download: bool, trust_remote_code: 
     hint = kwargs.pop("_hint", "check the name and your network access")
     try:
         return loader.from_pretrained(**kwargs, **extra)
-    except (OSError, ValueError) as e:
-        first = str(e).splitlines()[0][:160]
+    except Exception as e:  # noqa: BLE001 - a user's files: corrupt weights raise SafetensorError, shapes RuntimeError
+        first = (str(e).splitlines() or [""])[0][:160]
+        if "ignore_mismatched_sizes" in first:
+            first, hint = ("its weights do not have the shapes its config.json declares (vocab_size, hidden_size, "
+                           "...)", "fix config.json or save the model again")
+        elif not isinstance(e, OSError):
+            first = f"{type(e).__name__}: {first}"
         raise OpsdError(f"cannot load model '{name}' ({first}): {hint}") from None
 
 
@@ -76,8 +94,11 @@ def load_model(name: str, revision: str | None = None, dtype: str = "auto", devi
                allow_download: bool = False, trust_remote_code: bool = False) -> torch.nn.Module:
     """A causal LM in eval mode on the chosen device; cached so the app and repeated runs reuse it."""
     dev = resolve_device(device)
-    model = _load(AutoModelForCausalLM, name, revision, allow_download, trust_remote_code,
-                  dtype=resolve_dtype(dtype, dev))
+    dt = resolve_dtype(dtype, dev)
+    if dev.type == "cpu" and dt in (torch.float16, torch.bfloat16):
+        print(f"warning: model '{name}' runs in {str(dt).removeprefix('torch.')} on the CPU: half precision is slow "
+              "there and loses accuracy (NaN/inf risk); use dtype: float32 or auto", file=sys.stderr)
+    model = _load(AutoModelForCausalLM, name, revision, allow_download, trust_remote_code, dtype=dt)
     return model.to(dev).eval()
 
 
@@ -103,12 +124,29 @@ def check_compatible(named: dict[str, tuple[str, PreTrainedTokenizerBase, torch.
     ref_role, (ref_name, ref_tok, ref_model) = next(iter(named.items()))
     ref_fp = vocab_fingerprint(ref_tok)
     for role, (name, tok, model) in named.items():
+        rows = model.get_input_embeddings().weight.shape[0]
+        if len(tok) > rows:  # an id beyond the embedding table fails deep inside the forward
+            raise OpsdError(f"{role} model '{name}' has {rows} embedding rows but its tokenizer {len(tok)} tokens: "
+                            "the tokenizer does not belong to these weights (check config.json's vocab_size)")
         if vocab_fingerprint(tok) != ref_fp:
             raise OpsdError(f"{role} model '{name}' has a different tokenizer vocabulary from {ref_role} model "
                             f"'{ref_name}': student, teachers and base must share one tokenizer")
         if model.get_output_embeddings().weight.shape[0] != ref_model.get_output_embeddings().weight.shape[0]:
             raise OpsdError(f"{role} model '{name}' has an output vocabulary of a different size from {ref_role} "
                             f"model '{ref_name}': models must share one vocabulary")
+
+
+@torch.no_grad()
+def check_finite_logits(model: torch.nn.Module, prompt: list[int], who: str, where: str) -> None:
+    """One forward over ``prompt``: NaN or inf logits (broken weights, a float16 overflow) are an error
+    naming ``who`` and the first bad position, before anything is written or sampled."""
+    device = next(model.parameters()).device
+    logits = model(input_ids=torch.tensor([prompt], device=device), use_cache=False).logits[0]  # [L, V]
+    bad = (~torch.isfinite(logits)).any(-1).nonzero()
+    if bad.numel():
+        raise OpsdError(f"{who} produces non-finite logits (NaN or inf) on {where}, at prompt position "
+                        f"{int(bad[0, 0])} of {len(prompt)}: check its weights for NaN/inf and its dtype (float16 "
+                        "overflows: use bfloat16 or float32)")
 
 
 def fingerprint(model: torch.nn.Module) -> str:

@@ -141,19 +141,43 @@ def default_run_dir(config_path: str | Path, root: str | Path = "runs", prefix: 
     return Path(root) / f"{prefix}{Path(config_path).stem}-{stamp}"
 
 
+def check_writable(out_dir: Path) -> None:
+    """The run directory can be written (created, if it does not exist): checked before any model loads."""
+    out_dir = Path(out_dir)
+    parent = out_dir if out_dir.exists() else out_dir.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OpsdError(f"--out {out_dir}: {parent} is a file, not a directory: choose another --out")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        raise OpsdError(f"cannot write the run directory {out_dir} ({e.strerror}): choose a writable --out") from None
+
+
 def check_run_dir(out_dir: Path, config: dict) -> None:
-    """A new or empty folder, or a run of this same config (resume); anything else is refused."""
+    """A new or empty folder, or a run of this same config (resume), that can be written; anything else
+    is refused."""
     out_dir = Path(out_dir)
     if (out_dir / "manifest.json").is_file():
         if read_manifest(out_dir).get("config") != config:
             raise OpsdError(f"{out_dir} holds a run of a different config: choose another --out to start a new run")
-    elif out_dir.exists() and (not out_dir.is_dir() or not is_job_dir(out_dir)):
+    elif out_dir.exists() and not out_dir.is_dir():
+        raise OpsdError(f"--out {out_dir} is a file, not a directory: choose an empty or new --out")
+    elif out_dir.exists() and not is_job_dir(out_dir):
         raise OpsdError(f"{out_dir} exists and is not a run directory: choose an empty or new --out")
+    check_writable(out_dir)
 
 
 def is_job_dir(path: Path) -> bool:
-    """An empty folder, or one holding only what the job launcher leaves before the run writes."""
-    return Path(path).is_dir() and set(os.listdir(path)) <= JOB_FILES
+    """An empty folder, or one holding only what the job launcher leaves before the run writes (as plain
+    files: a folder or a link in their place is not the launcher's)."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    names = set(os.listdir(path))
+    return names <= JOB_FILES and all((path / n).is_file() and not (path / n).is_symlink() for n in names)
 
 
 def open_run_dir(out_dir: Path, config_yaml: str, manifest: dict) -> None:

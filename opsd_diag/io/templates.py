@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.io.answers import final_answer, is_rationale
 
 FIELDS = ("prompt", "solution", "answer", "partial_solution", "hint")
 PRIVILEGED = ("solution", "answer", "partial_solution", "hint")
@@ -72,30 +73,65 @@ def prompt_text(problem: dict) -> str:
 
 
 def context_fields(problem: dict, partial_fraction: float = 0.5) -> dict[str, str]:
-    """The values a template can use, derived from one problem record."""
+    """The values a template can use, derived from one problem record.
+
+    ``answer`` is the reference's final answer (GSM8K's ``#### N``, MATH's ``\\boxed{}``), never the
+    rationale an answer column may hold around it.
+    """
     solution = problem.get("solution") or ""
     lines = solution.splitlines()
     keep = max(1, int(round(len(lines) * partial_fraction))) if lines else 0
     return {
         "prompt": prompt_text(problem),
         "solution": solution,
-        "answer": "" if problem.get("answer") is None else str(problem["answer"]),
+        "answer": "" if problem.get("answer") is None else final_answer(problem["answer"]),
         "partial_solution": "\n".join(lines[:keep]),
         "hint": lines[0] if lines else "",
     }
 
 
+class MissingField(OpsdError):
+    """A template needs a field the problem lacks (``field``: the template's name for it)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 def render(template: str, fields: dict[str, str]) -> str:
-    """Fill a resolved template; a privileged field the problem lacks is an error, never blank."""
+    """Fill a resolved template; a privileged field the problem lacks is an error, never blank, and an
+    answer that is a whole solution (several lines, no ``#### N`` or ``\\boxed{}``) is never shown."""
     out = []
     for kind, value in _parse(template):
         if kind == "text":
             out.append(value)
             continue
+        source = "answer" if value == "answer" else "solution"
         if value in PRIVILEGED and not fields.get(value):
-            raise OpsdError(
-                f"context template needs {{{value}}} but the problem has no "
-                f"{'solution' if value != 'answer' else 'answer'}: map that field in the data config "
-                "or choose a template without it")
+            raise MissingField(value, f"context template needs {{{value}}} but the problem has no {source}: map "
+                                      "that field in the data config or choose a template without it")
+        if value == "answer" and is_rationale(fields[value]):
+            raise MissingField(value, "context template needs {answer} but the problem's answer is a whole "
+                                      "solution (several lines, no final '#### N' or \\boxed{...}): map a column "
+                                      "holding only the final answer, or end the solution with '#### N'")
         out.append(fields[value])
     return "".join(out)
+
+
+def check_problems(template: str, problems: list[dict], who: str, columns: dict[str, str],
+                   partial_fraction: float = 0.5) -> None:
+    """Render ``template`` for every problem before any model loads; an error names ``who`` (the teacher
+    config or setting), the problem and the data column the missing field comes from (``columns``:
+    data.fields, our name -> the file's column)."""
+    for p in problems:
+        try:
+            render(template, context_fields(p, partial_fraction))
+        except MissingField as e:
+            source = "answer" if e.field == "answer" else "solution"
+            col = columns.get(source, source)
+            mapped = f"column '{col}' (data.fields maps {source} to it)" if source in columns else f"column '{col}'"
+            what = "holds a whole solution" if p.get(source) else "is missing or empty"
+            raise OpsdError(f"{who} needs {{{e.field}}}, but in problem '{p['id']}' the {mapped} {what}: "
+                            + ("map a column holding only the final answer, or end the solution with '#### N'"
+                               if p.get(source) else f"fill it, map another column with data.fields, or use a template "
+                               f"without {{{e.field}}}")) from None

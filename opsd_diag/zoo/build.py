@@ -337,6 +337,7 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
     tok = train_tokenizer(corpus, vocab_size=512 if size == "full" else 300)
     log(f"tokenizer: {len(tok)} tokens")
 
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # --out a/b/c: the stage sits beside it
     stage = Path(tempfile.mkdtemp(prefix=".zoo-build-", dir=out_dir.parent if not out_dir.exists() else out_dir))
     try:
         tok.save_pretrained(stage / "tokenizer")

@@ -1,0 +1,377 @@
+"""Hostile and broken inputs beyond the corpus (tests/test_bad_inputs.py): one writer per run directory
+(two real processes), NaN and inf never silent (diagnosis and training), half precision on the CPU, the
+job protocol's lock and stop, and the app never running code because a run was opened."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from fixtures_trainer import config_dict, one_thread, world  # noqa: F401 (fixtures)
+
+from opsd_diag import jobs
+from opsd_diag.errors import NonFiniteLogits, OpsdError
+from opsd_diag.schema import SIGNAL_COLUMNS
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def diag_config(world: Path, **over) -> dict:
+    cfg = {"student": {"model": str(world / "student")}, "base": {"model": str(world / "base")},
+           "teachers": [{"name": "teacher", "model": str(world / "teacher")},
+                        {"name": "self_full", "context": "full_solution"}],
+           "data": {"path": str(world / "dev.jsonl")},
+           "sampling": {"num_samples": 2, "max_completion_length": 8, "teacher_samples": 0},
+           "analysis": {"bootstrap": 10, "checker": "toy"}, "shard_size": 3}
+    cfg.update(over)
+    return cfg
+
+
+def poisoned_teacher(world: Path, out: Path, every: int = 8) -> Path:
+    """The world's teacher whose input embeddings are NaN for some token ids that no prompt contains.
+
+    Its logits are finite on every prompt (so the load-time check passes), and NaN at every position of
+    a rollout in which the student sampled such a token (in attention a masked NaN value still meets a
+    zero weight, and 0 * NaN is NaN), so some rollouts break and the others stay finite.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from opsd_diag.io import templates
+    from opsd_diag.io.config import DataSpec
+    from opsd_diag.io.data import load_problems
+    from opsd_diag.io.views import encode_chat, student_view
+
+    tok = AutoTokenizer.from_pretrained(world / "teacher")
+    seen = set(tok.all_special_ids) | {tok.pad_token_id, tok.eos_token_id}
+    for name in ("train.jsonl", "dev.jsonl"):
+        for p in load_problems(DataSpec(path=str(world / name))):
+            seen |= set(student_view(tok, p).ids)
+            for ctx in templates.BUILTIN:  # every privileged view too
+                text = templates.render(templates.resolve(ctx), templates.context_fields(p))
+                seen |= set(encode_chat(tok, [{"role": "user", "content": text}]))
+    model = AutoModelForCausalLM.from_pretrained(world / "teacher")
+    model.config.tie_word_embeddings = False
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=False)
+    head.weight.data = model.get_output_embeddings().weight.data.clone()
+    model.lm_head = head
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        for t in range(emb.shape[0]):
+            if t not in seen and t % every == 0:
+                emb[t] = float("nan")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def one_error_line(stderr: str, prog: str) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.startswith(f"{prog}: error: ")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    return lines[0]
+
+
+# ------------------------------------------------------------------- one writer per run directory
+
+def _wait_running(out: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while (jobs.read_status(out) or {}).get("status") != "running":
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline, "the first run never started"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_second_diagnosis_on_the_same_out_is_refused_naming_the_first(world, tmp_path):
+    from opsd_diag.run import Run
+    from opsd_diag.zoo import task
+
+    data = tmp_path / "many.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(40, 3)))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(diag_config(world, data={"path": str(data)}, shard_size=2,
+                                              sampling={"num_samples": 2, "max_completion_length": 16,
+                                                        "teacher_samples": 0})))
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "opsd_diag.cli", "run", str(cfg), "--out", str(out), "--quiet"]
+    first = subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_running(out, first)
+        second = subprocess.run(argv, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        assert first.poll() is None, "the first run ended before the second started: make it longer"
+        assert second.returncode == 2, second.stderr
+        line = one_error_line(second.stderr, "opsd-diag")
+        assert f"is in use by opsd-diag run pid {first.pid}" in line
+        _, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    run = Run.load(out)  # finished and whole: every rollout once, every shard once, nothing half-written
+    assert run.manifest["status"] == "finished" and jobs.read_status(out)["status"] == "finished"
+    assert len(run.rollouts) == 40 * 2 and run.rollouts["rollout_id"].is_unique
+    assert sorted(p.name for p in (out / "shards").iterdir()) == [f"{i:05d}" for i in range(20)]
+    assert set(run.tokens["rollout_id"]) <= set(run.rollouts["rollout_id"])
+
+
+@pytest.mark.slow
+def test_a_second_training_run_on_the_same_out_is_refused_naming_the_first(world, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(config_dict(world, max_steps=200, save_steps=0)))
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "trainer", str(cfg), "--out", str(out)]
+    first = subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_running(out, first)
+        for extra in ([], ["--resume"]):  # as a new run, and as a resume of the running one
+            second = subprocess.run(argv + extra, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+            assert second.returncode == 2, second.stderr
+            assert f"is in use by opsd-train pid {first.pid}" in one_error_line(second.stderr, "opsd-train")
+        assert first.poll() is None, "the first run ended before the second started: make it longer"
+        _, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    steps = [json.loads(ln)["step"] for ln in (out / "metrics.jsonl").read_text().splitlines()
+             if json.loads(ln)["kind"] == "train"]
+    assert steps == list(range(1, 201))  # every step once: the second writer wrote nothing
+    assert jobs.read_status(out)["status"] == "finished"
+    assert (out / "command.txt").read_text().count("\n") == 1  # one segment: the refused ones left no line
+
+
+def test_check_free_names_the_holder_and_creates_nothing(tmp_path):
+    out = tmp_path / "run"
+    jobs.check_free(out)  # nothing there: free, and still nothing there
+    assert not out.exists()
+    lock = jobs.acquire_lock(out, "opsd-diag run")
+    try:
+        with pytest.raises(OpsdError, match=f"is in use by opsd-diag run pid {os.getpid()} "):
+            jobs.check_free(out)
+        with pytest.raises(OpsdError, match=f"is in use by opsd-diag run pid {os.getpid()} "):
+            jobs.acquire_lock(out, "opsd-train")
+    finally:
+        lock.close()
+    jobs.check_free(out)  # released with its holder
+
+
+def test_a_stale_lock_is_taken_over_with_a_message(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / jobs.LOCK).write_text("opsd-diag run pid 999999 (started 2020-01-01 00:00:00)")  # its holder is gone
+    jobs.check_free(out)
+    lock = jobs.acquire_lock(out, "opsd-train")
+    lock.close()
+    assert "taking over" in capsys.readouterr().err
+    assert f"opsd-train pid {os.getpid()}" in (out / jobs.LOCK).read_text()
+
+
+def test_a_lock_or_log_that_is_a_link_is_never_followed(tmp_path):
+    """A crafted run folder cannot make the tool truncate or append to a file elsewhere."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / jobs.LOCK).symlink_to(victim)
+    jobs.check_free(out)  # not read through the link either
+    with pytest.raises(OpsdError, match="cannot write the run directory"):
+        jobs.acquire_lock(out)
+    (out / jobs.LOCK).unlink()
+    (out / jobs.LOG).symlink_to(victim)
+    with pytest.raises(OpsdError, match="cannot start"):
+        jobs.start([sys.executable, "-c", "print('appended')"], out, "diagnosis")
+    assert victim.read_text() == "keep me"
+
+
+def test_stop_signals_only_the_group_it_started(tmp_path):
+    """A status.json naming a live process group whose leader started at another time (a reused pid, an
+    edited file) gets the STOP file and no signal."""
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        jobs.write_status(run, "running", kind="training")  # this process writes it: the run reads as alive
+        jobs.write_status(run, pgid=bystander.pid, leader_start_time=jobs.process_start_time(bystander.pid) + 1)
+        jobs.stop(run)
+        time.sleep(0.3)
+        assert bystander.poll() is None, "a process the tool did not start was signalled"
+        assert (run / jobs.STOP).exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+# ------------------------------------------------------------------------------ NaN and inf
+
+def test_sampling_from_nan_logits_is_a_clear_error(world):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from opsd_diag.engine import decode
+    from opsd_diag.engine.sampling import sample_hf
+    from opsd_diag.settings import SamplingSettings
+
+    tok = AutoTokenizer.from_pretrained(world / "student")
+    model = AutoModelForCausalLM.from_pretrained(world / "student").eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight[5, 0] = float("inf")
+    s = SamplingSettings(num_samples=2, temperature=1.0, top_p=1.0, max_new_tokens=4, seed=0, batch_size=4)
+    prompt = tok("Start at 1.", add_special_tokens=False)["input_ids"]
+    for sampler in (decode.sample, sample_hf):  # the trainer's loop and the diagnosis' generate
+        with pytest.raises(NonFiniteLogits) as e:
+            sampler(model, tok, [prompt], s, [tok.eos_token_id])
+        assert e.value.position == 0 and "non-finite logits" in str(e.value)
+
+
+def test_half_precision_on_the_cpu_warns(world, capsys):
+    from opsd_diag.io.models import load_model
+
+    load_model(str(world / "student"), dtype="float32", device="cpu")
+    assert "warning" not in capsys.readouterr().err
+    load_model(str(world / "student"), dtype="bfloat16", device="cpu")
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning")]
+    assert len(warned) == 1 and warned[0].startswith("warning: model") and "bfloat16 on the CPU" in warned[0]
+
+
+@pytest.mark.slow
+def test_a_nan_teacher_stops_the_diagnosis_naming_model_and_position(world, tmp_path):
+    bad = poisoned_teacher(world, tmp_path / "poisoned")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(diag_config(world, teachers=[{"name": "bad", "model": str(bad)},
+                                                               {"name": "self_full", "context": "full_solution"}])))
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(cfg), "--out", str(out), "--quiet"],
+                       cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr[-3000:]
+    line = one_error_line(r.stderr, "opsd-diag")
+    assert f"teacher config 'bad' (model '{bad}') produced non-finite logits (NaN or inf) scoring rollout" in line
+    assert "at completion position" in line and "scoring.allow_nonfinite: true" in line
+    st = jobs.read_status(out)  # the run had started (the prompts are finite): it says why it stopped
+    assert st["status"] == "failed" and st["error"] in line
+    assert not (out / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_a_nan_teacher_with_allow_nonfinite_gives_nan_in_every_column_it_enters(world, tmp_path):
+    from opsd_diag.core.signals import READS
+    from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.io.config import from_dict
+    from opsd_diag.run import Run
+
+    bad = poisoned_teacher(world, tmp_path / "poisoned")
+    cfg = diag_config(world, teachers=[{"name": "bad", "model": str(bad)},
+                                       {"name": "self_full", "context": "full_solution"}],
+                      scoring={"allow_nonfinite": True})
+    run = Run.load(run_diagnosis(from_dict(cfg), tmp_path / "run", show_progress=False))
+    tokens = run.tokens
+    b = tokens[tokens["config"] == "bad"]
+    broken = b["h_t"].isna()
+    assert 0 < broken.sum() < len(b), "the poisoned teacher should break some rollouts, not all"
+    teacher_cols = list(READS["teacher"])
+    assert b.loc[broken, teacher_cols].isna().all().all()  # rank_t, top1_agree, gate too: no 0 next to NaN
+    assert np.isfinite(b.loc[~broken, teacher_cols].to_numpy(dtype=float)).all()
+    student_cols = ["lp_s", "h_s", "lp_b", "h_b"]
+    assert np.isfinite(b[student_cols].to_numpy(dtype=float)).all()
+    good = tokens[tokens["config"] == "self_full"][list(SIGNAL_COLUMNS)]
+    assert np.isfinite(good.to_numpy(dtype=float)).all()
+    # the aggregates skip what is NaN (and summary.json, which refuses NaN, was written)
+    assert run.summary.configs["bad"] is not None and run.manifest["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_a_nan_teacher_stops_training_before_any_optimizer_step(world, tmp_path, monkeypatch, capsys):
+    from trainer import cli
+
+    bad = poisoned_teacher(world, tmp_path / "poisoned")
+    d = config_dict(world, max_steps=3)
+    d["teachers"][0]["model"] = str(bad)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(d))
+    steps = []
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: (steps.append(1), real_step(self, *a, **k)))
+    out = tmp_path / "run"
+    assert cli.main([str(cfg), "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err, "opsd-train")
+    assert f"teacher 'teacher' (model '{bad}') produced non-finite logits (NaN or inf) at completion position" in line
+    assert "no optimizer step was taken" in line
+    assert steps == []  # the NaN loss never reached the weights
+    assert not (out / "checkpoints").exists() or not any((out / "checkpoints").iterdir())
+    assert not (out / "metrics.jsonl").exists() or "train" not in (out / "metrics.jsonl").read_text()
+    st = jobs.read_status(out)
+    assert st["status"] == "failed" and st["error"] in line
+
+
+# ---------------------------------------------------------------------------------- the app
+
+def _crafted_run(tmp: Path) -> tuple[Path, Path]:
+    """A finished run whose manifest points the student at a folder whose tokenizer and model come with
+    code (``auto_map``) that would leave a marker file, and asks for remote code."""
+    from test_report import fake_run
+
+    marker = tmp / "PWNED"
+    evil = tmp / "evil_model"
+    evil.mkdir()
+    (evil / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                  "from transformers import PreTrainedTokenizerFast as EvilTokenizer\n")
+    (evil / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "EvilTokenizer", "auto_map": {"AutoTokenizer": [None, "evil.EvilTokenizer"]}}))
+    (evil / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {
+        "AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}}))
+    run = fake_run(tmp / "runs" / "crafted").path
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["student"] = {"model": str(evil), "trust_remote_code": True, "allow_download": True}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run, marker
+
+
+def test_opening_a_crafted_run_never_runs_its_code(tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    from opsd_diag.run import Run
+
+    run, marker = _crafted_run(tmp_path)
+    assert Run.load(run).tokenizer() is None  # remote code off, whatever the manifest says: ids are shown
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=60)
+    at.session_state["runs_root"] = str(run.parent)
+    at.session_state["run_dir"] = str(run)
+    at.run()
+    for page in ("views/overview.py", "views/tokens.py", "views/signals.py", "views/export.py"):
+        at.switch_page(page).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+    assert not marker.exists(), "opening a run executed code from its folder"
+
+
+def test_the_stop_button_goes_through_the_job_protocol(tmp_path, monkeypatch):
+    """The Train page's Stop calls opsd_diag.jobs.stop, which signals no process it did not start."""
+    from streamlit.testing.v1 import AppTest
+
+    root = tmp_path / "runs"
+    run = root / "train-x"
+    run.mkdir(parents=True)
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    calls = []
+    real_stop = jobs.stop
+    monkeypatch.setattr(jobs, "stop", lambda d, **k: (calls.append(str(d)), real_stop(d, **k))[1])
+    try:
+        jobs.write_status(run, "running", kind="training", step=1, max_steps=5, argv=["python", "-m", "trainer"])
+        jobs.write_status(run, pgid=bystander.pid, leader_start_time=jobs.process_start_time(bystander.pid) + 1)
+        at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=60)
+        at.session_state["runs_root"] = str(root)
+        at.session_state["run_dir"] = None
+        at.run().switch_page("views/train.py").run()
+        at.button(key="train_stop").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert calls == [str(run.resolve())] or calls == [str(run)]
+        time.sleep(0.3)
+        assert bystander.poll() is None and (run / jobs.STOP).exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
