@@ -99,6 +99,7 @@ class TeacherSpec(Strict):
 
 
 class DataSpec(Strict):
+    """A problem set: JSON Lines, CSV or Parquet, one problem per record (docs/design.md, formats)."""
     path: str = Field(description="JSONL, CSV or Parquet problem set")
     format: Literal["auto", "jsonl", "csv", "parquet"] = Field("auto", description="`auto`: from the extension")
     fields: dict[str, str] = Field(default_factory=dict, description="our name -> column, e.g. `{prompt: question}`")
@@ -107,6 +108,7 @@ class DataSpec(Strict):
 
 
 class SamplingSpec(Strict):
+    """How the student's rollouts (and each teacher view's accuracy samples) are drawn."""
     num_samples: int = Field(4, ge=1, le=1024, description="student rollouts per prompt")
     temperature: Temperature = Field(1.0, description="sampling temperature τ_sample")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1.0: exact on-policy samples)")
@@ -127,6 +129,7 @@ class SamplingSpec(Strict):
 
 
 class ScoringSpec(Strict):
+    """How the sampled tokens are scored: temperature, centring and the signals' parameters."""
     temperature: Temperature | None = Field(None, description="scoring temperature τ_score; default: the "
                                                               "temperature the scored samples were drawn at")
     centering: Centering = Field("full", description="expectation of the centred advantages over the full "
@@ -155,6 +158,7 @@ class ScoringSpec(Strict):
 
 
 class AnalysisSpec(Strict):
+    """The answer checker and the aggregates of summary.json."""
     checker: Literal["auto", "toy", "boxed", "gsm8k", "last_number", "exact"] = Field(
         "auto", description="answer extraction; the reference's final answer is compared (`#### N`, `\\boxed{}`)")
     entropy_edges: list[Annotated[float, Field(gt=0)]] | None = Field(
@@ -190,10 +194,11 @@ class IdealSpec(Strict):
 
 class LoraSpec(Strict):
     """LoRA through peft (optional dependency); the frozen self-teacher is the adapter switched off."""
-    r: int = Field(8, ge=1)
-    alpha: int = Field(16, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    r: int = Field(8, ge=1, description="LoRA rank")
+    alpha: int = Field(16, ge=1, description="LoRA scaling alpha")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the LoRA branch")
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                      description="module names that get adapters")
 
 
 class EvalSpec(Strict):
@@ -206,7 +211,7 @@ class EvalSpec(Strict):
     regression: DataSpec | None = Field(None, description="frozen regression set: accuracy + NLL of references")
     kl_to_initial: bool = Field(True, description="KL(current || initial policy) on the held-out samples")
     batch_size: int = Field(32, ge=1, description="rows per generate call")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the evaluation samples (the same for every evaluation)")
     at_start: bool = Field(True, description="evaluate the initial student too (the baseline of every curve)")
 
     def settings(self, seed: int) -> SamplingSettings:
@@ -229,24 +234,24 @@ class TrainingSpec(Strict):
     loss: Literal["jsd", "opd"] = Field("jsd", description="opsd only: full-vocabulary JSD or the sampled-token "
                                                            "OPD reward")
     teacher_weights: Literal["frozen", "ema", "live"] = Field("frozen", description="opsd only: the self-teacher")
-    ema_decay: float = Field(0.99, gt=0.0, lt=1.0)
+    ema_decay: float = Field(0.99, gt=0.0, lt=1.0, description="opsd with teacher_weights ema: the EMA decay")
     beta: float | None = Field(None, ge=0.0, le=1.0, description="JSD β; default scoring.jsd_beta")
     exopd_lambda: float | None = Field(None, ge=0.0, le=100.0, description="default scoring.exopd_lambda")
     exopd_reference: Literal["student", "base"] | None = Field(None, description="default scoring.exopd_reference")
     centering: Centering | None = Field(None, description="opd2 centring; default scoring.centering")
     clip: float | None = Field(None, gt=0.0, description="clip sampled-token advantages to [-clip, clip]")
-    max_steps: int = Field(100, ge=1)
+    max_steps: int = Field(100, ge=1, description="optimizer steps")
     per_device_train_batch_size: int = Field(8, ge=1, description="prompts per micro-batch per process")
     num_generations: int = Field(1, ge=1, le=256, description="samples per prompt")
     generation_batch_size: int | None = Field(None, ge=1, description="completions per generate call (a micro-batch)")
-    gradient_accumulation_steps: int = Field(1, ge=1)
-    learning_rate: float = Field(1e-5, gt=0.0)
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
-    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
-    adam_epsilon: float = Field(1e-8, gt=0.0)
+    gradient_accumulation_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    learning_rate: float = Field(1e-5, gt=0.0, description="AdamW learning rate")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="after the warm-up")
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW beta1")
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW beta2")
+    adam_epsilon: float = Field(1e-8, gt=0.0, description="AdamW epsilon")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="none: no clipping")
     temperature: Temperature | None = Field(None, description="sampling temperature; default sampling.temperature")
     scoring_temperature: Temperature | None = Field(None, description="default scoring.temperature, else `temperature`")
@@ -258,13 +263,13 @@ class TrainingSpec(Strict):
     eval: EvalSpec = Field(default_factory=EvalSpec)
     eval_steps: int = Field(0, ge=0, description="0: evaluate only at the start and the end")
     save_steps: int = Field(0, ge=0, description="0: save only at the end (and on a graceful stop)")
-    save_total_limit: int | None = Field(2, ge=1)
-    seed: int = 0
+    save_total_limit: int | None = Field(2, ge=1, description="checkpoints kept (none: all)")
+    seed: int = Field(0, description="problem order, sampling and initialisation of the run")
     mixed_precision: Literal["auto", "no", "bf16"] = Field("auto", description="`auto`: bf16 on CUDA when supported")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory")
     report_to: Literal["auto", "none"] | list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         "auto", description="`auto`: TensorBoard when installed")
-    lora: LoraSpec | None = None
+    lora: LoraSpec | None = Field(None, description="train a LoRA adapter (needs peft) instead of every weight")
 
     @property
     def loss_method(self) -> str:
@@ -303,7 +308,8 @@ class DiagnosisConfig(Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
-    device: Annotated[str, AfterValidator(_device)] = Field("auto", description="`auto`: CUDA when available")
+    device: Annotated[str, AfterValidator(_device)] = Field("auto", description="auto (CUDA when available), cpu, cuda, "
+                                                                               "cuda:N or mps")
     shard_size: int = Field(8, ge=1, description="prompts per stored shard (the unit of resume and of sharding)")
     ideal: IdealSpec | None = Field(None, description="the ideal-gradient predictor; off when absent")
     training: TrainingSpec | None = Field(None, description="the training run of `opsd-train`")
