@@ -77,6 +77,8 @@ class Progress:
     def text(self) -> str:
         if self.status == "starting":
             return "starting: loading models and data"
+        if self.status == "finished":
+            return "finished"
         running = next((p for p in self.phases if p.state == "running"), None)
         if self.status == "running" and running is not None:
             unit = "shards" if running.name == PHASES[0] else "continuations"

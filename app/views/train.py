@@ -148,14 +148,14 @@ def follow(run_dir: str) -> None:
     if state in jobs.ACTIVE:
         if st.button("Stop (saves a checkpoint first)", key="train_stop"):
             jobs.stop(run_dir)
-            st.rerun(scope="fragment")
+            st.rerun()
     elif state in ("stopped", "died", "failed"):
         if st.button("Resume", key="train_resume_run", help="continue from the last checkpoint"):
             try:
                 launch.resume(run_dir, env=app_jobs.env())
             except OpsdError as e:
                 st.error(common.plain(str(e)))
-            st.rerun(scope="fragment")
+            st.rerun()
     if state == "failed":
         st.error(common.plain(status.get("error") or "the run failed: see its log below"))
     follower = st.session_state.setdefault("train_followers", {}).setdefault(run_dir, jobs.Follower(run_dir))

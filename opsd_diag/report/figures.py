@@ -180,7 +180,7 @@ def correctness_figure(tokens: pd.DataFrame, rollouts: pd.DataFrame, signal: str
     # axis is a signed log (asinh) with ticks in the signal's own units.
     num = stats[[0.05, 0.25, 0.5, 0.75, 0.95, "mean"]].astype(float)
     spread, iqr = float((num[0.95] - num[0.05]).max()), float((num[0.75] - num[0.25]).max())
-    width = max(float(np.nanquantile(np.abs(df[signal].astype(float)), 0.75)), spread * 1e-3, 1e-9)
+    width = max(float(np.nanmax(np.abs(num[[0.25, 0.75]].to_numpy()))), spread * 1e-6, 1e-12)  # boxes ~ ±asinh(1)
     symlog = bool(spread > 0 and iqr < 0.1 * spread)
     f = (lambda v: np.arcsinh(np.asarray(v, dtype=float) / width)) if symlog else (lambda v: np.asarray(v, float))
     for group, color in _GROUPS.items():
