@@ -101,15 +101,16 @@ def _eta(started, done: int, total: int, now: float) -> float | None:
     return (now - float(started)) / done * (total - done)
 
 
-def phases(st: dict, predictor: bool, now: float | None = None) -> list[Phase]:
-    """Each phase of a diagnosis (rollouts and scoring, aggregates, predictor) from its status.json."""
+def phases(st: dict, predictor: bool | None, now: float | None = None) -> list[Phase]:
+    """Each phase of a diagnosis (rollouts and scoring, aggregates, predictor) from its status.json;
+    ``predictor``: whether the config has one (None: not known yet, before the manifest is written)."""
     now = time.time() if now is None else now
     status, stage = st.get("status"), st.get("stage") or ""
     done, total = int(st.get("done") or 0), int(st.get("total") or 0)
     current = PHASES.index(stage) if stage in PHASES else (len(PHASES) if status == "finished" else -1)
     out = []
     for i, name in enumerate(PHASES):
-        if name == "predictor" and not predictor:
+        if name == "predictor" and predictor is False:
             out.append(Phase(name, "skipped"))
         elif i < current or status == "finished":
             out.append(Phase(name, "done"))
@@ -137,6 +138,6 @@ def progress(run_dir: str | Path) -> Progress:
     if status == "died":
         error = error or "the diagnosis process ended without a result: see the log"
     ideal = (manifest.get("config") or {}).get("ideal")
-    predictor = bool(ideal) and ideal.get("enabled", True) is not False
+    predictor = (bool(ideal) and ideal.get("enabled", True) is not False) if manifest else None
     return Progress(status, st.get("stage") or "", int(st.get("done") or 0), int(st.get("total") or 0), error,
                     jobs.log_tail(run_dir), phases({**st, "status": status}, predictor))

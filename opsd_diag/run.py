@@ -71,7 +71,9 @@ class Run:
     def table(self, name: str) -> pd.DataFrame:
         if name not in TABLES:
             raise OpsdError(f"unknown table '{name}': choose one of {', '.join(TABLES)}")
-        return self._tables.setdefault(name, store.read_table(self.path, name))
+        if name not in self._tables:  # read once (setdefault would read the file on every access)
+            self._tables[name] = store.read_table(self.path, name)
+        return self._tables[name]
 
     rollouts = property(lambda self: self.table("rollouts"))
     tokens = property(lambda self: self.table("tokens"))

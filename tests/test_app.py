@@ -537,3 +537,17 @@ def test_new_diagnosis_form_previews_costs_saves_and_runs_to_a_verdict(ci_zoo, r
     at.button(key="open_run").click().run()
     _ok(at)
     assert at.title[0].value == "Overview" and at.session_state["run_dir"] == str(root / "formrun")
+
+
+def test_cli_notes_a_finished_run_and_replaced_verdicts(runs_root, tmp_path, capsys):
+    """Bug 8: `run` on a finished directory redid work silently; `predict` silently replaced the verdicts."""
+    from opsd_diag import cli
+
+    run = tmp_path / "again"
+    shutil.copytree(runs_root / "tiny", run)
+    before = (run / "summary.json").stat().st_mtime_ns
+    assert cli.main(["run", str(runs_root.parent / "tiny.yaml"), "--out", str(run)]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert (run / "summary.json").stat().st_mtime_ns == before  # nothing redone
+    assert cli.main(["predict", str(run), "--budget", "8"]) == 0
+    assert "replacing the verdicts and ranking" in capsys.readouterr().err

@@ -237,3 +237,16 @@ def test_form_config_yaml_and_cost(tmp_path):
     assert workbench.cost_estimate(cfg, 60, tmp_path / "runs")["seconds"] > 30
     with pytest.raises(OpsdError, match="sampling.num_samples"):
         workbench.build_config({**fields, "sampling": {"num_samples": 0}})
+
+
+def test_a_run_reads_each_table_once(run, monkeypatch):
+    from opsd_diag.io import store
+
+    fresh = type(run).load(run.path)
+    calls = []
+    real = store.read_table
+    monkeypatch.setattr(store, "read_table", lambda path, name: calls.append(name) or real(path, name))
+    for _ in range(3):
+        fresh.tokens, fresh.topk
+        fresh.heatmap(0, ["teacher"], "r_opd")
+    assert sorted(calls) == ["rollouts", "tokens", "topk"]

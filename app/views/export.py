@@ -42,7 +42,7 @@ st.subheader("Table")
 names = run.table_names()
 table = st.selectbox("Table", names, key="exp_table")
 frame = run.export_table(table)
-st.caption(f"{len(frame)} rows × {len(frame.columns)} columns")
+st.caption(f"{table}: {len(frame)} rows × {len(frame.columns)} columns")
 cols = st.columns(len(export.TABLE_FORMATS) + 1)
 big = len(frame) > common.SMALL_TABLE
 ready = st.session_state.setdefault("exp_ready", set())

@@ -32,7 +32,7 @@ st.caption("Means per token over all scored tokens. sign_agreement: how often a_
 def verdict_rows(verdicts) -> None:
     """One row per ranked (config, signal): the verdict in colour, the full reason, and "Train this"."""
     head = st.columns([0.5, 2, 1, 1, 1, 7, 1.4])
-    for col, name in zip(head, ("#", "config", "signal", "verdict", "score", "why", "")):
+    for col, name in zip(head, ("#", "config", "signal", "verdict", "score", "why")):
         col.markdown(f"**{name}**")
     for r in verdicts.itertuples():
         c = st.columns([0.5, 2, 1, 1, 1, 7, 1.4], vertical_alignment="center")

@@ -119,14 +119,19 @@ if current and current not in runs:
 if not runs:
     st.info(f"No training runs under {root} yet.")
     st.stop()
-rows = []
-for r in runs:
-    s = jobs.status(r)  # from the run directory: the list survives a reload and an app restart
-    pred = scoreboard.read_prediction(r) or {}
-    rows.append({"run": Path(r).name, "status": s["status"], "step": s.get("step"), "of": s.get("max_steps"),
-                 "method": s.get("method"), "from": f"{pred.get('config')} / {pred.get('signal')}" if pred else ""})
-listing = pd.DataFrame(rows)
-st.dataframe(listing, hide_index=True, key="train_list")
+
+
+def listing(paths: list[str]) -> None:
+    rows = []
+    for r in paths:
+        s = jobs.status(r)  # from the run directory: the list survives a reload and an app restart
+        pred = scoreboard.read_prediction(r) or {}
+        rows.append({"run": Path(r).name, "status": s["status"], "step": s.get("step"), "of": s.get("max_steps"),
+                     "method": s.get("method"), "from": f"{pred.get('config')} / {pred.get('signal')}" if pred else ""})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="train_list")
+
+
+st.fragment(listing, run_every=5.0)(runs)
 if current and st.session_state.get("train_follow") != current and st.session_state.get("_followed") != current:
     st.session_state["train_follow"] = st.session_state["_followed"] = current
 chosen = st.selectbox("Follow run", runs, key="train_follow")

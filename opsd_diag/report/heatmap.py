@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -71,14 +72,14 @@ def _token_html(text: str) -> str:
 
 
 def _decoder(tokenizer):
+    """Token id -> its text, escaped for HTML (``#id`` without a tokenizer), cached per id."""
     cache: dict[int, str] = {}
 
     def decode(i: int) -> str:
         i = int(i)
-        if tokenizer is None:
-            return f"#{i}"
         if i not in cache:
-            cache[i] = json.dumps(tokenizer.decode([i]), ensure_ascii=False)
+            cache[i] = f"#{i}" if tokenizer is None else html.escape(json.dumps(tokenizer.decode([i]),
+                                                                               ensure_ascii=False))
         return cache[i]
     return decode
 
@@ -88,34 +89,36 @@ def _alternatives(topk: pd.DataFrame | None, config: str) -> dict[tuple[str, int
         return {}
     keep = topk[(topk["role"] == "student") | ((topk["role"] == "teacher") & (topk["config"] == config))]
     keep = keep.sort_values(["role", "pos", "rank"])
-    out = {}
-    for (role, pos), idx in keep.groupby(["role", "pos"], sort=False).indices.items():
-        out[(role, int(pos))] = (keep["token_id"].to_numpy()[idx], keep["logprob"].to_numpy()[idx])
-    return out
+    ids, lps = keep["token_id"].to_numpy(), keep["logprob"].to_numpy(dtype=float)
+    return {(str(role), int(pos)): (ids[idx], lps[idx])
+            for (role, pos), idx in keep.groupby(["role", "pos"], sort=False).indices.items()}
 
 
 def cell(col: str, v) -> str:
     """A number as the heatmap and the tooltip print it (n/a when missing)."""
-    if v is None or not np.isfinite(v):
+    if v is None or not math.isfinite(v):
         return "n/a"
     if col in _INT_COLUMNS:
         return f"{v:g}"
     return f"{v:+.3f}" if v == 0 or abs(v) >= 1e-3 else f"{v:+.1e}"  # never a bare "-0.000"
 
 
-def _tooltip(pos: int, token_id: int, text: str, values: dict, alts, decode, signal: str) -> str:
-    e = html.escape
-    rows = [f"<tr><th colspan='2'>pos {pos} · id {token_id} · {e(json.dumps(text, ensure_ascii=False))}</th></tr>"]
-    rows += [f"<tr{' class=sel' if c == signal else ''}><td>{e(c)}</td><td>{cell(c, v)}</td></tr>"
-             for c, v in values.items()]
+def _cells(col: str, values: np.ndarray) -> list[str]:
+    """``cell`` of every value of one column, as table rows (the label is a schema name: no escaping)."""
+    return [f"<tr><td>{col}</td><td>{cell(col, v)}</td></tr>" for v in values.tolist()]
+
+
+def _tooltip(pos: int, token_id: int, text: str, rows: list[str], alts, decode) -> str:
+    out = [f"<tr><th colspan='2'>pos {pos} · id {token_id} · {html.escape(json.dumps(text, ensure_ascii=False))}"
+           "</th></tr>", *rows]
     for role in ("student", "teacher"):
         got = alts.get((role, pos))
         if got is None:
             continue
-        items = " ".join("<span>" + ("<u>{}</u>" if int(t) == token_id else "{}").format(e(decode(t)))
-                         + f" {lp:.2f}</span>" for t, lp in zip(*got))
-        rows.append(f"<tr><td>{role} top-{len(got[0])}</td><td class='alt'>{items}</td></tr>")
-    return "<table class='tip'>" + "".join(rows) + "</table>"
+        items = " ".join(("<span><u>{}</u>" if t == token_id else "<span>{}").format(decode(t)) + f" {lp:.2f}</span>"
+                         for t, lp in zip(got[0].tolist(), got[1].tolist()))
+        out.append(f"<tr><td>{role} top-{len(got[0])}</td><td class='alt'>{items}</td></tr>")
+    return "<table class='tip'>" + "".join(out) + "</table>"
 
 
 CSS = """<style>
@@ -183,14 +186,16 @@ def render_heatmap(tokens: pd.DataFrame, signal: str, topk: pd.DataFrame | None 
     strong = np.isfinite(vals) & (np.abs(vals) / scale > 0.6)
     alts, decode = _alternatives(topk, config), _decoder(tokenizer)
     cols = [c for c in SIGNAL_COLUMNS if c in t.columns]
-    arrays = {c: t[c].to_numpy(dtype=float) for c in cols}
-    positions, ids, texts = t["pos"].to_numpy(), t["token_id"].to_numpy(), t["token"].astype(str).tolist()
+    rows = [_cells(c, t[c].to_numpy(dtype=float)) for c in cols]
+    sel = cols.index(signal)
+    rows[sel] = [r.replace("<tr>", "<tr class=sel>", 1) for r in rows[sel]]  # the chosen signal stands out
+    positions, ids, texts = t["pos"].to_numpy().tolist(), t["token_id"].to_numpy().tolist(), t["token"].astype(str).tolist()
     hot = hot or set()
     spans = []
     for i, (pos, tid, text) in enumerate(zip(positions, ids, texts)):
-        classes = "t" + (" dim" if dim is not None and dim[i] else "") + (" hot" if int(pos) in hot else "")
-        tip = _tooltip(int(pos), int(tid), text, {c: arrays[c][i] for c in cols}, alts, decode, signal)
-        spans.append(f"<span class='{classes}' data-pos='{int(pos)}' style='background:{colours[i]};color:"
+        classes = "t" + (" dim" if dim is not None and dim[i] else "") + (" hot" if pos in hot else "")
+        tip = _tooltip(pos, tid, text, [r[i] for r in rows], alts, decode)
+        spans.append(f"<span class='{classes}' data-pos='{pos}' style='background:{colours[i]};color:"
                      f"{'#fff' if strong[i] else '#111'}'>{_token_html(text)}{tip}</span>")
     return (f"<div class='opsd-hm'>{CSS}<div class='head'>{html.escape(title)}</div>{legend(signal, scale, scope)}"
             f"<div class='body'>{''.join(spans)}</div></div>")
