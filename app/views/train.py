@@ -14,7 +14,7 @@ import streamlit as st
 
 from app import common
 from app import jobs as app_jobs
-from opsd_diag import jobs, scoreboard
+from opsd_diag import jobs, scoreboard, workbench
 from opsd_diag.errors import OpsdError
 from opsd_diag.report import training
 from trainer import from_diagnosis, launch
@@ -67,14 +67,14 @@ def from_verdict() -> None:
     out = st.text_input("Run directory", key="tt_out", placeholder=f"{root}/train-{config}-{signal}-<time> (default)")
     over = {"max_steps": int(steps), "learning_rate": float(lr), "batch_size": int(batch), "seed": int(seed),
             "eval_data": eval_data or None}
-    with st.expander("The exact command and training config"):
+    with st.expander("The exact command and the config it trains (YAML)"):
         st.code(shlex.join(launch.from_diagnosis_command(run_dir, config, signal, out or f"{root}/train-…", **over)),
                 language="bash")
         try:
             cfg = from_diagnosis.training_config(run, config, signal, max_steps=over["max_steps"],
                                                  learning_rate=over["learning_rate"],
                                                  per_device_train_batch_size=over["batch_size"], seed=over["seed"])
-            st.code(cfg.model_dump_json(indent=1, include={"training"}), language="json")
+            st.code(workbench.config_yaml(cfg), language="yaml")
         except OpsdError as e:
             st.error(common.plain(str(e)))
     if st.button("Start training", type="primary", key="tt_start"):

@@ -72,7 +72,8 @@ def compare_summaries(a: Summary, b: Summary, names: tuple[str, str] = ("A", "B"
     """The headline rows of two diagnoses side by side: one row per config, the columns of each
     run suffixed with its name, and B − A for the configs both have."""
     ha, hb = a.headline_frame().set_index("config"), b.headline_frame().set_index("config")
-    both = ha.join(hb, how="outer", lsuffix=f" ({names[0]})", rsuffix=f" ({names[1]})")
+    both = ha.merge(hb, left_index=True, right_index=True, how="outer",
+                    suffixes=(f" ({names[0]})", f" ({names[1]})"))
     for c in ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd", "teacher_accuracy"):
         both[f"{c} ({names[1]} − {names[0]})"] = hb[c].reindex(both.index) - ha[c].reindex(both.index)
     return both.reset_index()
