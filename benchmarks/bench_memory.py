@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--chunk-sizes", default="256,128,64", help="comma-separated score_batch chunk sizes")
     p.add_argument("--engines", default="reference",
-                   help="scoring engines (reference: chunked:C variants; fused, compiled: opsd_diag.fused_scoring)")
+                   help="scoring engines (reference: chunked:C variants; fused, compiled: opsd_diag.engine.fused_scoring)")
     p.add_argument("--target", type=float, default=TARGET)
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

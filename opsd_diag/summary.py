@@ -128,6 +128,7 @@ class Ideal(_Model):
     n_nodes: int | None = None
     n_prompts: int | None = None
     jsd_beta: float | None = None
+    candidates: str | None = None  # union (every config's candidates) or per_config
     configs: dict[str, IdealConfig] = {}
 
     def note(self) -> str:

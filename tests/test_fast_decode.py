@@ -1,4 +1,4 @@
-"""The static-cache sampling engine (opsd_diag.fast_decode) against the reference samplers, on CPU.
+"""The static-cache sampling engine (opsd_diag.engine.fast_decode) against the reference samplers, on CPU.
 
 On CPU the engine runs its static-cache decode loop eagerly (CUDA graphs are a CUDA-only replay of
 the same step): the per-step distributions, the draws, the row drops and the selection switch are

@@ -1,4 +1,4 @@
-"""Fused per-chunk scoring (opsd_diag.fused_scoring) equals opsd_diag.scoring.score_batch, on CPU."""
+"""Fused per-chunk scoring (opsd_diag.engine.fused_scoring) equals engine.scoring.score_batch, on CPU."""
 
 import numpy as np
 import pytest

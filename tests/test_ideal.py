@@ -338,6 +338,26 @@ def test_run_ideal_writes_nodes_and_summary(ci_run):
     assert again["continuations_used"] == res["continuations_used"]
 
 
+def test_per_config_candidates_are_the_union_run_restricted_to_each_config_own_tokens(ci_run):
+    """per_config: a config's node maths uses only the sampled token, the student's top-k and its own
+    top-k (so other configs of the run cannot move it); with the same continuations it is the union
+    run's node restricted to those tokens."""
+    prep, run_dir = ci_run
+    union = run_ideal(prep, run_dir, IdealSpec(budget=40, k=2, m=2), write_summary=False)
+    u = pd.read_parquet(run_dir / "nodes.parquet")
+    own = run_ideal(prep, run_dir, IdealSpec(budget=40, k=2, m=2, candidates="per_config"), write_summary=False)
+    o = pd.read_parquet(run_dir / "nodes.parquet")
+    assert union["continuations_used"] == own["continuations_used"] and own["candidates"] == "per_config"
+    for (_, a), (_, b) in zip(u.iterrows(), o.iterrows()):
+        assert (a.node_id, a.config) == (b.node_id, b.config) and b.cand_ids[0] == a.cand_ids[0]
+        ix = [list(a.cand_ids).index(t) for t in b.cand_ids]
+        assert set(b.cand_ids) <= set(a.cand_ids) and len(b.cand_ids) <= 1 + 2 * 2
+        np.testing.assert_allclose(np.asarray(a.s_hat)[ix], b.s_hat)
+        p = np.asarray(a.p_tilde)[ix]
+        np.testing.assert_allclose(p / p.sum(), b.p_tilde, rtol=1e-9)  # renormalised on the smaller support
+    assert (o.groupby("node_id")["cand_ids"].apply(lambda s: len({tuple(x) for x in s})) >= 1).all()
+
+
 def test_bad_budget_k_m_and_too_small_budget(ci_run, monkeypatch):
     prep, run_dir = ci_run
     for key, bad in (("budget", 0), ("k", 0), ("k", 33), ("m", 0), ("m", 257)):

@@ -279,7 +279,7 @@ def test_user_error_in_a_launched_job_is_reported_in_status(world, tmp_path, mon
 
 
 def test_the_bundled_training_example_resolves():
-    """README's example (sample_data/configs/train_opsd.yaml) stays a valid opsd run."""
+    """The documented example (docs/training.md) (sample_data/configs/train_opsd.yaml) stays a valid opsd run."""
     from conftest import REPO
 
     tc = config.load(REPO / "sample_data/configs/train_opsd.yaml")

@@ -1,8 +1,8 @@
 """Checkpoints: HF-format weights plus everything an identical continuation needs.
 
 ``checkpoints/step-NNNNNN/`` holds the student (``from_pretrained``-loadable, with its tokenizer; a
-LoRA run holds the adapter), ``ema/`` for an EMA self-teacher, and ``trainer_state.pt`` (optimizer,
-scheduler, RNG states of every process, step, elapsed time). A checkpoint is written into a hidden
+LoRA run holds the adapter), ``ema/`` for an EMA self-teacher, ``trainer_state.pt`` (optimizer,
+scheduler, step, elapsed time) and ``rng_<rank>.pt`` (each process's RNG states). A checkpoint is written into a hidden
 temp folder and renamed into place, so "latest" only ever sees complete ones.
 """
 

@@ -170,8 +170,9 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
                temperature: float, chunk: int = 16) -> list[tuple]:
     """Walk the plan in priority order, compute K and node log-probs chunk by chunk, admit within budget.
 
-    Returns (node, rollout row, NodeJob, cost, student log-probs of K, {config: teacher log-probs of K})
-    per admitted node; ``cap`` bounds each continuation.
+    Returns (node, rollout row, NodeJob, cost, student log-probs of K, {config: teacher log-probs of K},
+    {config: positions in K of that config's own candidates}) per admitted node, K being the union
+    of every config's candidates (each estimated once); ``cap`` bounds each continuation.
     """
     ro = rollouts.set_index("rollout_id")
     pad = models.tok.pad_token_id
@@ -189,10 +190,10 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
         t_lp = {c: node_logprobs(models.teachers[c], [_ids(r[f"prompt_ids.{c}"]) for r in rows], prefixes, pad,
                                  temperature) for c in configs}
         for j, (node, r) in enumerate(zip(part.itertuples(index=False), rows)):
-            cands = [sampled[j]] + s_lp[j].topk(k).indices.tolist()
-            for c in configs:
-                cands += t_lp[c][j].topk(k).indices.tolist()
-            cands = list(dict.fromkeys(int(x) for x in cands))
+            own = {c: [sampled[j], *s_lp[j].topk(k).indices.tolist(), *t_lp[c][j].topk(k).indices.tolist()]
+                   for c in configs}  # each config's own candidates: the sampled token, its and the student's top-k
+            cands = list(dict.fromkeys(int(x) for c in configs for x in own[c]))  # the union: one estimate each
+            own = {c: [cands.index(int(x)) for x in dict.fromkeys(int(x) for x in ks)] for c, ks in own.items()}
             problem = problems[int(r["problem_index"])]
             if problem["id"] != node.problem_id:
                 raise ValueError("the run's problems differ from the config's")
@@ -204,5 +205,5 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
                 break
             left -= cost
             admitted.append((node, r, job, cost, s_lp[j][cands].numpy(),
-                             {c: t_lp[c][j][cands].numpy() for c in configs}))
+                             {c: t_lp[c][j][cands].numpy() for c in configs}, own))
     return admitted

@@ -84,23 +84,26 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
             on_progress=_reporting(run_dir, bar))
     tok_idx = tokens.set_index(["config", "rollout_id", "pos"])[["kl_rev", "jsd", *SAMPLED]].sort_index()
     rows = []
-    for n_id, ((node, r, job, cost, s_lp, t_lps), (s_hat, n_used, _)) in enumerate(zip(admitted, estimates)):
+    for n_id, ((node, r, job, cost, s_lp, t_lps, own), (s_hat, n_used, _)) in enumerate(zip(admitted, estimates)):
         for c in configs:
             sig = tok_idx.loc[(c, node.rollout_id, node.pos)]
-            met = node_metrics(s_lp, t_lps[c], s_hat, 0, {a: float(sig[a]) for a in SAMPLED},
+            # per_config: the config's own candidates only, so its numbers do not depend on the run's other configs
+            ix = own[c] if spec.candidates == "per_config" else list(range(len(job.candidates)))
+            met = node_metrics(s_lp[ix], t_lps[c][ix], s_hat[ix], 0, {a: float(sig[a]) for a in SAMPLED},
                                cfg.scoring.jsd_beta)
             rows.append({
                 "node_id": n_id, "config": c, "rollout_id": int(node.rollout_id), "problem_id": node.problem_id,
                 "problem_index": int(r["problem_index"]), "pos": int(node.pos), "depth": int(node.depth),
                 "window": int(node.window), "h_s": float(node.h_s), "correct": bool(node.correct),
-                "token_id": job.candidates[0], "cand_ids": job.candidates, "sampled_index": 0,
-                "n_samples": n_used.tolist(), "s_hat": s_hat.tolist(), "p_tilde": met.pop("p_tilde").tolist(),
+                "token_id": job.candidates[0], "cand_ids": [job.candidates[i] for i in ix], "sampled_index": 0,
+                "n_samples": n_used[ix].tolist(), "s_hat": s_hat[ix].tolist(), "p_tilde": met.pop("p_tilde").tolist(),
                 "q_tilde": met.pop("q_tilde").tolist(), "cost": int(cost), "max_new_tokens": job.max_new,
                 "kl_rev": float(sig["kl_rev"]), "jsd": float(sig["jsd"]),
                 **{a: float(sig[a]) for a in SAMPLED}, **met})
     nodes = pd.DataFrame(rows)
     store.atomic_write_parquet(run_dir / "nodes.parquet", nodes)
     return {"status": "ok", "estimator": ESTIMATOR, "budget": spec.budget, "k": spec.k, "m": spec.m,
+            "candidates": spec.candidates,
             "seed": spec.seed, "continuations_used": int(sum(a[3] for a in admitted)),
             "continuation_tokens": int(sum(e.tokens for e in estimates)),
             "prefix_tokens": int(sum(a[3] * (len(a[2].prompt) + len(a[2].prefix) + 1) for a in admitted)),

@@ -181,6 +181,8 @@ class IdealSpec(Strict):
     max_continuation_length: int | None = Field(None, ge=1, description="cap on each continuation "
                                                                          "(default: sampling's)")
     seed: int = Field(0, description="seed of the continuations")
+    candidates: Literal["union", "per_config"] = Field(
+        "union", description="a config's node maths on the union of every config's candidates, or on its own")
 
 
 class LoraSpec(Strict):
