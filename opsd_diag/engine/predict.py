@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from opsd_diag import jobs
+from opsd_diag import jobs as job_status
 from opsd_diag.core import verdict
 from opsd_diag.core.ideal import SAMPLED, aggregate_nodes, node_metrics
 from opsd_diag.core.stats import jsonable
@@ -116,15 +116,15 @@ def _reporting(run_dir: Path, bar):
     """The progress bar's update, also written to status.json (at most once a second) while a
     diagnosis is in its predictor stage, so the app can show the phase's progress and ETA."""
     last = [0.0]
-    report = (jobs.read_status(run_dir) or {}).get("stage") == "predictor"
+    report = (job_status.read_status(run_dir) or {}).get("stage") == "predictor"
     if report:
-        jobs.write_status(run_dir, done=0, total=int(bar.total or 0), stage_started=time.time())
+        job_status.write_status(run_dir, done=0, total=int(bar.total or 0), stage_started=time.time())
 
     def update(n: int) -> None:
         bar.update(n)
         if report and (time.time() - last[0] > 1.0 or bar.n >= (bar.total or 0)):
             last[0] = time.time()
-            jobs.write_status(run_dir, done=int(bar.n), total=int(bar.total or 0))
+            job_status.write_status(run_dir, done=int(bar.n), total=int(bar.total or 0))
     return update
 
 
