@@ -31,7 +31,7 @@ def _config(zoo: Path, data: Path) -> dict:
             "data": {"path": str(data)},
             "sampling": {"num_samples": 2, "max_completion_length": 8, "teacher_samples": 1},
             "analysis": {"bootstrap": 10, "checker": "toy", "pass_k": [1, 2]}, "shard_size": 2,
-            "ideal": {"budget": 24, "k": 2, "m": 2}}
+            "ideal": {"budget": 48, "k": 2, "m": 2}}
 
 
 @pytest.fixture(scope="session")
@@ -390,15 +390,23 @@ def test_run_picker_lists_each_run_once_and_survives_a_reload(runs_root, monkeyp
 def test_evidence_page_shows_nodes_and_directions(runs_root):
     at = _app(runs_root).switch_page("views/evidence.py").run()
     _ok(at)
-    nodes = Path(runs_root / "tiny" / "nodes.parquet")
-    if not nodes.is_file():
-        assert at.info  # no nodes within the budget: said so, in place
-        return
+    assert (runs_root / "tiny" / "nodes.parquet").is_file()
     assert len(at.get("plotly_chart")) == 4
     cands = at.dataframe[1].value
     assert {"token", "p_student", "q_teacher", "success", "sampled"} <= set(cands.columns)
     at.selectbox(key="ev_signal").select("jsd").run()
     _ok(at)
+    # a run without a predictor says so in place
+    no_ideal = runs_root.parent / "no_ideal"
+    if not no_ideal.exists():
+        shutil.copytree(runs_root / "tiny", no_ideal)
+        summary = json.loads((no_ideal / "summary.json").read_text())
+        summary.pop("ideal", None)
+        (no_ideal / "summary.json").write_text(json.dumps(summary))
+        (no_ideal / "nodes.parquet").unlink()
+    at = _app(runs_root.parent, "no_ideal").switch_page("views/evidence.py").run()
+    _ok(at)
+    assert "no ideal-gradient predictor" in at.info[0].value
 
 
 def _training_run(root: Path, name: str, status: str, prediction: dict | None) -> Path:
