@@ -435,6 +435,9 @@ def test_compare_and_track_record_pages(runs_root, tmp_path):
     at.radio(key="cmp_what").set_value("training").run()
     _ok(at)
     assert at.get("plotly_chart")
+    side = at.dataframe[0].value
+    assert len(side) == 2 and side["gain"].round(3).tolist() == [0.1, 0.1] and set(side["predicted"]) <= {
+        "helps", "hurts"}
     at.switch_page("views/track_record.py").run()
     _ok(at)
     assert [m.label for m in at.metric][:2] == ["Runs scored", "Spearman (score vs gain)"]

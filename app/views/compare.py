@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import common
-from opsd_diag import jobs
+from opsd_diag import jobs, scoreboard
 from opsd_diag.errors import OpsdError
 from opsd_diag.report import tables, training
 
@@ -55,6 +55,9 @@ else:
     if not metrics:
         st.info("These runs have no metrics yet.")
         st.stop()
+    st.dataframe(tables.compare_training({name: (f, jobs.status(r), scoreboard.read_prediction(r))
+                                          for (name, f), r in zip(records.items(), chosen)}),
+                 hide_index=True, key="cmp_train_table")
     evals = [m for m in metrics if any(("kind" in f) and f.loc[f["kind"] == "eval", m].notna().any()
                                        for f in records.values() if m in f)]
     trains = [m for m in metrics if m not in evals]

@@ -182,8 +182,8 @@ start = c2.button("Start diagnosis", type="primary", key="start", disabled=mode 
 
 if validate or start:
     try:
-        if mode == "form":
-            workbench.save_config(cfg, config_path, overwrite=True)
+        if mode == "form":  # the YAML is the artefact the run is made from: saved first, never over another
+            workbench.save_config(cfg, config_path, overwrite=st.session_state.get("nr_replace", False))
         checked = load_config(config_path)
     except OpsdError as e:
         st.error(str(e))

@@ -100,7 +100,8 @@ def cell(col: str, v) -> str:
         return "n/a"
     if col in _INT_COLUMNS:
         return f"{v:g}"
-    return f"{v:+.3f}" if v == 0 or abs(v) >= 1e-3 else f"{v:+.1e}"  # never a bare "-0.000"
+    sign = "+" if is_signed(col) else ""  # a sign only where both signs mean something
+    return f"{v:{sign}.3f}" if v == 0 or abs(v) >= 1e-3 else f"{v:{sign}.1e}"  # never a bare "-0.000"
 
 
 def _cells(col: str, values: np.ndarray) -> list[str]:

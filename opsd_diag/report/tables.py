@@ -103,3 +103,21 @@ def compare_curves(records: dict[str, pd.DataFrame], metric: str, kind: str = "t
     fig.update_layout(title=f"{metric} ({kind})", xaxis_title="step", yaxis_title=metric, height=380,
                       legend=dict(orientation="h", y=-0.2, yanchor="top"))
     return fig
+
+
+def compare_training(runs: dict[str, tuple[pd.DataFrame, dict, dict | None]]) -> pd.DataFrame:
+    """Training runs side by side: status, steps, method, what they were started from, and their first
+    and last held-out evaluation. ``runs``: name -> (metrics records, status.json, prediction or None)."""
+    rows = []
+    for name, (frame, status, pred) in runs.items():
+        evals = frame[frame["kind"] == "eval"] if "kind" in frame else frame.iloc[:0]
+        first, last = (evals.iloc[0], evals.iloc[-1]) if len(evals) else (None, None)
+
+        def at(r, k):
+            return float(r[k]) if r is not None and k in r and pd.notna(r[k]) else np.nan
+        rows.append({"run": name, "status": status.get("status"), "step": status.get("step"),
+                     "method": status.get("method"), "from": f"{pred.get('config')} / {pred.get('signal')}" if pred
+                     else "", "predicted": (pred or {}).get("verdict"), "pass@1 first": at(first, "pass@1"),
+                     "pass@1 last": at(last, "pass@1"), "gain": at(last, "pass@1") - at(first, "pass@1"),
+                     "kl_to_initial last": at(last, "kl_to_initial")})
+    return pd.DataFrame(rows)
