@@ -1,8 +1,11 @@
-"""What every page shares: which run is open, loading it (cached), the sidebar run picker."""
+"""What every page shares: which run is open (kept in the URL), loading it (cached), the sidebar picker,
+downloads that never go stale, and messages in the page's own words."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import re
 from pathlib import Path
 
 import streamlit as st
@@ -11,37 +14,55 @@ from app import jobs
 from opsd_diag import jobs as job_protocol
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
+from opsd_diag.report import export
 from opsd_diag.report.figures import FIGURE_HELP, default_alignment_config  # noqa: F401 (for the pages)
 from opsd_diag.run import Run
 from opsd_diag.schema import SIGNAL_COLUMNS, label
 
+SMALL_TABLE = 50_000  # rows: below this a table's bytes are made at once, above on request
+
 
 def init_state(argv: list[str]) -> None:
-    """``--run DIR`` / ``--runs-root DIR`` from the command line, unless the session already chose."""
+    """``--run DIR`` / ``--runs-root DIR`` from the command line, unless the session (or the URL) chose."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     p.add_argument("--run")
     p.add_argument("--runs-root", default=str(jobs.RUNS_ROOT))
     args, _ = p.parse_known_args(argv)
-    st.session_state.setdefault("run_dir", args.run)
+    # the URL's ?run= survives a reload (session state does not)
+    st.session_state.setdefault("run_dir", st.query_params.get("run") or args.run)
     st.session_state.setdefault("runs_root", args.runs_root)
+
+
+def canonical(path: str | None) -> str | None:
+    """One spelling per run directory (absolute, resolved), so a run is listed once."""
+    return str(Path(path).resolve()) if path else None
+
+
+def open_run(path: str) -> None:
+    st.session_state["run_dir"] = canonical(path)
+    st.query_params["run"] = st.session_state["run_dir"]
 
 
 def sidebar_run_picker() -> None:
     runs = [str(p) for p in job_protocol.find_runs(st.session_state["runs_root"], "diagnosis")]
-    current = st.session_state.get("run_dir")
-    current = str(Path(current).resolve()) if current else None  # one spelling per run in the list
+    current = canonical(st.session_state.get("run_dir"))
     if current and current not in runs:
         runs.insert(0, current)
     with st.sidebar:
         if runs:
-            st.session_state["run_dir"] = st.selectbox(
-                "Run", runs, index=runs.index(current) if current in runs else 0,
-                help=f"run directories under {st.session_state['runs_root']}/")
+            chosen = st.selectbox("Run", runs, index=runs.index(current) if current in runs else 0,
+                                  help=f"run directories under {st.session_state['runs_root']}/", key="picked_run")
+            if chosen != current:
+                open_run(chosen)
+            elif current and st.query_params.get("run") != current:
+                st.query_params["run"] = current
         else:
             st.info(f"No runs under {st.session_state['runs_root']}/: start one on 'New diagnosis'.")
         typed = st.text_input("…or open a run directory", key="typed_run")
         if typed and typed != st.session_state.get("opened"):
-            st.session_state["run_dir"] = st.session_state["opened"] = typed
+            st.session_state["opened"] = typed
+            open_run(typed)
+            st.session_state.pop("picked_run", None)
             st.rerun()
 
 
@@ -49,6 +70,16 @@ def sidebar_run_picker() -> None:
 def _load(path: str, stamp: int) -> Run:
     # Shared, read-only: cache_resource avoids copying a large token table on every rerun.
     return Run.load(Path(path))
+
+
+def stamp(run_dir: str | Path) -> int:
+    """Changes when the run is finished or its predictor rerun (which rewrites only summary.json)."""
+    return sum(p.stat().st_mtime_ns for p in (Path(run_dir) / "manifest.json", Path(run_dir) / "summary.json")
+               if p.is_file())
+
+
+def load(run_dir: str | Path) -> Run:
+    return _load(canonical(str(run_dir)), stamp(run_dir))
 
 
 def require_run() -> Run:
@@ -64,22 +95,57 @@ def require_run() -> Run:
             st.progress(p.fraction, text=f"{run_dir}: {p.text}")
             st.info("This run is not finished yet; its pages open when it is (reload to check).")
             st.stop()
-        # the stamp changes when the run is finished or its predictor rerun (which rewrites only summary.json)
-        stamp = sum(p.stat().st_mtime_ns for p in (manifest, Path(run_dir) / "summary.json") if p.is_file())
-        return _load(str(run_dir), stamp)
+        return load(run_dir)
     except OpsdError as e:
-        st.error(str(e))
+        st.error(plain(str(e)))
         st.stop()
 
 
-def tokenizer(run: Run):
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _tokenizer(path: str, stamp: int):
+    return _load(path, stamp).tokenizer()
+
+
+def tokenizer(run: Run, note: bool = True):
     """The student's tokenizer for decoding top-k ids (remote code never runs), or None: ids are shown."""
-    tok = run.tokenizer()
-    if tok is None:
+    tok = _tokenizer(canonical(str(run.path)), stamp(run.path))
+    if tok is None and note:
         st.caption("Top-k alternatives shown as token ids: the student's tokenizer is not available here.")
     return tok
 
 
-def signal_select(key: str, default: str = "r_opd") -> str:
+def signal_select(key: str, default: str = "r_opd", label_text: str = "Signal") -> str:
     cols = list(SIGNAL_COLUMNS)
-    return st.selectbox("Signal", cols, index=cols.index(default), key=key, format_func=label)
+    return st.selectbox(label_text, cols, index=cols.index(default), key=key, format_func=label)
+
+
+_FLAGS = ((r"pass --resume to continue it, or choose another --out", "use Resume to continue it, or choose "
+           "another run directory"), (r"--resume: ", ""), (r"--resume", "Resume"), (r"--out", "run directory"),
+          (r"--from-diagnosis", "diagnosis"), (r"--config", "config"), (r"--signal", "signal"),
+          (r"--max-steps", "steps"), (r"--eval-data", "evaluation data"), (r"opsd-train: error: ", ""))
+
+
+def plain(message: str) -> str:
+    """A library message in the page's own words: no command-line flag names."""
+    for pattern, words in _FLAGS:
+        message = message.replace(pattern, words)
+    return re.sub(r"(?<!\w)--([a-z][\w-]*)", lambda m: m.group(1).replace("-", " "), message)
+
+
+@st.cache_data(show_spinner="preparing the file", max_entries=32, ttl=3600)
+def _table_bytes(path: str, stamp_: int, table: str, fmt: str) -> bytes:
+    return export.table_bytes(_load(path, stamp_).export_table(table), fmt)
+
+
+def table_bytes(run: Run, table: str, fmt: str) -> bytes:
+    return _table_bytes(canonical(str(run.path)), stamp(run.path), table, fmt)
+
+
+def download(label_text: str, data: bytes | str, file_name: str, key: str, mime: str | None = None,
+             **kw) -> None:
+    """A download that works every time: the bytes are made before the click (never a deferred callable,
+    whose file a rerun can drop), the click does not rerun the page, and the key names the content."""
+    raw = data.encode() if isinstance(data, str) else data
+    digest = hashlib.sha1(raw).hexdigest()[:10]
+    st.download_button(label_text, raw, file_name=file_name, mime=mime, key=f"{key}-{digest}", on_click="ignore",
+                       **kw)

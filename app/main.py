@@ -18,14 +18,21 @@ from opsd_diag.errors import OpsdError  # noqa: E402
 st.set_page_config(page_title="OPSD-Diag", layout="wide")
 common.init_state(sys.argv[1:])
 common.sidebar_run_picker()
-pages = [
-    st.Page("views/overview.py", title="Overview", default=True),
-    st.Page("views/tokens.py", title="Tokens"),
-    st.Page("views/signals.py", title="Signals"),
-    st.Page("views/export.py", title="Export"),
-    st.Page("views/new_run.py", title="New diagnosis"),
-    st.Page("views/train.py", title="Train"),
-]
+pages = {
+    "This run": [
+        st.Page("views/overview.py", title="Overview", default=True),
+        st.Page("views/tokens.py", title="Tokens"),
+        st.Page("views/signals.py", title="Signals"),
+        st.Page("views/evidence.py", title="Evidence"),
+        st.Page("views/export.py", title="Export"),
+    ],
+    "Workbench": [
+        st.Page("views/new_run.py", title="New diagnosis"),
+        st.Page("views/train.py", title="Train"),
+        st.Page("views/compare.py", title="Compare"),
+        st.Page("views/track_record.py", title="Track record"),
+    ],
+}
 try:
     st.navigation(pages).run()
 except OpsdError as e:  # a corrupt or unreadable run (a table read by a page): the message in place

@@ -1,8 +1,9 @@
 """Launch the app on 127.0.0.1: ``python -m app.serve [--run DIR] [--port N]``.
 
-Without ``--run`` it opens the bundled example run ``runs/quickstart``, producing it first with
-``opsd-diag run sample_data/configs/quickstart.yaml --out runs/quickstart`` when it is missing or
-unfinished (a rerun resumes). Everything runs as child processes from argument lists, never a shell.
+Without ``--run`` (and ``--runs-root``) it opens the bundled example run ``runs/quickstart``, producing
+it first with ``opsd-diag run sample_data/configs/quickstart.yaml --out runs/quickstart`` when it is
+missing or unfinished (a rerun resumes). ``--runs-root DIR`` lists the runs of another folder (and
+builds nothing). Everything runs as child processes from argument lists, never a shell.
 """
 
 from __future__ import annotations
@@ -35,19 +36,22 @@ def diagnose_command(config: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "opsd_diag.cli", "run", str(config), "--out", str(out)]
 
 
-def streamlit_command(port: int, run_dir: Path) -> list[str]:
+def streamlit_command(port: int, run_dir: Path | None, runs_root: Path | None = None) -> list[str]:
+    tail = [*(["--run", str(run_dir)] if run_dir else []), *(["--runs-root", str(runs_root)] if runs_root else [])]
     return [sys.executable, "-m", "streamlit", "run", str(REPO / "app" / "main.py"),
-            "--server.address", HOST, "--server.port", str(port), "--", "--run", str(run_dir)]
+            "--server.address", HOST, "--server.port", str(port), "--", *tail]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m app.serve", description=__doc__.splitlines()[0])
     p.add_argument("--run", help=f"run directory to open (default {QUICKSTART_RUN}, built when missing)")
     p.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--runs-root", help="folder whose runs the app lists (default runs/); builds no example")
     args = p.parse_args(argv)
 
-    run_dir = Path(args.run).resolve() if args.run else QUICKSTART_RUN  # streamlit runs in REPO
-    if not args.run and not run_finished(REPO / run_dir):
+    runs_root = Path(args.runs_root).resolve() if args.runs_root else None
+    run_dir = Path(args.run).resolve() if args.run else (None if runs_root else QUICKSTART_RUN)  # streamlit: REPO
+    if not args.run and not runs_root and not run_finished(REPO / run_dir):
         cmd = diagnose_command(QUICKSTART_CONFIG, run_dir)
         print(f"building the example run: {' '.join(cmd)}", flush=True)
         rc = subprocess.run(cmd, cwd=REPO).returncode
@@ -56,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                   "build it with 'opsd-diag zoo build', or pass --run DIR", file=sys.stderr)
             return 2
     port = args.port or free_port()
-    print(f"OPSD-Diag app: http://{HOST}:{port}  (run {run_dir}; Ctrl+C to stop)", flush=True)
+    print(f"OPSD-Diag app: http://{HOST}:{port}  (run {run_dir or 'none'}; Ctrl+C to stop)", flush=True)
     try:
-        return subprocess.run(streamlit_command(port, run_dir), cwd=REPO).returncode
+        return subprocess.run(streamlit_command(port, run_dir, runs_root), cwd=REPO).returncode
     except KeyboardInterrupt:
         return 0
 

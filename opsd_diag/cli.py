@@ -1,4 +1,4 @@
-"""``opsd-diag``: run a diagnosis, report it, show one rollout, build the toy zoo.
+"""``opsd-diag``: run a diagnosis, report it, show one rollout, export a heatmap, build the toy zoo.
 
 User errors print one line on stderr and exit with status 2 (no traceback).
 """
@@ -6,6 +6,7 @@ User errors print one line on stderr and exit with status 2 (no traceback).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -82,7 +83,29 @@ def _cmd_show(args) -> None:
     from opsd_diag.run import Run
 
     row, tokens, config = Run.load(Path(args.run_dir)).rollout(args.rollout, args.config)
-    print(render_rollout(row, tokens, config, signal=args.signal, color=not args.no_color))
+    # colour only on a terminal (a redirected file gets plain text) unless --color asks for it
+    color = args.color or (not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    print(render_rollout(row, tokens, config, signal=args.signal, color=color))
+
+
+def _cmd_export(args) -> None:
+    from opsd_diag.run import Run
+
+    run = Run.load(Path(args.run_dir))
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else [run.top_config()]
+    for c in configs:
+        if c not in run.configs:
+            raise OpsdError(f"unknown config '{c}': this run has {', '.join(run.configs)}")
+    out = Path(args.out) if args.out else Path(f"{run.path.name}-rollout{args.rollout}-{args.signal}.{args.format}")
+    data = run.export_heatmap(args.rollout, configs, args.signal, args.format,
+                              run.tokenizer() if args.format == "html" else None, scale=args.scale)
+    from opsd_diag.io import store
+
+    try:
+        store.atomic_write_bytes(out, data)
+    except OSError as e:
+        raise OpsdError(f"cannot write {out} ({e.strerror}): choose another --out") from None
+    print(f"heatmap of rollout {args.rollout} ({', '.join(configs)}, {args.signal}) written to {out}")
 
 
 def _cmd_predict(args) -> None:
@@ -97,6 +120,8 @@ def _cmd_predict(args) -> None:
     from opsd_diag.engine.diagnose import prepare
     from opsd_diag.engine.predict import run_predictor
 
+    if Run.load(run_dir).summary.ranking:
+        print(f"opsd-diag: replacing the verdicts and ranking of {run_dir} with a new predictor run", file=sys.stderr)
     prep = prepare(cfg)
     result = run_predictor(run_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), spec,
                            show_progress=True)
@@ -128,7 +153,7 @@ def _cmd_zoo_build(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="opsd-diag", description=__doc__.splitlines()[0])
+    p = Parser(prog="opsd-diag", description=__doc__.splitlines()[0].replace("``", ""))
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="sample, score and aggregate a diagnosis config into a run directory")
@@ -146,8 +171,21 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rollout", type=int, default=0, help="rollout id")
     s.add_argument("--config", help="teacher config name (default: the first)")
     s.add_argument("--signal", default="r_opd", help="per-token column that colours the tokens")
-    s.add_argument("--no-color", action="store_true")
+    s.add_argument("--no-color", action="store_true", help="plain text (the default when stdout is not a terminal)")
+    s.add_argument("--color", action="store_true", help="colour even when stdout is not a terminal")
     s.set_defaults(func=_cmd_show)
+
+    e = sub.add_parser("export", help="one rollout's token heatmap (one config or several stacked) as a file")
+    e.add_argument("run_dir")
+    e.add_argument("--rollout", type=int, default=0, help="rollout id")
+    e.add_argument("--configs", help="comma-separated teacher configs, stacked (default: the top-ranked one)")
+    e.add_argument("--signal", default="r_opd", help="per-token column that colours the tokens")
+    e.add_argument("--format", choices=("html", "png", "svg"), default="html",
+                   help="html: self-contained, no network request; png/svg: need kaleido and Chromium")
+    e.add_argument("--scale", choices=("rollout", "run"), default="rollout",
+                   help="colour scale from this rollout's values or the whole run's")
+    e.add_argument("--out", help="file to write (default RUN-rolloutN-SIGNAL.FORMAT here)")
+    e.set_defaults(func=_cmd_export)
 
     pr = sub.add_parser("predict", help="add the ideal-gradient analysis (and verdicts) to a finished run")
     pr.add_argument("run_dir")

@@ -6,6 +6,7 @@ heatmaps, the HTML report and exports. The CLI and every app page read runs thro
     run.verdicts()                      # ranked helps / unclear / hurts per (config, signal)
     run.figures("a_d2")                 # Plotly figures by name
     run.heatmap(3, ["teacher"], "r_opd")  # one rollout's tokens as an HTML heatmap
+    run.export_heatmap(3, ["teacher", "self_full"], "a_d2", "svg")  # the same, stacked, as a file
     run.export("out/", table_format="csv")
 
 Tables are read lazily (a million-row token table is only loaded when asked for) and every file of
@@ -22,13 +23,16 @@ import pandas as pd
 import plotly.graph_objects as go
 from pydantic import ValidationError
 
+from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
 from opsd_diag.io.config import DiagnosisConfig, from_dict
-from opsd_diag.report import export, figures, heatmap, html
+from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
+from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts", "nodes")
+SUMMARY_TABLES = ("summary", "ci", "accuracy", "entropy_bins", "positions", "verdicts")
 
 
 class Run:
@@ -37,6 +41,7 @@ class Run:
     def __init__(self, path: Path, manifest: dict, summary: Summary):
         self.path, self.manifest, self.summary = Path(path), manifest, summary
         self._tables: dict[str, pd.DataFrame] = {}
+        self._memo: dict[tuple, object] = {}  # derived tables (indices, scales, token types), built once
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
@@ -66,7 +71,9 @@ class Run:
     def table(self, name: str) -> pd.DataFrame:
         if name not in TABLES:
             raise OpsdError(f"unknown table '{name}': choose one of {', '.join(TABLES)}")
-        return self._tables.setdefault(name, store.read_table(self.path, name))
+        if name not in self._tables:  # read once (setdefault would read the file on every access)
+            self._tables[name] = store.read_table(self.path, name)
+        return self._tables[name]
 
     rollouts = property(lambda self: self.table("rollouts"))
     tokens = property(lambda self: self.table("tokens"))
@@ -87,9 +94,19 @@ class Run:
         """Ranked verdicts (rank, config, signal, verdict, score, reason), or None without a predictor."""
         return self.summary.verdict_frame()
 
+    def _rows(self, name: str, rollout_id: int) -> pd.DataFrame:
+        """The rows of table ``name`` for one rollout, through an index built once (tables are large)."""
+        key = ("index", name)
+        if key not in self._memo:
+            t = self.table(name)
+            self._memo[key] = t.groupby("rollout_id", sort=False).indices if not t.empty else {}
+        idx = self._memo[key].get(rollout_id)
+        t = self.table(name)
+        return t.iloc[idx] if idx is not None else t.iloc[:0]
+
     def rollout(self, rollout_id: int, config: str | None = None) -> tuple[pd.Series, pd.DataFrame, str]:
         """(the rollout's row, its tokens under ``config`` in position order, the config name)."""
-        rollouts, tokens = self.rollouts, self.tokens
+        rollouts = self.rollouts
         match = rollouts[rollouts["rollout_id"] == rollout_id]
         if match.empty:
             raise OpsdError(f"no rollout {rollout_id} in this run: rollout ids go from "
@@ -97,8 +114,28 @@ class Run:
         config = config or (self.configs[0] if self.configs else None)
         if config not in self.configs:
             raise OpsdError(f"unknown config '{config}': this run has {', '.join(self.configs)}")
-        t = tokens[(tokens["rollout_id"] == rollout_id) & (tokens["config"] == config)].sort_values("pos")
-        return match.iloc[0], t, config
+        t = self._rows("tokens", rollout_id)
+        return match.iloc[0], t[t["config"] == config].sort_values("pos"), config
+
+    def top_config(self) -> str | None:
+        """The config of the best-ranked verdict, else the first config (the pages' default)."""
+        ranking = self.summary.ranking
+        return ranking[0].config if ranking else (self.configs[0] if self.configs else None)
+
+    def signal_scale(self, signal: str, configs: list[str] | None = None, rollout: int | None = None) -> float:
+        """The heatmap colour scale: the 95th percentile of |signal| over one rollout (``rollout``) or
+        over the whole run, of the given configs (all by default)."""
+        configs = list(configs or self.configs)
+        key = ("scale", signal, tuple(configs), rollout)
+        if key not in self._memo:
+            t = self.tokens if rollout is None else self._rows("tokens", rollout)
+            self._memo[key] = heatmap.heatmap_scale(t.loc[t["config"].isin(configs), signal])
+        return self._memo[key]
+
+    def entropy_bin(self, tokens: pd.DataFrame) -> pd.Series:
+        """The student-entropy bin of each token (the bins of the run's summary)."""
+        edges = self.summary.settings.get("entropy_edges")
+        return entropy_bins(tokens["h_s"].astype(float), edges=edges).astype(str)
 
     def pick_rollouts(self, n: int = 3) -> list[int]:
         """A few rollouts worth a look: incorrect ones first, then correct, then the rest, in id order."""
@@ -121,18 +158,74 @@ class Run:
         """Every figure of ``report.figures.FIGURE_HELP``, in that order."""
         return {name: self.figure(name, signal, config) for name in figures.FIGURE_HELP}
 
-    def heatmap(self, rollout: int, configs: list[str] | None = None, signal: str = "r_opd", tokenizer=None) -> str:
-        """One rollout's tokens coloured by ``signal``, one heatmap per config (stacked), as HTML."""
+    def heatmap(self, rollout: int, configs: list[str] | None = None, signal: str = "r_opd", tokenizer=None, *,
+                scale: str = "rollout", entropy_bin: str | None = None, hot: set[int] | None = None) -> str:
+        """One rollout's tokens coloured by ``signal``, one heatmap per config (stacked, one colour scale),
+        as HTML. ``scale``: "rollout" or "run" (the 95th percentile of |signal| over either);
+        ``entropy_bin`` fades the tokens outside that student-entropy bin; ``hot`` outlines positions."""
+        if signal not in SIGNAL_COLUMNS:
+            raise OpsdError(f"unknown signal '{signal}': choose one of {', '.join(SIGNAL_COLUMNS)}")
+        if scale not in ("rollout", "run"):
+            raise OpsdError(f"unknown colour scale '{scale}': use rollout or run")
+        configs = list(configs or self.configs[:1])
+        value = self.signal_scale(signal, configs, None if scale == "run" else rollout)
+        topk = self._rows("topk", rollout) if not self.topk.empty else None
         parts = []
-        for config in configs or self.configs[:1]:
+        for config in configs:
             row, t, config = self.rollout(rollout, config)
-            topk = self.topk
-            if not topk.empty:
-                topk = topk[topk["rollout_id"] == rollout]
+            dim = (self.entropy_bin(t) != entropy_bin).to_numpy() if entropy_bin else None
             title = (f"rollout {rollout} · problem {row['problem_id']} · sample {row['sample_idx']} · config "
                      f"{config} · correct={row['correct']} · finished={row['finished']} · {len(t)} tokens")
-            parts.append(heatmap.render_heatmap(t, signal, topk, config, tokenizer, title))
+            parts.append(heatmap.render_heatmap(t, signal, topk, config, tokenizer, title, scale=value,
+                                                scope="this rollout" if scale == "rollout" else "the whole run",
+                                                dim=dim, hot=hot))
         return "".join(parts)
+
+    def heatmap_figure(self, rollout: int, configs: list[str] | None = None, signal: str = "r_opd", *,
+                       scale: str = "rollout") -> go.Figure:
+        """The same heatmap as a Plotly figure (tokens in a grid, one panel per config): PNG and SVG."""
+        configs = list(configs or self.configs[:1])
+        value = self.signal_scale(signal, configs, None if scale == "run" else rollout)
+        panels = {c: self.rollout(rollout, c)[1] for c in configs}
+        return token_figure.token_figure(panels, signal, value, f"rollout {rollout} coloured by {signal}")
+
+    def export_heatmap(self, rollout: int, configs: list[str] | None = None, signal: str = "r_opd",
+                       fmt: str = "html", tokenizer=None, *, scale: str = "rollout") -> bytes:
+        """A heatmap as a file: self-contained HTML (no script, no network request), PNG or SVG."""
+        if fmt == "html":
+            body = self.heatmap(rollout, configs, signal, tokenizer, scale=scale)
+            return heatmap.document([body], f"{self.path.name}: rollout {rollout}, {signal}").encode()
+        if fmt not in export.IMAGE_FORMATS:
+            raise OpsdError(f"unknown heatmap format '{fmt}': use html, png or svg")
+        fig = self.heatmap_figure(rollout, configs, signal, scale=scale)
+        return export.figure_image(fig, fmt, width=fig.layout.width, height=fig.layout.height, scale=1.5)
+
+    def token_types(self, signal: str, config: str, min_count: int = 5) -> pd.DataFrame:
+        """Per token string: count, mean and total ``signal`` under ``config`` (``report.tables``)."""
+        key = ("types", signal, config, min_count)
+        if key not in self._memo:
+            self._memo[key] = tables.token_types(self.tokens, signal, config, min_count)
+        return self._memo[key]
+
+    def disagreement(self, signal: str, configs: list[str], n: int = 20, rollout: int | None = None) -> pd.DataFrame:
+        """The tokens where ``configs`` disagree most on ``signal`` (in one rollout, or the whole run)."""
+        key = ("disagree", signal, tuple(configs), n, rollout)
+        if key not in self._memo:
+            t = self.tokens if rollout is None else self._rows("tokens", rollout)
+            self._memo[key] = tables.disagreement(t, signal, list(configs), n)
+        return self._memo[key]
+
+    def evidence_figures(self, signal: str = "r_opd", divergence: str = "kl_rev") -> dict[str, go.Figure]:
+        """The predictor's evidence by name (``report.evidence.EVIDENCE_HELP``)."""
+        s = self.summary
+        return {"advantage": evidence.advantage_figure(s), "direction": evidence.direction_figure(s),
+                "split": evidence.split_figure(s, signal),
+                "scatter": evidence.scatter_figure(self.nodes, s, signal, divergence)}
+
+    def candidates(self, tokenizer=None) -> pd.DataFrame:
+        """The predictor's nodes, one row per candidate token (``report.evidence.candidates``)."""
+        decode = (lambda i: repr(tokenizer.decode([int(i)]))) if tokenizer is not None else None
+        return evidence.candidates(self.nodes, decode)
 
     def report_html(self, signal: str = "r_opd", n_heatmaps: int = 3, tokenizer=None, title: str = "") -> str:
         """One self-contained HTML page: facts, summary, verdicts, every figure, a few heatmaps."""
@@ -155,15 +248,22 @@ class Run:
             return None
 
     # ------------------------------------------------------------------------------ export
+    def table_names(self) -> list[str]:
+        """The exportable tables: the summary's in long form, then the stored ones."""
+        return [*SUMMARY_TABLES[:5], *(["verdicts"] if self.summary.ranking else []), *TABLES]
+
+    def export_table(self, name: str) -> pd.DataFrame:
+        """One exportable table by name (only that one is read)."""
+        s = self.summary
+        derived = {"summary": s.headline_frame, "ci": s.ci_frame, "accuracy": s.accuracy_frame,
+                   "entropy_bins": s.entropy_frame, "positions": s.position_frame, "verdicts": s.verdict_frame}
+        if name in derived and name in self.table_names():
+            return derived[name]()
+        return self.table(name)
+
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every exportable table: the summary's in long form plus the stored ones."""
-        s = self.summary
-        out = {"summary": s.headline_frame(), "ci": s.ci_frame(), "accuracy": s.accuracy_frame(),
-               "entropy_bins": s.entropy_frame(), "positions": s.position_frame()}
-        if s.ranking:
-            out["verdicts"] = s.verdict_frame()
-        out.update({name: self.table(name) for name in TABLES})
-        return out
+        return {name: self.export_table(name) for name in self.table_names()}
 
     def export(self, out_dir: str | Path, *, table_format: str = "csv", figure_format: str = "html",
                signal: str = "r_opd") -> list[Path]:

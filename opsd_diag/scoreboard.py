@@ -69,3 +69,14 @@ def scoreboard(root: str | Path = "runs") -> Scoreboard:
                                                                          & (decided["gain"] < 0))
     return Scoreboard(frame, spearman(done["score"], done["gain"]), int(len(done)),
                       float(right.mean()) if len(decided) else math.nan)
+
+
+def read_prediction(run_dir: str | Path) -> dict | None:
+    """The prediction a training run was started from (``prediction.json``), or None."""
+    path = Path(run_dir) / PREDICTION
+    if not path.is_file():
+        return None
+    try:
+        return store.read_json(path)
+    except OpsdError:
+        return None

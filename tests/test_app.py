@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,8 @@ pytestmark = pytest.mark.slow  # runs models end to end: `make test` only, not `
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
-PAGES = ("views/tokens.py", "views/signals.py", "views/export.py", "views/new_run.py")
+PAGES = ("views/overview.py", "views/tokens.py", "views/signals.py", "views/evidence.py", "views/export.py",
+         "views/new_run.py", "views/train.py", "views/compare.py", "views/track_record.py")
 
 
 def _config(zoo: Path, data: Path) -> dict:
@@ -27,7 +30,8 @@ def _config(zoo: Path, data: Path) -> dict:
                          {"name": "self_full", "context": "full_solution"}],
             "data": {"path": str(data)},
             "sampling": {"num_samples": 2, "max_completion_length": 8, "teacher_samples": 1},
-            "analysis": {"bootstrap": 10, "checker": "toy", "pass_k": [1, 2]}, "shard_size": 2}
+            "analysis": {"bootstrap": 10, "checker": "toy", "pass_k": [1, 2]}, "shard_size": 2,
+            "ideal": {"budget": 48, "k": 2, "m": 2}}
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +80,8 @@ def test_overview_shows_verdict_and_estimator(runs_root, tmp_path):
     run = tmp_path / "runs" / "judged"
     shutil.copytree(runs_root / "tiny", run)
     summary = json.loads((run / "summary.json").read_text())
-    summary["verdicts"] = {"teacher": {"r_opd": {"verdict": "helps", "reason": "A > 0.", "score": 0.3}}}
+    long = "A > 0 " + "and the reason goes on for a while " * 8 + "to its very end."
+    summary["verdicts"] = {"teacher": {"r_opd": {"verdict": "helps", "reason": long, "score": 0.3}}}
     summary["ranking"] = [{"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": 0.3}]
     summary["verdict_rule"] = "**hurts** if ..."
     summary["ideal"] = {"status": "ok", "estimator": "our estimator (docs/signals.md)", "budget": 32,
@@ -85,8 +90,13 @@ def test_overview_shows_verdict_and_estimator(runs_root, tmp_path):
     at = _app(run.parent, "judged")
     _ok(at)
     assert "Verdict and ranking" in [h.value for h in at.subheader]
-    assert at.dataframe[1].value["verdict"].tolist() == ["helps"]
+    assert any(m.value == ":blue-background[**helps**]" for m in at.markdown)  # coloured
+    assert any(long in m.value for m in at.markdown)  # the whole reason, never cut off
+    assert [b.label for b in at.button if b.label == "Train this"] == ["Train this"]
     assert any("our estimator" in c.value and "budget 32" in c.value for c in at.caption)
+    at.toggle(key="ov_compact").set_value(True).run()
+    _ok(at)
+    assert at.dataframe[1].value["verdict"].tolist() == ["helps"]
 
 
 def test_no_run_given_lists_runs_under_root(runs_root):
@@ -103,11 +113,24 @@ def test_tokens_page(runs_root):
     _ok(at)
     html = at.html[0].value
     assert "class='opsd-hm'" in html and "student top-5" in html and "<script" not in html
-    at.selectbox(key="tok_signal").select("a_d2").run()
-    at.selectbox(key="tok_config").select("self_full").run()
+    at.selectbox(key="tok_signal").select("rank_t").run()
     _ok(at)
-    assert "a_d2" in at.html[0].value and "config self_full" in at.html[0].value
-    assert len(at.dataframe) == 1
+    assert "sequential" in at.html[0].value  # a rank gets a sequential scale
+    at.multiselect(key="tok_configs").set_value(["teacher", "self_full"]).run()
+    _ok(at)
+    assert at.html[0].value.count("class='opsd-hm'") == 2 and "config self_full" in at.html[0].value
+    at.button(key="tok_jump").click().run()
+    _ok(at)
+    at.radio(key="tok_scale").set_value("run").run()
+    at.radio(key="tok_correct").set_value("incorrect").run()
+    _ok(at)
+    assert "the whole run" in at.html[0].value
+    at.text_input(key="tok_search").input("no such text anywhere").run()
+    assert at.warning and "No rollout matches" in at.warning[0].value
+    at.text_input(key="tok_search").input("").run()
+    _ok(at)
+    assert any(b.proto.label == "Heatmap HTML" for b in at.get("download_button"))
+    assert "Token types" in [h.value for h in at.subheader]
 
 
 def test_signals_page(runs_root):
@@ -122,18 +145,37 @@ def test_export_page(runs_root):
     at = _app(runs_root).switch_page("views/export.py").run()
     _ok(at)
     labels = [b.proto.label for b in at.get("download_button")]
-    assert {"HTML (interactive, works offline)", "CSV", "PARQUET", "JSON", "HTML report"} <= set(labels)
+    assert {"HTML (interactive, works offline)", "CSV", "PARQUET", "JSON", "summary.json"} <= set(labels)
     if export.image_export_available():
         assert at.button(key="render_img")
     else:
         assert "opsd-diag[export]" in at.info[0].value  # kaleido missing: said so, in place
     at.selectbox(key="exp_table").select("tokens").run()
     _ok(at)
+    at.button(key="build_report").click().run()
+    _ok(at)
+    assert "HTML report" in [b.proto.label for b in at.get("download_button")]
+
+
+def test_downloads_hold_their_bytes_and_are_named_per_table(runs_root):
+    """Bug 3: deferred downloads failed about 1 click in 5 and two tables downloaded under one name."""
+    at = _app(runs_root).switch_page("views/export.py").run()
+    seen = {}
+    for table in ("summary", "ci", "rollouts", "tokens"):
+        at.selectbox(key="exp_table").select(table).run()
+        _ok(at)
+        for b in at.get("download_button"):
+            assert not b.proto.deferred_file_id, b.proto.label  # bytes made before the click
+            assert b.proto.ignore_rerun, b.proto.label  # the click does not rerun the page
+            if b.proto.label in ("CSV", "PARQUET", "JSON"):
+                seen.setdefault(b.proto.url, set()).add(table)
+    assert all(len(tables) == 1 for tables in seen.values()) and len(seen) == 12
 
 
 def test_new_run_bad_config_shows_error_in_place(runs_root, tmp_path):
     at = _app(runs_root).switch_page("views/new_run.py").run()
     _ok(at)
+    at.radio(key="nr_mode").set_value("file").run()
     bad = tmp_path / "bad.yaml"
     for text, expected in (("student: [unclosed", "not valid YAML"),
                            (yaml.safe_dump({"student": {"model": "x"}, "teachers": [{"name": "t"}],
@@ -154,6 +196,7 @@ def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path
     cfg["student"]["model"] = str(tmp_path / "no_such_model")
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(cfg))
     at = _app(runs_root).switch_page("views/new_run.py").run()
+    at.radio(key="nr_mode").set_value("file").run()
     at.text_input(key="config_path").input(str(tmp_path / "broken.yaml")).run()
     at.text_input(key="out_dir").input(str(tmp_path / "runs" / "broken")).run()
     at.button(key="start").click().run()
@@ -186,16 +229,17 @@ def test_new_run_opens_a_finished_job(runs_root):
 
 def test_progress_counts_shards(runs_root, tmp_path):
     done = jobs.progress(runs_root / "tiny")
-    assert done.status == "finished" and done.fraction == 1.0 and done.total == 2 == done.done
+    assert done.status == "finished" and done.fraction == 1.0 and done.text == "finished"
+    assert [p.state for p in done.phases] == ["done", "done", "done"]
     busy = jobs.progress(runs_root / "busy")
-    assert (busy.status, busy.done, busy.total) == ("running", 0, 2)
+    assert (busy.status, busy.done, busy.total) == ("running", 0, 2) and "0 of 2 shards" in busy.text
     assert jobs.progress(tmp_path / "none").status == "unknown"
     (tmp_path / "dead").mkdir()
     job_protocol.write_status(tmp_path / "dead", "running", owner=False, pid=2**22 + 7, start_time=1)  # gone
     dead = jobs.progress(tmp_path / "dead")
     assert dead.status == "died" and "ended without a result" in dead.error
     found = [p.name for p in job_protocol.find_runs(runs_root, "diagnosis")]
-    assert set(found) == {"tiny", "busy"} and job_protocol.find_runs(tmp_path / "missing") == []
+    assert {"tiny", "busy"} <= set(found) and job_protocol.find_runs(tmp_path / "missing") == []
 
 
 def test_serve_binds_localhost_and_builds_the_example_first(monkeypatch, tmp_path):
@@ -233,6 +277,7 @@ def test_train_page_errors_in_place_then_starts_and_follows_a_run(runs_root, tmp
 
     at = _app(runs_root).switch_page("views/train.py").run()
     _ok(at)
+    at.radio(key="train_mode").set_value("file").run()
     bad = tmp_path / "no_training.yaml"
     bad.write_text((runs_root.parent / "tiny.yaml").read_text())  # a diagnosis config without `training`
     at.text_input(key="train_config").input(str(bad)).run()
@@ -258,3 +303,262 @@ def test_train_page_errors_in_place_then_starts_and_follows_a_run(runs_root, tmp
     _ok(at)
     assert "finished: step 2 of 2" in at.get("progress")[0].proto.text
     assert len(at.get("plotly_chart")) >= 1  # the loss curves of metrics.jsonl
+
+
+# ----------------------------------------------------------------------------- issue 13: every page, the bugs
+
+
+def _texts(at: AppTest) -> list[str]:
+    return [e.value for kind in ("caption", "markdown", "info", "warning", "success", "error")
+            for e in getattr(at, kind)]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_without_exception(runs_root, page):
+    at = _app(runs_root)
+    if page != PAGES[0]:
+        at.switch_page(page).run()
+    _ok(at)
+    assert at.title[0].value  # the page's own title, no stException
+    # every file a caption cites exists (the Overview once cited a file that did not)
+    cited = {m for t in _texts(at) for m in re.findall(r"\b[\w.-]+/[\w./-]+\.(?:md|py|json|yaml|parquet)\b", t)}
+    assert all((REPO / c).exists() or Path(c).exists() for c in cited), cited
+
+
+def test_a_rewritten_summary_shows_at_once(runs_root, tmp_path):
+    """Bug 1: runs were cached by the manifest's time while the predictor rewrites only summary.json."""
+    run = tmp_path / "runs" / "late"
+    shutil.copytree(runs_root / "tiny", run)
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(verdicts={}, ranking=[])
+    (run / "summary.json").write_text(json.dumps(summary))
+    at = _app(run.parent, "late")
+    assert not any(b.label == "Train this" for b in at.button)
+    summary["verdicts"] = {"teacher": {"r_opd": {"verdict": "hurts", "reason": "late verdict.", "score": -0.1}}}
+    summary["ranking"] = [{"config": "teacher", "signal": "r_opd", "verdict": "hurts", "score": -0.1}]
+    time.sleep(0.01)
+    (run / "summary.json").write_text(json.dumps(summary))
+    at.run()
+    _ok(at)
+    assert any("late verdict." in m.value for m in at.markdown)
+
+
+def test_manifest_says_finished_only_after_the_predictor(ci_zoo, tmp_path, monkeypatch):
+    """Bug 1: the app showed "Finished" while the predictor still ran."""
+    from opsd_diag.engine import diagnose
+    from opsd_diag.io.config import from_dict
+    from opsd_diag.zoo import task
+
+    seen = {}
+    real = diagnose.run_predictor
+
+    def spy(run_dir, *a, **k):
+        seen["manifest"] = json.loads((run_dir / "manifest.json").read_text())["status"]
+        seen["progress"] = jobs.progress(run_dir)
+        return real(run_dir, *a, **k)
+
+    monkeypatch.setattr(diagnose, "run_predictor", spy)
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(2, 9)))
+    cfg = _config(ci_zoo, data)
+    cfg["teachers"] = cfg["teachers"][:1]
+    diagnose.run_diagnosis(from_dict(cfg), tmp_path / "run", show_progress=False)
+    p = seen["progress"]
+    assert seen["manifest"] == "running" and p.status == "running" and p.stage == "predictor"
+    assert [ph.state for ph in p.phases] == ["done", "done", "running"] and "predictor" in p.text
+    assert jobs.progress(tmp_path / "run").status == "finished"
+
+
+def test_run_picker_lists_each_run_once_and_survives_a_reload(runs_root, monkeypatch):
+    """Bug 7: one run listed twice (absolute and relative path); a reload reset the choice."""
+    monkeypatch.chdir(runs_root.parent)
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.session_state["runs_root"] = "runs"
+    at.session_state["run_dir"] = "runs/tiny"
+    at.run()
+    _ok(at)
+    options = at.sidebar.selectbox[0].options
+    assert len(options) == len(set(options)) and str(runs_root / "tiny") in options
+    assert at.query_params["run"] == [str(runs_root / "tiny")] or at.query_params["run"] == str(runs_root / "tiny")
+    at.sidebar.selectbox[0].select(str(runs_root / "busy")).run()
+    reloaded = AppTest.from_file(MAIN, default_timeout=60)  # a reload: a new session, the same URL
+    reloaded.query_params["run"] = str(runs_root / "busy")
+    reloaded.run()
+    assert reloaded.session_state["run_dir"] == str(runs_root / "busy")
+
+
+def test_evidence_page_shows_nodes_and_directions(runs_root):
+    at = _app(runs_root).switch_page("views/evidence.py").run()
+    _ok(at)
+    assert (runs_root / "tiny" / "nodes.parquet").is_file()
+    assert len(at.get("plotly_chart")) == 4
+    cands = at.dataframe[1].value
+    assert {"token", "p_student", "q_teacher", "success", "sampled"} <= set(cands.columns)
+    at.selectbox(key="ev_signal").select("jsd").run()
+    _ok(at)
+    # a run without a predictor says so in place
+    no_ideal = runs_root.parent / "no_ideal"
+    if not no_ideal.exists():
+        shutil.copytree(runs_root / "tiny", no_ideal)
+        summary = json.loads((no_ideal / "summary.json").read_text())
+        summary.pop("ideal", None)
+        (no_ideal / "summary.json").write_text(json.dumps(summary))
+        (no_ideal / "nodes.parquet").unlink()
+    at = _app(runs_root.parent, "no_ideal").switch_page("views/evidence.py").run()
+    _ok(at)
+    assert "no ideal-gradient predictor" in at.info[0].value
+
+
+def _training_run(root: Path, name: str, status: str, prediction: dict | None) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("x: 1\n")
+    recs = [{"kind": "eval", "step": 0, "pass@1": 0.3}, {"kind": "train", "step": 1, "loss": 1.0},
+            {"kind": "train", "step": 2, "loss": 0.5}, {"kind": "eval", "step": 2, "pass@1": 0.4}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    job_protocol.write_status(run, status, owner=False, kind="training", step=2, max_steps=2, method="opd")
+    if prediction:
+        (run / "prediction.json").write_text(json.dumps(prediction))
+    return run
+
+
+def test_compare_and_track_record_pages(runs_root, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(runs_root / "tiny", root / "a")
+    shutil.copytree(runs_root / "tiny", root / "b")
+    for i, (verdict, score) in enumerate((("helps", 0.2), ("hurts", -0.1), ("helps", 0.05))):
+        _training_run(root, f"train-{i}", "finished", {"config": "teacher", "signal": "r_opd", "verdict": verdict,
+                                                       "score": score, "diagnosis": str(root / "a")})
+    at = _app(root, "a").switch_page("views/compare.py").run()
+    _ok(at)
+    assert {"config", "r_opd (A)", "r_opd (B)", "r_opd (B − A)"} <= set(at.dataframe[0].value.columns)
+    at.radio(key="cmp_what").set_value("training").run()
+    _ok(at)
+    assert at.get("plotly_chart")
+    side = at.dataframe[0].value
+    assert len(side) == 2 and side["gain"].round(3).tolist() == [0.1, 0.1] and set(side["predicted"]) <= {
+        "helps", "hurts"}
+    at.switch_page("views/track_record.py").run()
+    _ok(at)
+    assert [m.label for m in at.metric][:2] == ["Runs scored", "Spearman (score vs gain)"]
+    assert at.metric[0].value == "3" and set(at.dataframe[1].value["status"]) >= {"finished"}
+
+
+def _wait(run_dir: Path, until, timeout: float = 300) -> dict:
+    deadline = time.time() + timeout
+    while not until(job_protocol.status(run_dir)):
+        assert time.time() < deadline, (Path(run_dir) / "stdout.log").read_text()[-3000:]
+        time.sleep(0.5)
+    return job_protocol.status(run_dir)
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return job_protocol.read_jsonl(Path(run_dir) / "metrics.jsonl")[0]
+
+
+def test_train_this_from_a_verdict_then_stop_and_resume(runs_root, tmp_path):
+    """Item 2 and bug 2: "Train this" launches opsd-train --from-diagnosis as a job recorded in the track
+    record; after a graceful stop the Stop button goes and Resume comes; the resumed run shows Stop."""
+    root = tmp_path / "runs"
+    shutil.copytree(runs_root / "tiny", root / "tiny")
+    at = _app(root)
+    _ok(at)
+    first = next(b for b in at.button if b.label == "Train this")
+    first.click().run()
+    _ok(at)
+    assert at.title[0].value == "Train" and at.radio(key="train_mode").value == "verdict"
+    wanted = at.session_state["train_this"]
+    assert at.selectbox(key="tt_config").value == wanted["config"] and at.selectbox(key="tt_signal").value == \
+        wanted["signal"]
+    assert any("--from-diagnosis" in c.value for c in at.code)  # the exact command, shown
+    at.number_input(key="tt_steps").set_value(40).run()
+    at.number_input(key="tt_batch").set_value(2).run()
+    at.text_input(key="tt_eval").input(str(runs_root.parent / "problems.jsonl")).run()
+    at.text_input(key="tt_out").input(str(root / "train-this")).run()
+    at.button(key="tt_start").click().run()
+    _ok(at)
+    run_dir = root / "train-this"
+    assert (run_dir / "prediction.json").is_file() or _wait(run_dir, lambda s: (run_dir / "prediction.json").is_file()
+                                                            or s["status"] not in job_protocol.ACTIVE)
+    _wait(run_dir, lambda s: any(r.get("kind") == "train" for r in _metrics(run_dir)) or
+          s["status"] not in job_protocol.ACTIVE)
+    at.run()
+    _ok(at)
+    assert at.button(key="train_stop") and not any(b.key == "train_resume_run" for b in at.button)
+    at.button(key="train_stop").click().run()
+    st = _wait(run_dir, lambda s: s["status"] not in job_protocol.ACTIVE)
+    assert st["status"] == "stopped", (run_dir / "stdout.log").read_text()[-2000:]
+    at.run()
+    _ok(at)
+    assert not any(b.key == "train_stop" for b in at.button) and at.button(key="train_resume_run")
+    at.button(key="train_resume_run").click().run()
+    _ok(at)
+    assert job_protocol.status(run_dir)["status"] in job_protocol.ACTIVE
+    assert at.button(key="train_stop") and "--resume" in job_protocol.read_status(run_dir)["argv"]
+    st = _wait(run_dir, lambda s: s["status"] not in job_protocol.ACTIVE, timeout=600)
+    assert st["status"] == "finished", (run_dir / "stdout.log").read_text()[-2000:]
+    at.run()
+    _ok(at)
+    assert not any(b.key in ("train_stop", "train_resume_run") for b in at.button)
+    assert "finished: step 40 of 40" in at.get("progress")[0].proto.text
+    pred = json.loads((run_dir / "prediction.json").read_text())
+    assert (pred["config"], pred["signal"]) == (wanted["config"], wanted["signal"])
+    at.switch_page("views/track_record.py").run()
+    _ok(at)
+    assert "train-this" in set(at.dataframe[0].value["run"])
+
+
+def test_new_diagnosis_form_previews_costs_saves_and_runs_to_a_verdict(ci_zoo, runs_root, tmp_path):
+    """Item 1: the form, its previews, the YAML (saved as), the cost, and per-phase progress to the verdict."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    at = _app(root, run=None).switch_page("views/new_run.py").run()
+    _ok(at)
+    at.text_input(key="nr_student").input(str(ci_zoo / "student")).run()
+    at.text_input(key="nr_base").input(str(ci_zoo / "base")).run()
+    at.text_input(key="nr_t0_model").input(str(ci_zoo / "teacher")).run()
+    at.selectbox(key="nr_t1_ctx").select("custom").run()
+    at.text_area(key="nr_t1_tpl").input("{prompt}\n\nThe answer is {answer}.").run()
+    at.radio(key="nr_source").set_value("path").run()
+    at.text_input(key="nr_data_path").input(str(runs_root.parent / "problems.jsonl")).run()
+    for key, value in (("nr_limit", 3), ("nr_samples", 2), ("nr_max_len", 8), ("nr_teacher_samples", 1),
+                       ("nr_budget", 24), ("nr_k", 2), ("nr_m", 2)):
+        at.number_input(key=key).set_value(value).run()
+    _ok(at)
+    yaml_text = next(c.value for c in at.code if c.language == "yaml")
+    cfg = yaml.safe_load(yaml_text)
+    assert cfg["teachers"][1]["context"].endswith("The answer is {answer}.") and cfg["data"]["limit"] == 3
+    assert [m.label for m in at.metric][:1] == ["Rollouts"] and at.metric[0].value == "6"
+    prompts = [c.value for c in at.code if c.language == "plaintext"]  # student, teacher, self view
+    assert len(prompts) == 3 and all(p.startswith("<|im_start|>user") for p in prompts)  # chat template applied
+    assert "The answer is" in prompts[2] and "The answer is" not in prompts[0]
+    at.text_input(key="nr_save_as").input(str(tmp_path / "saved.yaml")).run()
+    at.button(key="nr_save").click().run()
+    _ok(at)
+    assert yaml.safe_load((tmp_path / "saved.yaml").read_text()) == cfg
+    at.text_input(key="out_dir").input(str(root / "formrun")).run()
+    at.button(key="start").click().run()
+    _ok(at)
+    st = _wait(root / "formrun", lambda s: s["status"] not in job_protocol.ACTIVE)
+    assert st["status"] == "finished", (root / "formrun" / "stdout.log").read_text()[-2000:]
+    at.run()
+    _ok(at)
+    assert "Finished" in at.success[-1].value
+    assert [p.proto.text.split(":")[0] for p in at.get("progress")[1:]] == list(jobs.PHASES)
+    at.button(key="open_run").click().run()
+    _ok(at)
+    assert at.title[0].value == "Overview" and at.session_state["run_dir"] == str(root / "formrun")
+
+
+def test_cli_notes_a_finished_run_and_replaced_verdicts(runs_root, tmp_path, capsys):
+    """Bug 8: `run` on a finished directory redid work silently; `predict` silently replaced the verdicts."""
+    from opsd_diag import cli
+
+    run = tmp_path / "again"
+    shutil.copytree(runs_root / "tiny", run)
+    before = (run / "summary.json").stat().st_mtime_ns
+    assert cli.main(["run", str(runs_root.parent / "tiny.yaml"), "--out", str(run)]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert (run / "summary.json").stat().st_mtime_ns == before  # nothing redone
+    assert cli.main(["predict", str(run), "--budget", "8"]) == 0
+    assert "replacing the verdicts and ranking" in capsys.readouterr().err

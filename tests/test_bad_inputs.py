@@ -725,6 +725,7 @@ class AppCase:
     expect: str
     inputs: Callable[[Env], dict[str, str]] | None = None  # text_input key -> value (files written here)
     button: str | None = None  # clicked after the inputs
+    choices: dict[str, str] | None = None  # radio / selectbox key -> value, set before the inputs
 
 
 def _open_run(change: Callable[[Path], None] | None = None, path: Callable[[Env], str] | None = None):
@@ -739,7 +740,7 @@ def new_run(id: str, content, expect: str) -> AppCase:
     """The New diagnosis page: a config file (None: a folder instead) validated in place."""
     return AppCase(id, _shared, "views/new_run.py", expect,
                    lambda e: {"config_path": e.file("c.yaml", content) if content is not None else str(e.tmp)},
-                   "validate")
+                   "validate", {"nr_mode": "file"})
 
 
 def train_page(id: str, config: Callable[[Env], str], expect: str, out: Callable[[Env], str] | None = None):
@@ -765,7 +766,7 @@ APP_CASES: list[AppCase] = [
     AppCase("app-signals-tokens-corrupt", _open_run(write("tokens.parquet", b"junk")), "views/signals.py",
             "tokens.parquet is corrupt"),
     AppCase("app-export-tokens-corrupt", _open_run(write("topk.parquet", b"junk")), "views/export.py",
-            "topk.parquet is corrupt"),
+            "topk.parquet is corrupt", choices={"exp_table": "topk"}),
     new_run("app-new-run-latin1", "student: caf\xe9\n".encode("latin-1"), "is not UTF-8 text"),
     new_run("app-new-run-duplicate-key", "student: {model: a}\nstudent: {model: b}\n", "duplicate key"),
     new_run("app-new-run-alias-bomb", alias_bomb(), "expands to more than"),
@@ -792,6 +793,9 @@ def test_app_bad_input(case: AppCase, env: Env):
     at.session_state["run_dir"] = state["run_dir"]
     at.run()
     at.switch_page(case.page).run()
+    for key, value in (case.choices or {}).items():
+        widget = next(w for kind in ("radio", "selectbox") for w in at.get(kind) if w.key == key)
+        widget.set_value(value).run()
     for key, value in values.items():
         at.text_input(key=key).input(value).run()
     if case.button is not None:

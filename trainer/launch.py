@@ -7,9 +7,12 @@ anything starts, so a mistake is one error in the caller, not a failed job.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 from opsd_diag import jobs
+from opsd_diag.errors import OpsdError
 from trainer import config as train_config
 from trainer import rundir
 
@@ -25,3 +28,53 @@ def start(config_path: str | Path, out_dir: str | Path | None = None, *, num_pro
     argv = jobs.training_command(config_path, run_dir, num_processes=num_processes, resume=resume,
                                  accelerate_config=accelerate_config)
     return jobs.start(argv, run_dir, "training", env=env)
+
+
+def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_dir: str | Path, *,
+                           max_steps: int | None = None, learning_rate: float | None = None,
+                           batch_size: int | None = None, seed: int | None = None,
+                           eval_data: str | Path | None = None) -> list[str]:
+    """The argv of ``opsd-train --from-diagnosis RUN --config C --signal S --out DIR [overrides]``."""
+    argv = [sys.executable, "-m", "trainer", "--from-diagnosis", str(run_dir), "--config", config, "--signal", signal,
+            "--out", str(out_dir)]
+    for flag, value in (("--max-steps", max_steps), ("--learning-rate", learning_rate), ("--batch-size", batch_size),
+                        ("--seed", seed), ("--eval-data", eval_data)):
+        if value is not None and value != "":
+            argv += [flag, str(value)]
+    return argv
+
+
+def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir: str | Path | None = None, *,
+                         runs_root: str | Path = "runs", env: dict | None = None, **overrides) -> jobs.Job:
+    """Train (config, signal) of a finished diagnosis as a job; its prediction goes into the run's
+    ``prediction.json`` (the track record). Everything is checked here first: a mistake is one error."""
+    from trainer.from_diagnosis import from_diagnosis
+
+    names = {"max_steps": "max_steps", "learning_rate": "learning_rate", "batch_size": "per_device_train_batch_size",
+             "seed": "seed"}
+    cfg_over = {names[k]: v for k, v in overrides.items() if k in names and v is not None}
+    if overrides.get("eval_data"):
+        cfg_over["eval"] = {"data": {"path": str(overrides["eval_data"])}}
+    cfg, _ = from_diagnosis(run_dir, config, signal, **cfg_over)
+    tc = train_config.resolve_training(cfg, f"training from {run_dir}")
+    train_config.check_environment(tc.spec, f"training from {run_dir}")
+    out = Path(out_dir) if out_dir else rundir.default_dir(f"{config}-{signal}", runs_root)
+    rundir.check(out, tc.to_yaml(), False)
+    argv = from_diagnosis_command(run_dir, config, signal, out, **overrides)
+    return jobs.start(argv, out, "training", env=env)
+
+
+def resume(run_dir: str | Path, env: dict | None = None) -> jobs.Job:
+    """Continue a stopped (or died) training run with the command it was started with, plus ``--resume``."""
+    run_dir = Path(run_dir)
+    st = jobs.status(run_dir)
+    if st["status"] in jobs.ACTIVE:
+        raise OpsdError(f"{run_dir} is still running: stop it first, or follow it")
+    if st["status"] == "finished":
+        raise OpsdError(f"{run_dir} has finished: start a new run to train further")
+    argv = st.get("argv")
+    if not argv and (run_dir / "command.txt").is_file():
+        argv = shlex.split((run_dir / "command.txt").read_text().splitlines()[0])
+    if not argv or not rundir.is_run_dir(run_dir):
+        raise OpsdError(f"{run_dir} is not a training run that can be resumed (no config.yaml or command)")
+    return jobs.start([*[a for a in argv if a != "--resume"], "--resume"], run_dir, "training", env=env)

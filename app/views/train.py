@@ -1,86 +1,179 @@
-"""Train: start `opsd-train` on a config with a `training` section, follow its metrics live, stop it.
+"""Train: a verdict's (config, signal) or a config file, started as a job; follow, stop and resume it.
 
 Everything goes through the job protocol (``opsd_diag.jobs``: argv lists, a new process group,
 the run directory as the only shared state), so a run started here can also be followed from
-another session or stopped from a terminal with ``touch RUN_DIR/STOP``.
+another session or stopped from a terminal with ``touch RUN_DIR/STOP``. A run started from a
+diagnosis keeps its prediction (``prediction.json``) and appears on the Track record page.
 """
 
 import shlex
 from pathlib import Path
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
-from opsd_diag import jobs
+from app import common
+from app import jobs as app_jobs
+from opsd_diag import jobs, scoreboard, workbench
 from opsd_diag.errors import OpsdError
-from trainer import launch
+from opsd_diag.report import training
+from trainer import from_diagnosis, launch
 
 st.title("Train")
 root = Path(st.session_state.get("runs_root", "runs"))
-config_path = st.text_input("Config file with a `training` section (YAML)",
-                            value="sample_data/configs/train_opsd.yaml", key="train_config")
-c1, c2, c3 = st.columns([2, 1, 1])
-out = c1.text_input("Run directory", key="train_out", placeholder=f"{root}/train-<config name>-<time> (default)")
-processes = c2.number_input("Processes", min_value=1, max_value=64, value=1, key="train_procs",
-                            help="more than one starts `accelerate launch` (one per GPU)")
-resume = c3.checkbox("Resume", key="train_resume", help="continue the run in this directory from its last checkpoint")
+wanted = st.session_state.get("train_this")
+mode = st.radio("Train", ["verdict", "file"], horizontal=True, key="train_mode", index=0 if wanted else 1,
+                format_func={"verdict": "a diagnosed (config, signal)", "file": "a config file"}.get)
 
-if st.button("Start training", type="primary", key="train_start"):
+
+def from_verdict() -> None:
+    diagnoses = [str(p) for p in jobs.find_runs(root, "diagnosis") if (p / "summary.json").is_file()]
+    if wanted and common.canonical(wanted["run"]) not in diagnoses:
+        diagnoses.insert(0, common.canonical(wanted["run"]))
+    if not diagnoses:
+        st.info("No finished diagnosis yet: start one on 'New diagnosis'.")
+        return
+    a, b, c = st.columns([3, 2, 1])
+    run_dir = a.selectbox("Diagnosis", diagnoses, key="tt_run",
+                          index=diagnoses.index(common.canonical(wanted["run"])) if wanted else 0)
     try:
-        run = launch.start(config_path, out or None, num_processes=int(processes), resume=resume, runs_root=root)
+        run = common.load(run_dir)
     except OpsdError as e:
-        st.error(str(e))
-    else:
-        st.session_state["train_run"] = str(run.run_dir)
-        st.success(f"Started {run.run_dir} (pid {run.pid})")
+        st.error(common.plain(str(e)))
+        return
+    configs = run.configs
+    config = b.selectbox("Teacher config", configs, key="tt_config",
+                         index=configs.index(wanted["config"]) if wanted and wanted["config"] in configs else 0)
+    is_self = {t.name: t.is_self for t in run.config.teachers}[config]
+    signals = list(from_diagnosis.SELF if is_self else from_diagnosis.EXTERNAL)
+    signal = c.selectbox("Signal", signals, key="tt_signal",
+                         index=signals.index(wanted["signal"]) if wanted and wanted["signal"] in signals else 0)
+    pred = from_diagnosis.prediction(run, config, signal)
+    method = from_diagnosis.method_for(run.config, config, signal)
+    st.markdown(f"**Method** {', '.join(f'{k} = {v}' for k, v in method.items())} · **predicted** "
+                f"{pred['verdict'] or 'no verdict'}" + (f" (score {pred['score']:+.3f}): {pred['reason']}"
+                                                        if pred["score"] is not None else ""))
+    base = (run.config.training.model_dump() if run.config.training else {})
+    a, b, c, d = st.columns(4)
+    steps = a.number_input("Steps", 1, 1_000_000, int(base.get("max_steps") or 20) if base else 20, key="tt_steps")
+    lr = b.number_input("Learning rate", 1e-8, 1.0, float(base.get("learning_rate") or 3e-4), format="%.2e",
+                        key="tt_lr")
+    batch = c.number_input("Prompts per step", 1, 4096, int(base.get("per_device_train_batch_size") or 8),
+                           key="tt_batch")
+    seed = d.number_input("Seed", 0, 2**31 - 1, 0, key="tt_seed")
+    default_eval = "sample_data/problems/test.jsonl" if Path("sample_data/problems/test.jsonl").is_file() else ""
+    eval_data = st.text_input("Held-out problems (scored at the start and the end: the realised gain)", default_eval,
+                              key="tt_eval")
+    out = st.text_input("Run directory", key="tt_out", placeholder=f"{root}/train-{config}-{signal}-<time> (default)")
+    over = {"max_steps": int(steps), "learning_rate": float(lr), "batch_size": int(batch), "seed": int(seed),
+            "eval_data": eval_data or None}
+    with st.expander("The exact command and the config it trains (YAML)"):
+        st.code(shlex.join(launch.from_diagnosis_command(run_dir, config, signal, out or f"{root}/train-…", **over)),
+                language="bash")
+        try:
+            cfg = from_diagnosis.training_config(run, config, signal, max_steps=over["max_steps"],
+                                                 learning_rate=over["learning_rate"],
+                                                 per_device_train_batch_size=over["batch_size"], seed=over["seed"])
+            st.code(workbench.config_yaml(cfg), language="yaml")
+        except OpsdError as e:
+            st.error(common.plain(str(e)))
+    if st.button("Start training", type="primary", key="tt_start"):
+        try:
+            job = launch.start_from_diagnosis(run_dir, config, signal, out or None, runs_root=root,
+                                              env=app_jobs.env(), **over)
+        except OpsdError as e:
+            st.error(common.plain(str(e)))
+        else:
+            st.session_state["train_run"] = str(job.run_dir)
+            st.session_state.pop("train_this", None)
+            st.success(f"Started {job.run_dir}")
 
+
+def from_file() -> None:
+    config_path = st.text_input("Config file with a training section (YAML)",
+                                value="sample_data/configs/train_opsd.yaml", key="train_config")
+    c1, c2, c3 = st.columns([2, 1, 1])
+    out = c1.text_input("Run directory", key="train_out", placeholder=f"{root}/train-<config name>-<time> (default)")
+    processes = c2.number_input("Processes", min_value=1, max_value=64, value=1, key="train_procs",
+                                help="more than one starts accelerate (one process per GPU)")
+    resume = c3.checkbox("Resume", key="train_resume", help="continue the run in this directory from its last "
+                                                            "checkpoint")
+    if st.button("Start training", type="primary", key="train_start"):
+        try:
+            job = launch.start(config_path, out or None, num_processes=int(processes), resume=resume, runs_root=root,
+                               env=app_jobs.env())
+        except OpsdError as e:
+            st.error(common.plain(str(e)))
+        else:
+            st.session_state["train_run"] = str(job.run_dir)
+            st.success(f"Started {job.run_dir} (pid {job.pid})")
+
+
+from_verdict() if mode == "verdict" else from_file()
+
+st.subheader("Training runs")
 runs = [str(p) for p in jobs.find_runs(root, "training")]
-current = st.session_state.get("train_run")
+current = common.canonical(st.session_state.get("train_run"))
 if current and current not in runs:
     runs.insert(0, current)
 if not runs:
     st.info(f"No training runs under {root} yet.")
     st.stop()
-chosen = st.selectbox("Follow run", runs, index=runs.index(current) if current in runs else 0, key="train_follow")
+
+
+def listing(paths: list[str]) -> None:
+    rows = []
+    for r in paths:
+        s = jobs.status(r)  # from the run directory: the list survives a reload and an app restart
+        pred = scoreboard.read_prediction(r) or {}
+        rows.append({"run": Path(r).name, "status": s["status"], "step": s.get("step"), "of": s.get("max_steps"),
+                     "method": s.get("method"), "from": f"{pred.get('config')} / {pred.get('signal')}" if pred else ""})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="train_list")
+
+
+st.fragment(listing, run_every=5.0)(runs)
+if current and st.session_state.get("train_follow") != current and st.session_state.get("_followed") != current:
+    st.session_state["train_follow"] = st.session_state["_followed"] = current
+chosen = st.selectbox("Follow run", runs, key="train_follow")
+c1, c2 = st.columns(2)
+smoothing = c1.slider("Smoothing", 0.0, 0.99, 0.6, key="train_smooth", help="exponential moving average of the "
+                                                                           "training curves")
+log_y = c2.checkbox("Log scale", key="train_log")
 
 
 def follow(run_dir: str) -> None:
+    # Status, Stop and Resume live inside the fragment, so they change with the run without a reload.
     status = jobs.status(run_dir)
     state = status["status"]
     step, total = status.get("step") or 0, status.get("max_steps") or 0
     st.progress(min(1.0, step / total) if total else 0.0, text=f"{state}: step {step} of {total or '?'}")
+    argv = status.get("argv")
+    if argv:
+        st.code(shlex.join(argv), language="bash")
+    if state in jobs.ACTIVE:
+        if st.button("Stop (saves a checkpoint first)", key="train_stop"):
+            jobs.stop(run_dir)
+            st.rerun()
+    elif state in ("stopped", "died", "failed"):
+        if st.button("Resume", key="train_resume_run", help="continue from the last checkpoint"):
+            try:
+                launch.resume(run_dir, env=app_jobs.env())
+            except OpsdError as e:
+                st.error(common.plain(str(e)))
+            st.rerun()
     if state == "failed":
-        st.error(status.get("error") or "the run failed: see stdout.log below")
+        st.error(common.plain(status.get("error") or "the run failed: see its log below"))
     follower = st.session_state.setdefault("train_followers", {}).setdefault(run_dir, jobs.Follower(run_dir))
     follower.poll()  # reads only what was appended since the last refresh
-    records = pd.DataFrame(follower.records)
-    if not records.empty:
-        train = records[records["kind"] == "train"].dropna(axis=1, how="all")
-        evals = records[records["kind"] == "eval"].dropna(axis=1, how="all")
-        shown = [c for c in ("loss", "r_opd", "kl_k3", "entropy_student", "tokens_per_s") if c in train]
-        if shown:
-            fig = px.line(train.melt(id_vars="step", value_vars=shown), x="step", y="value", facet_col="variable",
-                          facet_col_wrap=3, markers=True)
-            fig.update_yaxes(matches=None, showticklabels=True, title=None)
-            fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))  # "variable=loss" -> "loss"
-            st.plotly_chart(fig, key=f"train-{run_dir}")
-        acc = [c for c in evals if c.startswith("pass@") or c in ("kl_to_initial", "regression_nll")]
-        if acc:
-            st.plotly_chart(px.line(evals, x="step", y=acc, markers=True, title="held-out evaluation"),
-                            key=f"eval-{run_dir}")
-    log = Path(run_dir) / "stdout.log"
+    frame = training.records_frame(follower.records)
+    if (frame["kind"] == "train").any() if "kind" in frame else False:
+        last = frame[frame["kind"] == "train"].iloc[-1]
+        st.caption(f"step {int(last['step'])}: loss {last.get('loss', float('nan')):.4f}")
+        st.plotly_chart(training.train_figure(frame, smoothing=smoothing, log_y=log_y), key=f"train-{run_dir}")
+    if (frame["kind"] == "eval").any() if "kind" in frame else False:
+        st.plotly_chart(training.eval_figure(frame, scoreboard.read_prediction(run_dir)), key=f"eval-{run_dir}")
     with st.expander("Log", expanded=state in ("failed", "died")):
-        st.code("".join(log.read_text(errors="replace").splitlines(keepends=True)[-40:]) if log.is_file()
-                else "(no output yet)")
+        st.code(jobs.log_tail(run_dir) or "(no output yet)")
 
 
-status = jobs.status(chosen)
-argv = status.get("argv")
-if argv:
-    st.code(shlex.join(argv), language="bash")
-active = status["status"] in ("running", "starting")
-if active and st.button("Stop (saves a checkpoint first)", key="train_stop"):
-    jobs.stop(chosen)
-    st.rerun()
-st.fragment(follow, run_every=2.0 if active else None)(chosen)
+st.fragment(follow, run_every=2.0)(chosen)

@@ -100,7 +100,10 @@ def verdict(config_summary: dict) -> dict:
     if a_lo > 0 and c_lo > 0:
         return out("unclear", f"node-level evidence is positive but the teacher with this context is less "
                               f"accurate than the student (accuracy gap {_fmt(g)}).")
-    return out("unclear", f"the intervals include zero (teacher advantage {_fmt(a)}, alignment {_fmt(c)}).")
+    open_ = [n for n, lo, hi in (("teacher advantage", a_lo, a_hi), ("alignment", c_lo, c_hi)) if not lo > 0]
+    which = ("both intervals include zero" if len(open_) == 2 else f"the {open_[0]} interval includes zero"
+             if open_ else "the evidence is mixed")
+    return out("unclear", f"{which} (teacher advantage {_fmt(a)}, alignment {_fmt(c)}).")
 
 
 VERDICT_ORDER = {"helps": 0, "unclear": 1, "hurts": 2}

@@ -9,11 +9,13 @@ success with student continuations, computes the per-node maths (``core.ideal``)
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
+from opsd_diag import jobs as job_status
 from opsd_diag.core import verdict
 from opsd_diag.core.ideal import SAMPLED, aggregate_nodes, node_metrics
 from opsd_diag.core.stats import jsonable
@@ -79,7 +81,7 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
             jobs, sampler, lambda ids: models.tok.decode(ids, skip_special_tokens=True), m=spec.m,
             stop_ids=models.stop_ids, checker=cfg.analysis.checker, temperature=cfg.sampling.temperature,
             top_p=cfg.sampling.top_p, seed=spec.seed, batch_rows=max(cfg.sampling.batch_size, 1),
-            on_progress=bar.update)
+            on_progress=_reporting(run_dir, bar))
     tok_idx = tokens.set_index(["config", "rollout_id", "pos"])[["kl_rev", "jsd", *SAMPLED]].sort_index()
     rows = []
     for n_id, ((node, r, job, cost, s_lp, t_lps, own), (s_hat, n_used, _)) in enumerate(zip(admitted, estimates)):
@@ -108,6 +110,22 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
             "n_nodes": len(admitted), "n_prompts": int(nodes["problem_id"].nunique()),
             "jsd_beta": cfg.scoring.jsd_beta,
             "configs": aggregate_nodes(nodes, n_boot=cfg.analysis.bootstrap, seed=cfg.sampling.seed)}
+
+
+def _reporting(run_dir: Path, bar):
+    """The progress bar's update, also written to status.json (at most once a second) while a
+    diagnosis is in its predictor stage, so the app can show the phase's progress and ETA."""
+    last = [0.0]
+    report = (job_status.read_status(run_dir) or {}).get("stage") == "predictor"
+    if report:
+        job_status.write_status(run_dir, done=0, total=int(bar.total or 0), stage_started=time.time())
+
+    def update(n: int) -> None:
+        bar.update(n)
+        if report and (time.time() - last[0] > 1.0 or bar.n >= (bar.total or 0)):
+            last[0] = time.time()
+            job_status.write_status(run_dir, done=int(bar.n), total=int(bar.total or 0))
+    return update
 
 
 def attach_to_summary(run_dir: Path, summary: dict, result: dict) -> dict:

@@ -7,6 +7,7 @@ No Streamlit here, so the app, the HTML report and the tests all draw the very s
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from opsd_diag.core.aggregate import alignment_stats
 from opsd_diag.errors import OpsdError
-from opsd_diag.schema import CI_COLUMNS, label
+from opsd_diag.schema import BY_NAME, CI_COLUMNS, label
 from opsd_diag.summary import Summary
 
 FIGURE_HELP = {
@@ -29,9 +30,10 @@ FIGURE_HELP = {
                  "advantage a_delta (y); the corner counts are the sign quadrants of the tokens where both "
                  "are not numerically zero, and the title gives the OPD² gate keep fraction over all tokens.",
     "correctness": "Distribution of the chosen per-token signal on rollouts the answer checker marked "
-                   "correct vs incorrect (box: quartiles, whiskers: 5th-95th percentile, dashed line: mean).",
-    "position": "Mean of the chosen signal per completion-position bucket for each config; grey bars "
-                "(right axis) count the tokens behind each mean.",
+                   "correct vs incorrect (box: quartiles, whiskers: 5th-95th percentile, dashed line: mean; a "
+                   "signed log axis when most tokens sit near 0).",
+    "position": "Mean of the chosen signal per completion-position bucket for each config; the grey bars "
+                "below count the tokens behind each mean.",
     "accuracy": "Accuracy of each teacher sampled with its own (privileged) prompt next to the student "
                 "alone, with 95% prompt-bootstrap CIs, and pass@k of the student samples.",
 }
@@ -56,22 +58,29 @@ def _note(fig: go.Figure, text: str) -> go.Figure:
 # ----------------------------------------------------------------------------------------- figures
 
 def headline_figure(summary: Summary) -> go.Figure:
+    # Config names go in the legend, not on rotated tick labels that would run into the titles below.
     ci = summary.ci_frame()
     configs = summary.config_names
     colors = _colors(configs)
-    fig = make_subplots(rows=2, cols=3, subplot_titles=[label(s) for s in CI_COLUMNS],
-                        vertical_spacing=0.18)
+    titles = [f"<b>{s}</b><br><span style='font-size:11px'>{'<br>'.join(textwrap.wrap(BY_NAME[s].meaning, 44)[:2])}"
+              "</span>" for s in CI_COLUMNS]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=titles, vertical_spacing=0.2)
     for i, s in enumerate(CI_COLUMNS):
         d = ci[ci["signal"] == s].set_index("config").reindex(configs)
-        fig.add_trace(go.Bar(
-            x=configs, y=d["estimate"], marker_color=[colors[c] for c in configs], showlegend=False,
-            error_y=dict(type="data", array=d["hi"] - d["estimate"], arrayminus=d["estimate"] - d["lo"]),
-            customdata=np.stack([d["lo"], d["hi"], d["n_prompts"].astype(float)], axis=1),
-            hovertemplate="%{x}<br>mean %{y:.4f}<br>95% CI [%{customdata[0]:.4f}, %{customdata[1]:.4f}]"
-                          "<br>%{customdata[2]} prompts<extra>" + s + "</extra>"),
-            row=i // 3 + 1, col=i % 3 + 1)
-    fig.update_layout(title="Mean per-token signal per teacher config (error bars: 95% bootstrap CI over prompts)",
-                      height=620)
+        for c in configs:
+            row = d.loc[c]
+            fig.add_trace(go.Bar(
+                x=[c], y=[row["estimate"]], marker_color=colors[c], name=c, legendgroup=c, showlegend=i == 0,
+                error_y=dict(type="data", array=[row["hi"] - row["estimate"]],
+                             arrayminus=[row["estimate"] - row["lo"]]),
+                customdata=[[row["lo"], row["hi"], row["n_prompts"]]],
+                hovertemplate="%{x}<br>mean %{y:.4f}<br>95% CI [%{customdata[0]:.4f}, %{customdata[1]:.4f}]"
+                              "<br>%{customdata[2]:.0f} prompts<extra>" + s + "</extra>"),
+                row=i // 3 + 1, col=i % 3 + 1)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_layout(title=dict(text="Mean per-token signal per teacher config (error bars: 95% bootstrap CI over "
+                                      "prompts)", y=0.985, yanchor="top"), height=700, legend=dict(title="teacher config", orientation="h", y=-0.05, yanchor="top"),
+                      margin=dict(t=150, b=90))
     return fig
 
 
@@ -97,16 +106,25 @@ def entropy_figure(summary: Summary, signal: str = "r_opd") -> go.Figure:
                                  hovertemplate=f"{c}<br>h_s in %{{x}}<br>mean {signal} %{{y:.4f}}<extra></extra>"),
                       row=1, col=2)
     shares = {c: summary.configs[c].high_entropy_share for c in configs}
+    top = 0.0
     for who, color in (("student", "#888"), ("teacher", "#1f77b4")):
-        fig.add_trace(go.Bar(x=configs, y=[_num(getattr(shares[c], who)) for c in configs], marker_color=color,
-                             name=f"{who} (high-entropy share)",
+        ys = [_num(getattr(shares[c], who)) for c in configs]
+        top = max([top, *[y for y in ys if np.isfinite(y)]])
+        fig.add_trace(go.Bar(x=configs, y=ys, marker_color=color, name=f"{who} (high-entropy share)",
+                             text=["n/a" if not np.isfinite(y) else f"{y:.1%}" for y in ys], textposition="outside",
                              hovertemplate=f"%{{x}}: {who} entropy ≥ {thr:g} on %{{y:.1%}} of tokens<extra></extra>"),
                       row=1, col=3)
+    # a share is in [0, 1]: never a ±100% axis, and enough decimals that small shares do not all read 0%
+    fig.update_yaxes(range=[0, min(1.0, top * 1.25) if top > 0 else 0.05], row=1, col=3,
+                     tickformat=".1%" if top < 0.1 else ".0%")
     fig.update_xaxes(title_text="student entropy bin (nats)", type="category", row=1, col=1)
     fig.update_xaxes(title_text="student entropy bin (nats)", type="category", row=1, col=2)
     fig.update_yaxes(title_text="share of tokens", tickformat=".0%", row=1, col=1)
-    fig.update_yaxes(title_text=label(signal), row=1, col=2)
-    fig.update_yaxes(title_text="share of tokens", tickformat=".0%", row=1, col=3)
+    fig.update_yaxes(title_text=signal, row=1, col=2)
+    if top == 0:
+        fig.add_annotation(text=f"no token at or above {thr:g} nats", showarrow=False, xref="x3 domain",
+                           yref="y3 domain", x=0.5, y=0.6)
+    fig.update_yaxes(title_text="share of tokens", row=1, col=3)
     fig.update_layout(title="Signals by student entropy", barmode="group", height=460)
     return fig
 
@@ -152,44 +170,62 @@ def correctness_figure(tokens: pd.DataFrame, rollouts: pd.DataFrame, signal: str
                            np.where(df["correct"].fillna(False).astype(bool), "correct", "incorrect"))
     df = df[np.isfinite(df[signal].astype(float))]
     fig = go.Figure()
-    fig.update_layout(title=f"{signal} per token, by rollout correctness", boxmode="group", height=460,
-                      yaxis_title=label(signal), xaxis_title="teacher config")
+    fig.update_layout(title=f"{label(signal)} per token, by rollout correctness", boxmode="group", height=460,
+                      yaxis_title=signal, xaxis_title="teacher config")
     if df.empty:
         return _note(fig, f"no finite {signal} values in this run")
     q = df.groupby(["group", "config"], sort=False)[signal].quantile([0.05, 0.25, 0.5, 0.75, 0.95]).unstack()
     stats = q.join(df.groupby(["group", "config"], sort=False)[signal].agg(["mean", "size"]))
+    # Most tokens sit near 0 and a few far out: on a linear axis the boxes collapse into lines. Then the
+    # axis is a signed log (asinh) with ticks in the signal's own units.
+    num = stats[[0.05, 0.25, 0.5, 0.75, 0.95, "mean"]].astype(float)
+    spread, iqr = float((num[0.95] - num[0.05]).max()), float((num[0.75] - num[0.25]).max())
+    width = max(float(np.nanmax(np.abs(num[[0.25, 0.75]].to_numpy()))), spread * 1e-6, 1e-12)  # boxes ~ ±asinh(1)
+    symlog = bool(spread > 0 and iqr < 0.1 * spread)
+    f = (lambda v: np.arcsinh(np.asarray(v, dtype=float) / width)) if symlog else (lambda v: np.asarray(v, float))
     for group, color in _GROUPS.items():
         if group not in stats.index.get_level_values(0):
             continue
-        s = stats.loc[group]
-        fig.add_trace(go.Box(x=list(s.index), q1=s[0.25], median=s[0.5], q3=s[0.75], lowerfence=s[0.05],
-                             upperfence=s[0.95], mean=s["mean"], name=f"{group} rollouts",
-                             marker_color=color, hoverinfo="y+name"))
+        s = num.loc[group]
+        fig.add_trace(go.Box(x=list(s.index), q1=f(s[0.25]), median=f(s[0.5]), q3=f(s[0.75]), lowerfence=f(s[0.05]),
+                             upperfence=f(s[0.95]), mean=f(s["mean"]), name=f"{group} rollouts", marker_color=color,
+                             customdata=s[[0.05, 0.25, 0.5, 0.75, 0.95, "mean"]].to_numpy(),
+                             hovertemplate="%{x}<br>5%: %{customdata[0]:.3g} · 25%: %{customdata[1]:.3g} · median "
+                                           "%{customdata[2]:.3g}<br>75%: %{customdata[3]:.3g} · 95%: "
+                                           "%{customdata[4]:.3g} · mean %{customdata[5]:.3g}<extra></extra>"))
     configs = list(dict.fromkeys(df["config"]))
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=configs)
+    if symlog:
+        lo, hi = float(num.min().min()), float(num.max().max())
+        mags = [m for m in 10.0 ** np.arange(-4, 5) if m >= width / 2 and m <= max(abs(lo), abs(hi)) * 1.01]
+        ticks = sorted({0.0, *[m for m in mags if m <= hi], *[-m for m in mags if -m >= lo]})
+        fig.update_yaxes(tickvals=f(ticks), ticktext=[f"{t:g}" for t in ticks],
+                         title_text=f"{signal} (signed log axis)")
     return fig
 
 
 def position_figure(summary: Summary, signal: str = "r_opd") -> go.Figure:
+    # Means on top, token counts in their own panel below: bars never hide the lines.
     pf = summary.position_frame()
     configs = summary.config_names
     colors = _colors(configs)
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.06)
     if pf.empty:
         return _note(fig, "no tokens in this run")
-    first = pf[pf["config"] == configs[0]]
-    fig.add_trace(go.Bar(x=first["bucket"], y=first["n_tokens"], name="tokens per bucket", marker_color="#ddd",
-                         hovertemplate="positions %{x}: %{y} tokens<extra></extra>"), secondary_y=True)
     for c in configs:
         d = pf[pf["config"] == c]
         fig.add_trace(go.Scatter(x=d["bucket"], y=d[f"mean_{signal}"], mode="lines+markers", name=c,
                                  line_color=colors[c],
                                  hovertemplate=f"{c}<br>positions %{{x}}<br>mean {signal} %{{y:.4f}}<extra></extra>"),
-                      secondary_y=False)
-    fig.update_xaxes(title_text="position in the completion (tokens)", type="category")
-    fig.update_yaxes(title_text=f"mean {label(signal)}", secondary_y=False)
-    fig.update_yaxes(title_text="tokens in bucket", secondary_y=True, showgrid=False)
-    fig.update_layout(title=f"Mean {signal} along the completion", height=460)
+                      row=1, col=1)
+    first = pf[pf["config"] == configs[0]]
+    fig.add_trace(go.Bar(x=first["bucket"], y=first["n_tokens"], name="tokens per bucket", marker_color="#bbb",
+                         hovertemplate="positions %{x}: %{y} tokens<extra></extra>"), row=2, col=1)
+    fig.update_xaxes(type="category")
+    fig.update_xaxes(title_text="position in the completion (tokens)", row=2, col=1)
+    fig.update_yaxes(title_text=f"mean {signal}", row=1, col=1)
+    fig.update_yaxes(title_text="tokens", row=2, col=1)
+    fig.update_layout(title=f"Mean {label(signal)} along the completion", height=500)
     return fig
 
 
@@ -198,11 +234,13 @@ def accuracy_figure(summary: Summary) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], subplot_titles=[
         "Accuracy: student alone vs each teacher with its prompt", "Student pass@k"])
     colors = ["#888"] + list(_colors(summary.config_names).values())
+    # the gap to the student goes under each bar's name: labels on the bars collide with the error bars
     gap = [("" if not np.isfinite(g) else f"{g:+.2f} vs student") for g in acc["gap_estimate"]]
-    fig.add_trace(go.Bar(x=acc["who"], y=acc["estimate"], marker_color=colors, text=gap, showlegend=False,
+    names = [w if not g else f"{w}<br>{g}" for w, g in zip(acc["who"], gap)]
+    fig.add_trace(go.Bar(x=names, y=acc["estimate"], marker_color=colors, hovertext=gap, showlegend=False,
                          error_y=dict(type="data", array=acc["hi"] - acc["estimate"],
                                       arrayminus=acc["estimate"] - acc["lo"]),
-                         hovertemplate="%{x}: accuracy %{y:.3f}<br>%{text}<extra></extra>"), row=1, col=1)
+                         hovertemplate="%{x}: accuracy %{y:.3f}<extra></extra>"), row=1, col=1)
     student = acc.loc[0, "estimate"]
     if np.isfinite(student):
         fig.add_hline(y=student, line_dash="dash", line_color="#888", row=1, col=1)

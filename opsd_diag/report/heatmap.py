@@ -1,24 +1,37 @@
 """The token heatmap: one rollout's tokens as coloured spans with hover details (an HTML fragment).
 
-Token text is untrusted (it is whatever the student sampled): every string that reaches HTML goes
-through ``html.escape``, and the fragment holds no script.
+Signed signals (``schema.Column.signed``) get a diverging scale (red below 0, white at 0, blue
+above, symmetric); non-negative ones, ranks and log-probs a sequential one on |value| (white to
+purple), so ``rank_t`` reads 0 … 17 and never "−17". The tooltip is a two-column table shown
+in a gutter right of the text, level with its token, and never catches the mouse: it hides no token. Token text
+is untrusted (whatever the student sampled): every string that reaches HTML goes through
+``html.escape``, and neither the fragment nor the standalone document holds a script or a link.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 
 import numpy as np
 import pandas as pd
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.schema import SIGNAL_COLUMNS, label
+from opsd_diag.schema import BY_NAME, SIGNAL_COLUMNS, label
 
 _NEG, _POS = (190, 30, 45), (45, 30, 190)  # mirrored channels: equal intensity on both sides of 0
+_SEQ = (84, 39, 143)  # the dark end of the sequential scale (purple: never read as a sign)
+NAN_COLOR = "rgb(215,215,215)"
+_INT_COLUMNS = ("gate", "rank_t", "top1_agree")
 
 
-def heatmap_scale(values) -> float:
+def is_signed(signal: str) -> bool:
+    """A diverging scale for signed signals, a sequential one for the rest (schema.Column.signed)."""
+    return BY_NAME[signal].signed if signal in BY_NAME else True
+
+
+def heatmap_scale(values, signed: bool = True) -> float:
     """Robust colour scale: 95th percentile of |value| over finite values (1.0 when there are none)."""
     v = np.abs(np.asarray(values, dtype=float))
     v = v[np.isfinite(v)]
@@ -26,101 +39,173 @@ def heatmap_scale(values) -> float:
     return scale if scale > 0 else 1.0
 
 
-def signal_color(value: float, scale: float) -> str:
-    """Diverging colour symmetric around 0: white at 0, red below, blue above, saturating at ±scale."""
-    if value is None or not np.isfinite(value):
-        return "rgb(215,215,215)"
-    x = max(-1.0, min(1.0, float(value) / scale))
-    end = _NEG if x < 0 else _POS
-    r, g, b = (round(255 + abs(x) * (c - 255)) for c in end)
-    return f"rgb({r},{g},{b})"
+def _rgb(values, scale: float, signed: bool) -> list[str]:
+    """Vectorised colours of ``values``: diverging around 0 or sequential on |value|, saturating at scale."""
+    v = np.asarray(values, dtype=float)
+    x = np.clip(np.nan_to_num(v / scale, nan=0.0), -1.0, 1.0)
+    if signed:
+        end = np.where(x[:, None] < 0, np.array(_NEG), np.array(_POS))
+    else:
+        end = np.broadcast_to(np.array(_SEQ), (len(x), 3))
+    rgb = np.rint(255 + np.abs(x)[:, None] * (end - 255)).astype(int)
+    return [NAN_COLOR if not np.isfinite(val) else f"rgb({r},{g},{b})" for val, (r, g, b) in zip(v, rgb)]
 
 
-def _visible(text: str) -> str:
-    """Make whitespace and control characters visible without losing the line breaks."""
+def signal_color(value: float, scale: float, signed: bool = True) -> str:
+    """One value's colour (``_rgb`` for one value); grey when it is missing."""
+    if value is None:
+        return NAN_COLOR
+    return _rgb([value], scale, signed)[0]
+
+
+def visible(text: str) -> str:
+    """Whitespace and control characters made visible, line breaks kept (⏎ then the break)."""
     out = text.replace("\r", "␍").replace("\t", "⇥")
     out = "".join(ch if ch == "\n" or ch.isprintable() else f"\\x{ord(ch):02x}" for ch in out)
     out = out.replace("\n", "⏎\n")
     return out if out else "∅"
 
 
+def _token_html(text: str) -> str:
+    """Escaped token text with spaces as faint middle dots (the text keeps its width and wraps)."""
+    return "<i class='w'>·</i>".join(html.escape(part) for part in visible(text).split(" "))
+
+
 def _decoder(tokenizer):
+    """Token id -> its text, escaped for HTML (``#id`` without a tokenizer), cached per id."""
     cache: dict[int, str] = {}
 
     def decode(i: int) -> str:
         i = int(i)
-        if tokenizer is None:
-            return f"#{i}"
         if i not in cache:
-            cache[i] = json.dumps(tokenizer.decode([i]), ensure_ascii=False)
+            cache[i] = f"#{i}" if tokenizer is None else html.escape(json.dumps(tokenizer.decode([i]),
+                                                                               ensure_ascii=False))
         return cache[i]
     return decode
 
 
-def _alternatives(topk: pd.DataFrame | None, config: str) -> dict[tuple[str, int], pd.DataFrame]:
+def _alternatives(topk: pd.DataFrame | None, config: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     if topk is None or topk.empty:
         return {}
     keep = topk[(topk["role"] == "student") | ((topk["role"] == "teacher") & (topk["config"] == config))]
-    return {(role, int(pos)): g.sort_values("rank") for (role, pos), g in keep.groupby(["role", "pos"])}
+    keep = keep.sort_values(["role", "pos", "rank"])
+    ids, lps = keep["token_id"].to_numpy(), keep["logprob"].to_numpy(dtype=float)
+    return {(str(role), int(pos)): (ids[idx], lps[idx])
+            for (role, pos), idx in keep.groupby(["role", "pos"], sort=False).indices.items()}
 
 
-def _cell(col: str, v) -> str:
-    if v is None or not np.isfinite(v):
+def cell(col: str, v) -> str:
+    """A number as the heatmap and the tooltip print it (n/a when missing)."""
+    if v is None or not math.isfinite(v):
         return "n/a"
-    return f"{v:g}" if col in ("gate", "rank_t", "top1_agree") else f"{v:+.3f}"
+    if col in _INT_COLUMNS:
+        return f"{v:g}"
+    sign = "+" if is_signed(col) else ""  # a sign only where both signs mean something
+    return f"{v:{sign}.3f}" if v == 0 or abs(v) >= 1e-3 else f"{v:{sign}.1e}"  # never a bare "-0.000"
 
 
-def _tooltip(row, alts, decode, signal: str) -> str:
-    e = html.escape
-    cells = "".join(f"<b>{e(c)}</b><span>{_cell(c, row[c])}</span>" for c in SIGNAL_COLUMNS if c in row.index)
-    parts = [f"<div>pos {int(row['pos'])} · id {int(row['token_id'])} · {e(signal)} "
-             f"{_cell(signal, row[signal])}</div><div class='g'>{cells}</div>"]
+def _cells(col: str, values: np.ndarray) -> list[str]:
+    """``cell`` of every value of one column, as table rows (the label is a schema name: no escaping)."""
+    return [f"<tr><td>{col}</td><td>{cell(col, v)}</td></tr>" for v in values.tolist()]
+
+
+def _tooltip(pos: int, token_id: int, text: str, rows: list[str], alts, decode) -> str:
+    out = [f"<tr><th colspan='2'>pos {pos} · id {token_id} · {html.escape(json.dumps(text, ensure_ascii=False))}"
+           "</th></tr>", *rows]
     for role in ("student", "teacher"):
-        g = alts.get((role, int(row["pos"])))
-        if g is None:
+        got = alts.get((role, pos))
+        if got is None:
             continue
-        items = ", ".join(("<u>{}</u>" if int(t) == int(row["token_id"]) else "{}").format(e(decode(t)))
-                          + f" {lp:.2f}" for t, lp in zip(g["token_id"], g["logprob"]))
-        parts.append(f"<div><b>{role} top-{len(g)}</b>: {items}</div>")
-    return "".join(parts)
+        items = " ".join(("<span><u>{}</u>" if t == token_id else "<span>{}").format(decode(t)) + f" {lp:.2f}</span>"
+                         for t, lp in zip(got[0].tolist(), got[1].tolist()))
+        out.append(f"<tr><td>{role} top-{len(got[0])}</td><td class='alt'>{items}</td></tr>")
+    return "<table class='tip'>" + "".join(out) + "</table>"
 
 
-_CSS = """<style>
-.opsd-hm{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:14px;line-height:1.9}
-.opsd-hm .body{white-space:pre-wrap;word-break:break-word}
-.opsd-hm .t{position:relative;border-radius:3px;padding:1px 0;cursor:default}
-.opsd-hm .t .tip{display:none;position:absolute;left:0;top:1.7em;z-index:10;min-width:22em;max-width:36em;
- white-space:normal;background:#fff;color:#111;border:1px solid #999;border-radius:4px;padding:6px;
- font-size:12px;line-height:1.4;box-shadow:0 2px 8px rgba(0,0,0,.25)}
-.opsd-hm .t:hover .tip{display:block}
-.opsd-hm .tip .g{display:grid;grid-template-columns:repeat(3,auto auto);gap:0 8px;margin:4px 0}
-.opsd-hm .legend span{display:inline-block;width:2.2em;height:1em;vertical-align:middle}
-.opsd-hm .head{font-family:sans-serif;font-size:13px;color:#444}
+CSS = """<style>
+.opsd-hm{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:14px;line-height:1.9;margin-bottom:1em}
+.opsd-hm .body{position:relative;white-space:pre-wrap;word-break:break-word;padding-right:25em}
+.opsd-hm .t{border-radius:3px;padding:1px 0;cursor:default;box-shadow:inset -1px 0 rgba(0,0,0,.12)}
+.opsd-hm .t.dim{opacity:.25}
+.opsd-hm .t.hot{outline:2px solid #f59e0b;outline-offset:1px}
+.opsd-hm .t i.w{font-style:normal;opacity:.45}
+.opsd-hm .t .tip{display:none;position:absolute;right:0;z-index:20;width:24em;
+ pointer-events:none;white-space:normal;background:#fff;color:#111;border:1px solid #999;border-radius:4px;
+ font-size:12px;line-height:1.35;box-shadow:0 2px 8px rgba(0,0,0,.25);border-collapse:collapse}
+.opsd-hm .t:hover .tip{display:table}
+.opsd-hm .tip th{text-align:left;font-weight:600;padding:3px 6px;border-bottom:1px solid #ddd;
+ white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:24em}
+.opsd-hm .tip td{padding:0 6px;vertical-align:top}
+.opsd-hm .tip td:first-child{white-space:nowrap;color:#444}
+.opsd-hm .tip td:last-child{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.opsd-hm .tip td.alt{text-align:left;white-space:normal}
+.opsd-hm .tip td.alt span{white-space:nowrap;margin-right:.6em}
+.opsd-hm .tip tr.sel td{font-weight:700;background:#fef3c7}
+.opsd-hm .legend .bar{display:inline-block;width:12em;height:.9em;vertical-align:middle;border:1px solid #888;
+ border-radius:2px}
+.opsd-hm .legend .na{display:inline-block;width:1.2em;height:.9em;vertical-align:middle;background:#d7d7d7;
+ border:1px solid #888}
+.opsd-hm .head{font-family:sans-serif;font-size:13px;color:#444;line-height:1.5}
 </style>"""
 
 
+def legend(signal: str, scale: float, scope: str = "this rollout") -> str:
+    """The colour bar of a heatmap: a continuous gradient with its end values, and the n/a swatch."""
+    signed = is_signed(signal)
+    e = html.escape
+    if signed:
+        stops = ", ".join(signal_color(x * scale, scale) for x in (-1, -0.5, 0, 0.5, 1))
+        lo, hi, what = f"−{scale:.3g}", f"+{scale:.3g}", f"95th percentile of |{e(signal)}|"
+    else:
+        stops = ", ".join(signal_color(x * scale, scale, False) for x in (0, 0.5, 1))
+        lo, hi, what = "0", f"{scale:.3g}", f"95th percentile of |{e(signal)}|"
+        if signal.startswith("lp_"):
+            lo, hi = "0", f"−{scale:.3g}"
+    kind = "diverging: red below 0, blue above" if signed else "sequential: darker is larger in size"
+    return (f"<div class='head legend'>{e(label(signal))}: {lo} <span class='bar' style='background:"
+            f"linear-gradient(to right, {stops})'></span> {hi} · {kind}; saturates at the {what} in {e(scope)}"
+            f" · <span class='na'></span> n/a</div>")
+
+
 def render_heatmap(tokens: pd.DataFrame, signal: str, topk: pd.DataFrame | None = None, config: str = "",
-                   tokenizer=None, title: str = "") -> str:
+                   tokenizer=None, title: str = "", *, scale: float | None = None, scope: str = "this rollout",
+                   dim: np.ndarray | None = None, hot: set[int] | None = None) -> str:
     """One rollout's tokens (rows of one rollout x one config) as coloured spans, with hover details.
 
     ``topk`` holds that rollout's top-k rows; alternatives are decoded with ``tokenizer`` when given,
-    else shown as ``#id``. Returns an HTML fragment with its own scoped CSS and no script.
+    else shown as ``#id``. ``scale`` fixes the colour scale (e.g. per run; default: this rollout's);
+    ``dim`` (a boolean per position, in position order) fades filtered-out tokens and ``hot`` outlines
+    the given positions. Returns an HTML fragment with its own scoped CSS and no script.
     """
     if signal not in SIGNAL_COLUMNS:
         raise OpsdError(f"unknown signal '{signal}': choose one of {', '.join(SIGNAL_COLUMNS)}")
     t = tokens.sort_values("pos")
+    signed = is_signed(signal)
     vals = t[signal].to_numpy(dtype=float)
-    scale = heatmap_scale(vals)
+    scale = scale if scale and np.isfinite(scale) and scale > 0 else heatmap_scale(vals)
+    colours = _rgb(vals, scale, signed)
+    strong = np.isfinite(vals) & (np.abs(vals) / scale > 0.6)
     alts, decode = _alternatives(topk, config), _decoder(tokenizer)
+    cols = [c for c in SIGNAL_COLUMNS if c in t.columns]
+    rows = [_cells(c, t[c].to_numpy(dtype=float)) for c in cols]
+    sel = cols.index(signal)
+    rows[sel] = [r.replace("<tr>", "<tr class=sel>", 1) for r in rows[sel]]  # the chosen signal stands out
+    positions, ids, texts = t["pos"].to_numpy().tolist(), t["token_id"].to_numpy().tolist(), t["token"].astype(str).tolist()
+    hot = hot or set()
     spans = []
-    for (_, row), v in zip(t.iterrows(), vals):
-        strong = np.isfinite(v) and abs(v) / scale > 0.6
-        spans.append(f"<span class='t' style='background:{signal_color(v, scale)};color:"
-                     f"{'#fff' if strong else '#111'}'>{html.escape(_visible(str(row['token'])))}"
-                     f"<span class='tip'>{_tooltip(row, alts, decode, signal)}</span></span>")
-    legend = "".join(f"<span style='background:{signal_color(x * scale, scale)}'></span>"
-                     for x in (-1, -0.5, 0, 0.5, 1))
-    return (f"<div class='opsd-hm'>{_CSS}<div class='head'>{html.escape(title)}</div>"
-            f"<div class='head legend'>{html.escape(label(signal))}: −{scale:.3g} {legend} +{scale:.3g} "
-            f"(scale: 95th percentile of |{html.escape(signal)}| in this rollout; grey: n/a)</div>"
+    for i, (pos, tid, text) in enumerate(zip(positions, ids, texts)):
+        classes = "t" + (" dim" if dim is not None and dim[i] else "") + (" hot" if pos in hot else "")
+        tip = _tooltip(pos, tid, text, [r[i] for r in rows], alts, decode)
+        spans.append(f"<span class='{classes}' data-pos='{pos}' style='background:{colours[i]};color:"
+                     f"{'#fff' if strong[i] else '#111'}'>{_token_html(text)}{tip}</span>")
+    return (f"<div class='opsd-hm'>{CSS}<div class='head'>{html.escape(title)}</div>{legend(signal, scale, scope)}"
             f"<div class='body'>{''.join(spans)}</div></div>")
+
+
+def document(fragments: list[str], title: str) -> str:
+    """A standalone HTML page of heatmap fragments: no script, no link, no network request."""
+    e = html.escape
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><meta http-equiv='Content-Security-Policy' "
+            "content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            f"<title>{e(title)}</title><style>body{{font-family:sans-serif;margin:2em}}</style>"
+            f"</head><body><h1>{e(title)}</h1>" + "<hr>".join(fragments) + "</body></html>")

@@ -8,7 +8,7 @@ import pandas as pd
 from opsd_diag.errors import OpsdError
 from opsd_diag.schema import SIGNAL_COLUMNS
 
-# 24-bit colour backgrounds: red for negative, green for positive, intensity by magnitude.
+# 24-bit colour backgrounds: red for negative, blue for positive (as in the app), intensity by magnitude.
 _RESET = "\033[0m"
 
 
@@ -17,8 +17,8 @@ def _bg(value: float, scale: float) -> str:
         return "\033[48;2;90;90;90m"
     x = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
     a = int(40 + 160 * abs(x))
-    r, g = (a, 30) if x < 0 else (30, a)
-    return f"\033[48;2;{r};{g};40m\033[38;2;255;255;255m"
+    r, b = (a, 40) if x < 0 else (40, a)
+    return f"\033[48;2;{r};30;{b}m\033[38;2;255;255;255m"
 
 
 def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "r_opd", color: bool = True) -> str:

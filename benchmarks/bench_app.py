@@ -1,0 +1,156 @@
+"""The app on a large run: Overview rendered server-side and a 4,000-token heatmap (issue 13).
+
+Targets: on a stored run with 1,000,000 token rows, the Overview page rendered server-side (Streamlit's
+AppTest, the page's whole script) in <= 2 s and one 4,000-token heatmap in <= 1 s, measured in one
+run with the machine's load stated.
+
+The run is synthetic and written like the engine writes one (``io.store``): 5 teacher configs x
+2,000 rollouts x 100 positions = 1,000,000 token rows, plus one 4,000-token rollout (x 5 configs)
+with its top-5 alternatives, a summary from ``core.aggregate.summarize`` and a 30-row ranking of
+verdicts. Python modules are imported (one warm-up page on a small run) before anything is timed;
+the large run itself is never loaded before the timed render.
+
+    python benchmarks/bench_app.py [--rows 1000000] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from opsd_diag.core import aggregate  # noqa: E402
+from opsd_diag.io import store  # noqa: E402
+from opsd_diag.schema import SIGNAL_COLUMNS  # noqa: E402
+
+CONFIGS = ("teacher", "self_full_solution", "self_answer_only", "self_partial_solution", "self_hint")
+SIGNALS_RANKED = ("r_opd", "jsd", "rev_kl", "fwd_kl", "a_d2", "a_ex")
+LONG = 4000
+
+
+def _tokens(rollout_ids: np.ndarray, length: int, rng) -> pd.DataFrame:
+    n = len(rollout_ids) * length
+    frames = []
+    words = np.array(["a", ")", " ", "8", "*", "7", "=", "6", "\n", "Answer", ":", "<|im_end|>"])
+    for c in CONFIGS:
+        cols = {s: rng.normal(0, 1, n).astype("float32") for s in SIGNAL_COLUMNS}
+        cols.update(h_s=rng.exponential(0.5, n).astype("float32"), h_t=rng.exponential(0.5, n).astype("float32"),
+                    kl_rev=rng.exponential(0.2, n).astype("float32"), rank_t=rng.integers(0, 20, n).astype("float32"),
+                    gate=(rng.random(n) < 0.6).astype("float32"), top1_agree=(rng.random(n) < 0.8).astype("float32"))
+        ids = rng.integers(0, 300, n)
+        frames.append(pd.DataFrame({"rollout_id": np.repeat(rollout_ids, length), "config": c,
+                                    "pos": np.tile(np.arange(length), len(rollout_ids)), "token_id": ids,
+                                    "token": words[ids % len(words)], **cols}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def build(run: Path, rows: int, seed: int = 0) -> int:
+    """The synthetic run; returns the id of its 4,000-token rollout."""
+    rng = np.random.default_rng(seed)
+    per = 100
+    n_roll = max(1, (rows - LONG * len(CONFIGS)) // (per * len(CONFIGS)))
+    ids = np.arange(n_roll)
+    long_id = int(n_roll)
+    tokens = pd.concat([_tokens(ids, per, rng), _tokens(np.array([long_id]), LONG, rng)], ignore_index=True)
+    tokens = tokens.iloc[:rows] if len(tokens) > rows else tokens
+    rollouts = pd.DataFrame({"rollout_id": np.r_[ids, long_id], "problem_id": [f"p{i // 4}" for i in range(n_roll + 1)],
+                             "problem_index": np.r_[ids, long_id] // 4, "sample_idx": np.r_[ids, long_id] % 4,
+                             "length": [per] * n_roll + [LONG], "finished": True, "text": "a) 8*7=6\nAnswer: 6",
+                             "answer_pred": "6", "correct": rng.random(n_roll + 1) < 0.5, "difficulty": 1})
+    topk = pd.DataFrame([{"rollout_id": long_id, "pos": p, "role": role, "config": c, "rank": r,
+                          "token_id": int(rng.integers(0, 300)), "logprob": -float(r)}
+                         for p in range(LONG) for role, c in [("student", ""), ("teacher", CONFIGS[0])]
+                         for r in range(5)])
+    teacher = pd.DataFrame([{"config": c, "problem_id": f"p{i}", "sample_idx": 0, "correct": bool(i % 2)}
+                            for c in CONFIGS for i in range(50)])
+    summary = aggregate.summarize(tokens, rollouts, teacher, ks=(1, 4), n_boot=20)
+    ranking = [{"config": c, "signal": s, "verdict": ["helps", "unclear", "hurts"][(i + j) % 3],
+                "score": float(rng.normal())} for i, c in enumerate(CONFIGS) for j, s in enumerate(SIGNALS_RANKED)]
+    summary["ranking"] = ranking
+    summary["verdicts"] = {c: {r["signal"]: {"verdict": r["verdict"], "score": r["score"],
+                                             "reason": "teacher advantage 0.12 [0.05, 0.20] and alignment 0.31 "
+                                                       "[0.12, 0.48]: a reason of realistic length."}
+                               for r in ranking if r["config"] == c} for c in CONFIGS}
+    run.mkdir(parents=True)
+    store.atomic_write_json(run / "manifest.json", {
+        "status": "finished", "n_problems": int(rollouts["problem_id"].nunique()), "seconds": 1.0,
+        "config": {"student": {"model": "none"}, "teachers": [{"name": c} for c in CONFIGS],
+                   "data": {"path": "none.jsonl"}, "sampling": {"num_samples": 4}}})
+    store.atomic_write_json(run / "summary.json", summary)
+    for name, frame in (("rollouts", rollouts), ("tokens", tokens), ("topk", topk), ("teacher_rollouts", teacher)):
+        store.atomic_write_parquet(run / f"{name}.parquet", frame)
+    return long_id
+
+
+def overview(run_dir: Path, root: Path) -> float:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120)
+    at.session_state["runs_root"] = str(root)
+    at.session_state["run_dir"] = str(run_dir)
+    t = time.perf_counter()
+    at.run()
+    took = time.perf_counter() - t
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Overview"
+    return took
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--keep", help="build the run here and keep it")
+    args = p.parse_args()
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(args.keep or d)
+        t = time.perf_counter()
+        long_id = build(root / "big", args.rows)
+        built = time.perf_counter() - t
+        build(root / "small", 5_000 + LONG * len(CONFIGS), seed=1)
+        overview(root / "small", root)  # imports Streamlit, plotly, the app: not what is measured
+
+        cold = overview(root / "big", root)  # the large run is loaded (cached) inside this render
+        warm = overview(root / "big", root)
+
+        from opsd_diag.run import Run
+
+        run = Run.load(root / "big")
+        n_tokens = len(run.tokens)
+        t = time.perf_counter()
+        html = run.heatmap(long_id, [CONFIGS[0]], "r_opd")
+        first = time.perf_counter() - t  # includes the per-rollout index over the 1M-row table
+        times = []
+        for signal in ("r_opd", "kl_rev", "rank_t"):
+            t = time.perf_counter()
+            run.heatmap(long_id, [CONFIGS[0]], signal)
+            times.append(time.perf_counter() - t)
+        heat = float(np.median(times))
+        t = time.perf_counter()
+        run.heatmap(long_id, list(CONFIGS[:2]), "a_d2", scale="run")
+        stacked = time.perf_counter() - t
+    shown = html.count("data-pos=")
+    print(f"## bench_app: the app on a {n_tokens:,}-row run (Python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} cores, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} before the run)\n")
+    print("| measure | seconds | target |\n|---|---|---|")
+    print(f"| build the synthetic run (not a target) | {built:.1f} | |")
+    print(f"| Overview, server-side render, first (loads the run) | {cold:.2f} | <= 2 |")
+    print(f"| Overview, server-side render, again (cached run) | {warm:.2f} | |")
+    print(f"| heatmap, {shown:,} tokens, one config (median of 3 signals) | {heat:.2f} | <= 1 |")
+    print(f"| heatmap, first call (builds the rollout index of the token table) | {first:.2f} | |")
+    print(f"| heatmap, 2 configs stacked ({2 * LONG:,} tokens, per-run scale) | {stacked:.2f} | |")
+    print(f"\nRESULT overview {cold:.2f} s {'PASS' if cold <= 2 else 'FAIL'}")
+    print(f"RESULT heatmap {heat:.2f} s {'PASS' if heat <= 1 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""What the app's forms need from the library: a config from form fields, previews and a cost estimate.
+
+The New-diagnosis form builds a plain mapping, and everything else happens here, testable without a
+browser: the mapping is validated into a ``DiagnosisConfig`` (the YAML stays the saved artefact),
+the first rows of a data file are previewed raw and mapped, the exact prompt each model sees is
+rendered with the chat template applied, and the work of a diagnosis is counted and, when an earlier
+finished run of the same student exists, timed from it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from opsd_diag.errors import OpsdError
+from opsd_diag.io import store
+from opsd_diag.io.config import DataSpec, DiagnosisConfig, from_dict, to_yaml
+from opsd_diag.io.data import load_problems
+from opsd_diag.io.templates import BUILTIN, context_fields, placeholders, resolve
+
+BUNDLED_DATA = Path("sample_data/problems")
+
+
+def bundled_data() -> list[str]:
+    """The bundled problem splits (paths relative to the repository root)."""
+    return sorted(str(p) for p in BUNDLED_DATA.glob("*.jsonl")) if BUNDLED_DATA.is_dir() else []
+
+
+def build_config(fields: dict) -> DiagnosisConfig:
+    """The form's mapping as a validated config (empty values dropped), or one OpsdError naming the key."""
+    def clean(v):
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items() if x not in (None, "", {}, [])}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
+    return from_dict(clean(fields), "the form")
+
+
+def config_yaml(cfg: DiagnosisConfig) -> str:
+    """The YAML file of a config: only the keys that differ from the defaults, in the config's order."""
+    data = cfg.model_dump(mode="json", exclude_defaults=True)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def save_config(cfg: DiagnosisConfig, path: str | Path, overwrite: bool = False) -> Path:
+    """Write the config's YAML to ``path`` (refusing to replace another file unless ``overwrite``)."""
+    path = Path(path)
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise OpsdError(f"{path}: a config file ends in .yaml or .yml")
+    text = config_yaml(cfg)
+    if path.exists() and not overwrite and path.read_text(errors="replace") != text:
+        raise OpsdError(f"{path} exists and holds another config: choose another name, or tick 'replace'")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.atomic_write_text(path, text)
+    except OSError as e:
+        raise OpsdError(f"cannot write {path} ({e.strerror}): choose a writable place") from None
+    return path
+
+
+def raw_rows(path: str | Path, n: int = 5, fmt: str = "auto") -> pd.DataFrame:
+    """The first ``n`` records of a data file as stored (before any field mapping)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OpsdError(f"data file {path} not found: pick a bundled split, give a path, or upload a file")
+    suffix = path.suffix.lower() if fmt == "auto" else f".{fmt}"
+    try:
+        if suffix in (".jsonl", ".json"):
+            return pd.read_json(path, lines=True, nrows=n, dtype=False)
+        if suffix == ".csv":
+            return pd.read_csv(path, nrows=n, dtype=str, keep_default_na=False)
+        if suffix == ".parquet":
+            return pd.read_parquet(path).head(n)
+    except Exception as e:  # pandas raises many types for a malformed file
+        raise OpsdError(f"cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    raise OpsdError(f"cannot tell the format of {path}: use a .jsonl, .csv or .parquet file")
+
+
+def problems(spec: dict, n: int = 5) -> list[dict]:
+    """The first ``n`` problems after the field mapping, validated as a run would read them."""
+    return load_problems(DataSpec.model_validate({**spec, "limit": n}))
+
+
+def placeholder_values(problem: dict, context: str, partial_fraction: float = 0.5) -> dict[str, str]:
+    """What each placeholder of a context template receives for one problem."""
+    used = placeholders(resolve(context))
+    values = context_fields(problem, partial_fraction)
+    return {k: values[k] for k in ("prompt", "solution", "answer", "partial_solution", "hint") if k in used}
+
+
+@dataclass(frozen=True)
+class PromptPreview:
+    who: str  # student, or the teacher config's name
+    text: str  # the exact text after the chat template (decoded from the ids the model sees)
+    n_tokens: int
+    truncated: bool
+
+
+def prompt_previews(cfg: DiagnosisConfig, problem: dict, tokenizer) -> list[PromptPreview]:
+    """The exact prompt of the student and of every teacher view for one problem, chat template applied."""
+    from opsd_diag.io.views import student_view, teacher_view
+
+    out = []
+    s = student_view(tokenizer, problem, cfg.data.system_prompt)
+    out.append(PromptPreview("student", tokenizer.decode(s.ids), len(s.ids), False))
+    for t in cfg.teachers:
+        v = teacher_view(tokenizer, problem, t.context, partial_fraction=t.partial_fraction,
+                         system_prompt=t.system_prompt or cfg.data.system_prompt,
+                         max_length=cfg.scoring.max_prompt_length)
+        out.append(PromptPreview(t.name, tokenizer.decode(v.ids), len(v.ids), v.context_truncated))
+    return out
+
+
+def count_problems(cfg: DiagnosisConfig) -> int:
+    try:
+        n = len(load_problems(cfg.data))
+    except OpsdError:
+        return 0
+    return n
+
+
+def work(cfg: DiagnosisConfig, n_problems: int) -> dict[str, int]:
+    """What a diagnosis of ``cfg`` on ``n_problems`` problems costs, in rollouts, tokens and passes (at most)."""
+    s = cfg.sampling
+    rollouts = n_problems * s.num_samples
+    gen = rollouts * s.max_completion_length
+    teacher_gen = n_problems * s.teacher_samples * len(cfg.teachers) * s.max_completion_length
+    views = 1 + len(cfg.teachers) + (1 if cfg.base else 0) * (len(cfg.teachers) if cfg.scoring.base_view == "teacher"
+                                                               else 1)
+    ideal = cfg.ideal if cfg.ideal is not None and cfg.ideal.enabled else None
+    cont_len = (ideal.max_continuation_length or s.max_completion_length) if ideal else 0
+    return {"problems": n_problems, "rollouts": rollouts, "generated_tokens": gen, "teacher_tokens": teacher_gen,
+            "scored_tokens": gen * views, "forward_views": views,
+            "continuations": ideal.budget if ideal else 0,
+            "continuation_tokens": (ideal.budget * cont_len) if ideal else 0}
+
+
+def _units(w: dict[str, int]) -> float:
+    # Sampling dominates on every machine we have measured; scoring is one forward per view.
+    return w["generated_tokens"] + w["teacher_tokens"] + w["continuation_tokens"] + 0.1 * w["scored_tokens"]
+
+
+def cost_estimate(cfg: DiagnosisConfig, n_problems: int, runs_root: str | Path = "runs") -> dict:
+    """``work`` plus seconds, timed from the newest finished run of the same student under ``runs_root``
+    (its seconds per unit of work); ``seconds`` is None when there is none to time from."""
+    w = work(cfg, n_problems)
+    root = Path(runs_root)
+    for manifest in sorted(root.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime, reverse=True) \
+            if root.is_dir() else []:
+        try:
+            m = store.read_manifest(manifest.parent)
+            past = from_dict(m.get("config") or {}, str(manifest))
+        except OpsdError:
+            continue
+        if m.get("status") != "finished" or not m.get("seconds") or past.student.model != cfg.student.model:
+            continue
+        pw = work(past, int(m.get("n_problems") or 0))
+        if _units(pw) > 0:
+            rate = float(m["seconds"]) / _units(pw)
+            return {**w, "seconds": rate * _units(w), "timed_from": str(manifest.parent)}
+    return {**w, "seconds": None, "timed_from": None}
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "unknown"
+    seconds = max(0, int(round(seconds)))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+CONTEXTS = tuple(BUILTIN)
+__all__ = ["CONTEXTS", "build_config", "config_yaml", "cost_estimate", "duration", "placeholder_values",
+           "prompt_previews", "problems", "raw_rows", "save_config", "to_yaml", "work"]
