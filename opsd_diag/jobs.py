@@ -41,6 +41,7 @@ STOP = "STOP"
 LOCK = ".lock"
 ACTIVE = ("starting", "running")
 ARGV_ENV = "OPSD_JOB_ARGV"  # the launcher's exact argv (JSON), recorded by the run
+DIR_ENV = "OPSD_JOB_DIR"  # the run directory (resolved) a launched process was started for
 
 
 def diagnosis_command(config: str | Path, out_dir: str | Path) -> list[str]:
@@ -232,7 +233,7 @@ def start(argv: list[str], run_dir: str | Path, kind: str, *, cwd: str | Path | 
             proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
                                     env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1",
-                                         ARGV_ENV: json.dumps(argv)})
+                                         ARGV_ENV: json.dumps(argv), DIR_ENV: str(run_dir.resolve())})
     except OSError as e:
         raise OpsdError(f"cannot start the {kind} in {run_dir} ({e.strerror}): check that it is writable") from None
     # the leader's identity, so stop() can prove the group is ours; status stays whatever the run wrote
@@ -246,8 +247,8 @@ def start(argv: list[str], run_dir: str | Path, kind: str, *, cwd: str | Path | 
 def stop(run_dir: str | Path, *, grace_s: float = 0.0, poll_s: float = 0.2) -> dict:
     """Ask for a graceful stop: the STOP file, then (after ``grace_s``) SIGTERM to the run's process group.
 
-    The signal goes only to a group whose leader is still the process this protocol started (pid and
-    start time as recorded); anything else gets no signal at all.
+    The signal goes only to a group that is provably this run's (``ours``: the recorded leader, and the
+    run's lock or launch environment); anything else gets no signal at all.
     """
     run_dir = Path(run_dir)
     (run_dir / STOP).touch()
@@ -256,10 +257,54 @@ def stop(run_dir: str | Path, *, grace_s: float = 0.0, poll_s: float = 0.2) -> d
         time.sleep(poll_s)
     st = status(run_dir)
     pgid, leader_start = st.get("pgid"), st.get("leader_start_time")
-    if st["status"] in ACTIVE and pgid and leader_start and alive(pgid, leader_start) and os.getpgid(pgid) == pgid:
+    if st["status"] in ACTIVE and ours(run_dir, pgid, leader_start):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int(pgid), signal.SIGTERM)
     return st
+
+
+def ours(run_dir: Path, pgid, leader_start) -> bool:
+    """The group ``pgid`` is this run's: its leader is the process recorded (pid and start time), and a
+    member holds ``RUN_DIR/.lock`` or, before the lock is taken, the leader was launched for this folder.
+
+    status.json alone proves nothing (a crafted folder can name any live group): the lock and the
+    launch environment are what another process cannot fake.
+    """
+    if not (isinstance(pgid, int) and isinstance(leader_start, int) and pgid > 1 and alive(pgid, leader_start)):
+        return False
+    try:
+        if os.getpgid(pgid) != pgid:
+            return False
+    except OSError:
+        return False
+    return _group_holds_lock(Path(run_dir), pgid) or _launched_for(Path(run_dir), pgid)
+
+
+def _group_holds_lock(run_dir: Path, pgid: int) -> bool:
+    """A process of group ``pgid`` holds the flock on ``RUN_DIR/.lock`` (read from /proc/locks)."""
+    try:
+        st = os.stat(run_dir / LOCK, follow_symlinks=False)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"; waiters carry "->"
+        f = line.split()
+        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == key:
+            with contextlib.suppress(OSError, ValueError):
+                if os.getpgid(int(f[4])) == pgid:
+                    return True
+    return False
+
+
+def _launched_for(run_dir: Path, pid: int) -> bool:
+    """Process ``pid`` was started by ``start`` for this run directory (its environment says so)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{DIR_ENV}={run_dir.resolve()}".encode() in env
 
 
 def stop_requested(run_dir: str | Path) -> bool:

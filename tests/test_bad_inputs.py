@@ -705,6 +705,22 @@ def test_cli_bad_input(case: Case, env: Env, capsys):
     assert (tree(env.tmp), tree(env.run)) == before, "a user error left files behind or changed the run"
 
 
+def test_compiled_scoring_without_a_compiler_fails_before_the_run_directory(env: Env, capsys, monkeypatch):
+    """Inductor without a C compiler fails at the first compiled call: that must be before anything is written."""
+    def no_compiler(*a, **k):
+        raise RuntimeError("InductorError: Failed to find C compiler. Please specify via CC environment variable")
+
+    argv = ["run", env.cfg({"scoring": {"engine": "compiled"}}), "--out", env.out]
+    before = tree(env.tmp)
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    assert diag_cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("opsd-diag: error: scoring.engine: compiled cannot run on cpu: "
+                                                   "torch.compile failed (InductorError: Failed to find C compiler")
+    assert lines[0].endswith("install a C compiler (e.g. gcc) or set scoring.engine: fused")
+    assert tree(env.tmp) == before
+
+
 def test_the_corpus_is_large_and_its_ids_unique():
     ids = [c.id for c in CASES] + [c.id for c in APP_CASES]
     assert len(ids) == len(set(ids))

@@ -209,12 +209,53 @@ def test_stop_signals_only_the_group_it_started(tmp_path):
         bystander.wait()
 
 
+def test_stop_needs_the_lock_or_the_launch_not_just_a_matching_status_file(tmp_path):
+    """A crafted status.json naming a live group with its exact leader start time (both world-readable in
+    /proc) gets no signal; a group that holds the run's lock, or that ``start`` launched for this folder, does."""
+    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(60)")
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(other / jobs.LOCK)], start_new_session=True,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for victim in (bystander, holder):  # holder holds another folder's lock, not this one's
+            run = tmp_path / f"crafted{victim.pid}"
+            run.mkdir()
+            (run / jobs.LOCK).write_text("")
+            jobs.write_status(run, "running", kind="training")
+            jobs.write_status(run, pgid=victim.pid, leader_start_time=jobs.process_start_time(victim.pid))
+            jobs.stop(run)
+            time.sleep(0.3)
+            assert victim.poll() is None, "a process the run does not own was signalled"
+
+        jobs.write_status(other, "running", kind="training")  # the lock holder's own folder: it is signalled
+        jobs.write_status(other, pgid=holder.pid, leader_start_time=jobs.process_start_time(holder.pid))
+        jobs.stop(other)
+        assert holder.wait(timeout=10) == -15
+    finally:
+        for p in (bystander, holder):
+            p.kill()
+            p.wait()
+
+    launched = tmp_path / "launched"  # before its lock is taken, a launched run is stopped by its environment
+    job = jobs.start(["sleep", "60"], launched, "diagnosis")
+    jobs.stop(launched)
+    deadline = time.time() + 10
+    while jobs.alive(job.pid, None) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not jobs.alive(job.pid, None)
+
+
 # ------------------------------------------------------------------------------ NaN and inf
 
 def test_sampling_from_nan_logits_is_a_clear_error(world):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from opsd_diag.engine import decode
+    from opsd_diag.engine.fast_decode import sample_static
     from opsd_diag.engine.sampling import sample_hf
     from opsd_diag.settings import SamplingSettings
 
@@ -224,7 +265,7 @@ def test_sampling_from_nan_logits_is_a_clear_error(world):
         model.get_output_embeddings().weight[5, 0] = float("inf")
     s = SamplingSettings(num_samples=2, temperature=1.0, top_p=1.0, max_new_tokens=4, seed=0, batch_size=4)
     prompt = tok("Start at 1.", add_special_tokens=False)["input_ids"]
-    for sampler in (decode.sample, sample_hf):  # the trainer's loop and the diagnosis' generate
+    for sampler in (decode.sample, sample_hf, sample_static):  # trainer's loop, diagnosis' generate, static engine
         with pytest.raises(NonFiniteLogits) as e:
             sampler(model, tok, [prompt], s, [tok.eos_token_id])
         assert e.value.position == 0 and "non-finite logits" in str(e.value)
@@ -375,3 +416,26 @@ def test_the_stop_button_goes_through_the_job_protocol(tmp_path, monkeypatch):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_non_finite_logits_in_the_held_out_evaluation_name_the_student(monkeypatch):
+    """The evaluation samples too: its NonFiniteLogits becomes one message naming the model and the step."""
+    from types import SimpleNamespace
+
+    from opsd_diag.errors import NonFiniteLogits
+    from trainer import loop
+
+    def broken(*a, **k):
+        raise NonFiniteLogits(0, 3)
+
+    monkeypatch.setattr(loop, "evaluate", broken)
+    cfg = SimpleNamespace(student=SimpleNamespace(model="my/student"), base=None, analysis=SimpleNamespace(checker="exact"),
+                          sampling=SimpleNamespace(engine="hf"))
+    spec = SimpleNamespace(eval=None, scoring_temperature=1.0)
+    st = SimpleNamespace(tc=SimpleNamespace(cfg=cfg, teacher=None, spec=spec),
+                         evals=SimpleNamespace(held_out=object(), regression=None), roles=None, tok=None, stop_ids=[0],
+                         pad_id=0, chunk_size=8)
+    acc = SimpleNamespace(num_processes=1, process_index=0, autocast=None)
+    with pytest.raises(OpsdError, match=r"evaluation at step 7: the student model 'my/student' produced non-finite "
+                                        r"logits \(NaN or inf\) while sampling, at completion position 3"):
+        loop._eval(acc, st, 7, None)

@@ -321,3 +321,22 @@ def test_tiny_report_numbers_are_recomputed_from_the_stored_runs(tiny_study):
     assert (acc["n_decisive"], acc["n_correct"]) == (len(decisive), len(right))
     assert f"**{len(right)} of {len(decisive)} correct" in md
     assert "## Closing note" in md and "Spearman" in md.split("## Closing note")[1]
+
+
+@pytest.mark.parametrize("folder", ["", "quick", "second_look"])
+def test_committed_results_are_the_report_of_their_stored_analysis(folder):
+    """Each committed RESULTS.md is exactly what report.py renders from the committed analysis JSON beside
+    it (date aside), so no number in it was typed or edited by hand."""
+    import re
+
+    from benchmarks.validity.report import markdown
+
+    here = REPO / "benchmarks" / "validity" / folder
+    md = (here / "RESULTS.md").read_text()
+    an = json.loads((here / "validity_analysis.json").read_text())
+    study = re.search(r"from the stored runs in `([^`]+)` on (\d{4}-\d{2}-\d{2})", md)
+    assert study, "RESULTS.md lost its provenance line"
+    rendered = markdown(an, "validity_scatter.png", Path(study.group(1)))
+    rendered = re.sub(r"(from the stored runs in `[^`]+` on )\d{4}-\d{2}-\d{2}", rf"\g<1>{study.group(2)}", rendered)
+    assert rendered == md
+    assert (here / "validity_scatter.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

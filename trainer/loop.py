@@ -177,11 +177,15 @@ def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None, wrapped=
     ev = st.tc.spec.eval
     if st.evals.held_out is None and st.evals.regression is None:
         return
-    with sharded.full_params(wrapped) if wrapped is not None else contextlib.nullcontext():
-        res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
-                       pad_id=st.pad_id, chunk=st.chunk_size, tau=st.tc.spec.scoring_temperature,
-                       world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast,
-                       engine=st.tc.cfg.sampling.engine)
+    try:
+        with sharded.full_params(wrapped) if wrapped is not None else contextlib.nullcontext():
+            res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
+                           pad_id=st.pad_id, chunk=st.chunk_size, tau=st.tc.spec.scoring_temperature,
+                           world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast,
+                           engine=st.tc.cfg.sampling.engine)
+    except NonFiniteLogits as e:
+        raise OpsdError(f"evaluation at step {step}: {_who(st, 'student')} produced non-finite logits (NaN or inf) "
+                        f"while sampling, at completion position {e.position}: {NONFINITE_FIX}") from None
     if acc.is_main_process:
         metrics.write({"kind": "eval", "step": step, **res})
         acc.log({f"eval/{k}": v for k, v in res.items()}, step=step)

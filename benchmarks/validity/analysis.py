@@ -214,7 +214,19 @@ def _timing(study: Path) -> dict:
     sess = json.loads((study / "study.json").read_text())["sessions"] if (study / "study.json").is_file() else []
     return {"jobs": {k: {"n": len(v), "mean_s": float(np.mean(v)), "total_s": float(np.sum(v)), "cpu_s": cpu.get(k)}
                      for k, v in by_kind.items()},
-            "wall_s": float(sum(s["seconds"] for s in sess)), "sessions": sess}
+            "wall_s": float(sum(s["seconds"] for s in sess)), "sessions": sess,
+            "busy_s": _union_s([(r["start"], r["start"] + r["seconds"]) for r in recs if r.get("ok") and "start" in r])}
+
+
+def _union_s(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one interval: the study's wall time spent running jobs, also when a killed
+    session left no session record (its finished jobs are in jobs.jsonl)."""
+    total, end = 0.0, -np.inf
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return float(total)
 
 
 def jsonable(obj):

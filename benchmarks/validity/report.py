@@ -86,7 +86,13 @@ def markdown(an: dict, png_name: str, study: Path) -> str:
                f"{time.strftime('%Y-%m-%d')}; every number below is computed from those files "
                "(`analysis.json` in the study directory holds them all). The plan is "
                "`benchmarks/validity/plan.yaml`, committed before the results.")
-    if p["variant"] != "default":
+    if p["variant"] == "second_look":
+        out += ["", "**This is the pre-registered second look**: plan `second_look`, written into `plan.yaml` before "
+                "the default study's results were seen: fresh training seeds, three configurations the default study "
+                "did not have, and the one predictor change made after the quick run (`ideal.candidates: "
+                "per_config`: each configuration's node maths on its own candidates). Both results are kept "
+                "(`benchmarks/validity/RESULTS.md` is the default study, the predictor as first registered)."]
+    elif p["variant"] != "default":
         out += ["", f"**This is the `{p['variant']}` variant** (fewer configurations, seeds and steps), a check that "
                 "the pipeline works end to end, **not the pre-registered default study**; its numbers are too few "
                 "to judge the predictor. Run `python benchmarks/validity/run_study.py --plan default --out DIR` "
@@ -111,7 +117,10 @@ def markdown(an: dict, png_name: str, study: Path) -> str:
             f"{ci(an['initial']['regression_pass@1'], sign=False)}.",
             f"- Intervals: {int((1 - p['analysis']['alpha']) * 100)}% percentile bootstrap, "
             f"{p['analysis']['bootstrap']} replicates (seeds and problems; for correlations also configurations).",
-            f"- Wall time of the study: {f(an['timing']['wall_s'] / 60, 1)} min "
+            f"- Wall time of the study: {f(an['timing'].get('busy_s', an['timing']['wall_s']) / 60, 1)} min with jobs "
+            f"running (the union of the finished jobs' intervals; sessions that ran to their end: "
+            f"{len(an['timing']['sessions'])}, {f(an['timing']['wall_s'] / 60, 1)} min; an interrupted session "
+            "leaves no session record, its finished jobs count here) "
             + "(" + ", ".join(f"{k}: {v['n']} jobs, mean {f(v['mean_s'], 1)} s"
                               + (f", {f(v['cpu_s'] / 60, 1)} CPU-min" if v.get("cpu_s") else "")
                               for k, v in an["timing"]["jobs"].items())

@@ -97,6 +97,7 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
     """Load and validate everything; no file is written."""
     problems = check_inputs(cfg)
     tok, student = _load(cfg.student, cfg.device)
+    fused_scoring.check_available(cfg.scoring.engine, next(student.parameters()).device)
     base_tok, base = _load(cfg.base, cfg.device)
     named = {"student": (cfg.student.model, tok, student)}
     if base is not None:

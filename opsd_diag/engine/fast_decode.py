@@ -43,8 +43,9 @@ import logging
 
 import torch
 
-from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, trim_completion, warp
+from opsd_diag.engine.sampling import Completion, cache_kwarg, check_finite, layer_types, trim_completion, warp
 from opsd_diag.engine.static_cache import engine_for
+from opsd_diag.errors import NonFiniteLogits
 from opsd_diag.settings import SamplingSettings
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,10 @@ def unsupported_reason(model) -> str | None:
 
 def multinomial_chooser(temperature: float, top_p: float):
     def choose(scores, rows, t):
+        try:  # NaN/+inf cannot be sampled from (and on CUDA would trip a device assert)
+            check_finite(scores, t)
+        except NonFiniteLogits as e:
+            raise NonFiniteLogits(int(rows[e.row]), t) from None  # the batch row, not the slot
         return torch.multinomial(warp(scores, temperature, top_p).softmax(dim=-1), num_samples=1).squeeze(1)
     return choose
 

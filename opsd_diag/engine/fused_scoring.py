@@ -93,6 +93,19 @@ def chunk_signals(ids: Tensor, student: tuple, teachers: list[tuple], shared_bas
 _COMPILED: dict = {}
 
 
+def check_available(engine: str, device) -> None:
+    """OpsdError, before any file is written, when ``compiled`` cannot compile on ``device`` (Inductor needs a
+    C compiler, and Triton on CUDA); the other engines always run."""
+    if engine != "compiled":
+        return
+    try:
+        torch.compile(lambda x: x.exp() + 1, dynamic=False)(torch.ones(4, device=device))
+    except Exception as e:  # Inductor raises many types (BackendCompilerFailed, InductorError, OSError...)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise OpsdError(f"scoring.engine: compiled cannot run on {device}: torch.compile failed ({first}); install a "
+                        "C compiler (e.g. gcc) or set scoring.engine: fused") from None
+
+
 def _compiled_fn():
     if "fn" not in _COMPILED:
         _COMPILED["fn"] = torch.compile(chunk_signals, dynamic=False, fullgraph=True)
