@@ -19,7 +19,8 @@ from opsd_diag.io.config import load_config
 
 RUNS_ROOT = Path("runs")
 REPO = Path(__file__).resolve().parents[1]
-PHASES = ("rollouts and scoring", "aggregates", "predictor")
+PHASES = ("rollouts", "scoring", "aggregates", "predictor")
+SHARDS = "rollouts and scoring"  # the diagnosis' stage while shards run: each shard samples, then scores
 
 
 def env() -> dict:
@@ -79,12 +80,15 @@ class Progress:
             return "starting: loading models and data"
         if self.status == "finished":
             return "finished"
-        running = next((p for p in self.phases if p.state == "running"), None)
-        if self.status == "running" and running is not None:
-            unit = "shards" if running.name == PHASES[0] else "continuations"
-            count = f", {running.done} of {running.total} {unit}" if running.total and running.name != "aggregates" else ""
-            eta = f", about {_left(running.eta_s)} left" if running.eta_s is not None else ""
-            return f"running: {running.name}{count}{eta}"
+        running = [p for p in self.phases if p.state == "running"]
+        if self.status == "running" and running:
+            parts = []
+            for ph in running:
+                unit = "continuations" if ph.name == "predictor" else "shards"
+                parts.append(ph.name + (f" {ph.done} of {ph.total} {unit}" if ph.total and ph.name != "aggregates"
+                                        else ""))
+            eta = running[-1].eta_s  # the last running phase ends the stage
+            return f"running: {', '.join(parts)}" + (f", about {_left(eta)} left" if eta is not None else "")
         if self.status == "running":
             return f"running: {self.stage}"
         return f"{self.status}: {self.stage}, {self.done} of {self.total} shards" if self.total else self.status
@@ -101,19 +105,43 @@ def _eta(started, done: int, total: int, now: float) -> float | None:
     return (now - float(started)) / done * (total - done)
 
 
+def _per_shard(st: dict, step: str) -> float | None:
+    """Mean seconds of one shard's ``step`` (rollouts | scoring) in the main process, once one was timed."""
+    n = int(st.get(f"{step}_n") or 0)
+    return float(st.get(f"{step}_s") or 0.0) / n if n else None
+
+
+def _shard_phases(st: dict, now: float) -> list[Phase]:
+    """The rollouts and scoring phases while shards run: a shard samples, then scores, so both advance
+    together; each ETA from the main process' timings (split over the processes), else from the start."""
+    done, total = int(st.get("done") or 0), int(st.get("total") or 0)
+    sampled = min(total, done + (st.get("shard_step") == "scoring"))  # the shard being scored was sampled
+    procs = max(1, int(st.get("processes") or 1))
+    r, c = _per_shard(st, "rollouts"), _per_shard(st, "scoring")
+    fallback = _eta(st.get("started"), done, total, now)
+    eta_r = r * (total - sampled) / procs if r is not None else fallback
+    eta_c = (r * (total - sampled) + c * (total - done)) / procs if r is not None and c is not None else fallback
+    return [Phase("rollouts", "done" if total and sampled >= total else "running", sampled, total,
+                  eta_r if sampled < total else None),
+            Phase("scoring", "running", done, total, eta_c)]
+
+
 def phases(st: dict, predictor: bool | None, now: float | None = None) -> list[Phase]:
-    """Each phase of a diagnosis (rollouts and scoring, aggregates, predictor) from its status.json;
+    """Each phase of a diagnosis (rollouts, scoring, aggregates, predictor) from its status.json;
     ``predictor``: whether the config has one (None: not known yet, before the manifest is written)."""
     now = time.time() if now is None else now
     status, stage = st.get("status"), st.get("stage") or ""
     done, total = int(st.get("done") or 0), int(st.get("total") or 0)
-    current = PHASES.index(stage) if stage in PHASES else (len(PHASES) if status == "finished" else -1)
+    order = {SHARDS: 0, "aggregates": 2, "predictor": 3}
+    current = order.get(stage, len(PHASES) if status == "finished" else -1)
     out = []
     for i, name in enumerate(PHASES):
         if name == "predictor" and predictor is False:
             out.append(Phase(name, "skipped"))
-        elif i < current or status == "finished":
+        elif status == "finished" or i < current:
             out.append(Phase(name, "done"))
+        elif current == 0 and i < 2 and status in jobs.ACTIVE:
+            out.append(_shard_phases(st, now)[i])
         elif i == current and status in jobs.ACTIVE:
             started = st.get("stage_started") if name == "predictor" else st.get("started")
             out.append(Phase(name, "running", done, total, _eta(started, done, total, now)))

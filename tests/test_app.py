@@ -230,7 +230,7 @@ def test_new_run_opens_a_finished_job(runs_root):
 def test_progress_counts_shards(runs_root, tmp_path):
     done = jobs.progress(runs_root / "tiny")
     assert done.status == "finished" and done.fraction == 1.0 and done.text == "finished"
-    assert [p.state for p in done.phases] == ["done", "done", "done"]
+    assert [p.state for p in done.phases] == ["done", "done", "done", "done"]
     busy = jobs.progress(runs_root / "busy")
     assert (busy.status, busy.done, busy.total) == ("running", 0, 2) and "0 of 2 shards" in busy.text
     assert jobs.progress(tmp_path / "none").status == "unknown"
@@ -357,16 +357,29 @@ def test_manifest_says_finished_only_after_the_predictor(ci_zoo, tmp_path, monke
         seen["progress"] = jobs.progress(run_dir)
         return real(run_dir, *a, **k)
 
+    real_shard = diagnose.run_shard
+
+    def shard_spy(prep, index, on_scoring=None):  # what the page reads while a shard is scored
+        def scoring():
+            on_scoring()
+            seen.setdefault("while_scoring", jobs.progress(tmp_path / "run"))
+        return real_shard(prep, index, on_scoring=scoring)
+
     monkeypatch.setattr(diagnose, "run_predictor", spy)
+    monkeypatch.setattr(diagnose, "run_shard", shard_spy)
     data = tmp_path / "p.jsonl"
     data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(2, 9)))
     cfg = _config(ci_zoo, data)
     cfg["teachers"] = cfg["teachers"][:1]
+    cfg["shard_size"] = 1  # two shards
     diagnose.run_diagnosis(from_dict(cfg), tmp_path / "run", show_progress=False)
     p = seen["progress"]
     assert seen["manifest"] == "running" and p.status == "running" and p.stage == "predictor"
-    assert [ph.state for ph in p.phases] == ["done", "done", "running"] and "predictor" in p.text
+    assert [ph.state for ph in p.phases] == ["done", "done", "done", "running"] and "predictor" in p.text
     assert jobs.progress(tmp_path / "run").status == "finished"
+    rollouts, scoring = seen["while_scoring"].phases[:2]  # shard 1 sampled (and timed), being scored
+    assert (rollouts.name, rollouts.done, scoring.name, scoring.done, scoring.total) == ("rollouts", 1, "scoring", 0, 2)
+    assert rollouts.eta_s is not None and "rollouts 1 of 2 shards, scoring 0 of 2 shards" in seen["while_scoring"].text
 
 
 def test_run_picker_lists_each_run_once_and_survives_a_reload(runs_root, monkeypatch):

@@ -188,12 +188,30 @@ def test_progress_has_a_predictor_phase_with_eta():
     st = {"status": "running", "stage": "predictor", "done": 30, "total": 120, "started": now - 100,
           "stage_started": now - 30}
     ph = app_jobs.phases(st, predictor=True, now=now)
-    assert [p.state for p in ph] == ["done", "done", "running"]
-    assert ph[2].eta_s == pytest.approx(90) and ph[2].fraction == 0.25
+    assert [p.state for p in ph] == ["done", "done", "done", "running"]
+    assert ph[3].eta_s == pytest.approx(90) and ph[3].fraction == 0.25
     shards = app_jobs.phases({**st, "stage": "rollouts and scoring", "done": 1, "total": 4}, True, now)
-    assert [p.state for p in shards] == ["running", "waiting", "waiting"] and shards[0].eta_s == pytest.approx(300)
+    assert [p.state for p in shards] == ["running", "running", "waiting", "waiting"]
+    assert shards[0].eta_s == shards[1].eta_s == pytest.approx(300)  # no shard timed yet: from the start
     assert [p.state for p in app_jobs.phases({"status": "finished", "stage": "done"}, False)] == \
-        ["done", "done", "skipped"]
+        ["done", "done", "done", "skipped"]
+
+
+def test_progress_splits_a_shard_into_rollouts_and_scoring_with_their_own_eta():
+    """Shard 2 of 5 is being scored: 2 shards sampled, 1 scored; a shard's rollouts took 10 s, its scoring 4 s
+    in the main process, and 2 processes share the remaining shards."""
+    st = {"status": "running", "stage": "rollouts and scoring", "done": 1, "total": 5, "shard_step": "scoring",
+          "rollouts_s": 20.0, "rollouts_n": 2, "scoring_s": 4.0, "scoring_n": 1, "processes": 2, "started": 0}
+    roll, score, agg, pred = app_jobs.phases(st, predictor=True, now=100)
+    assert (roll.name, roll.state, roll.done, roll.total) == ("rollouts", "running", 2, 5)
+    assert roll.eta_s == pytest.approx(10 * 3 / 2)
+    assert (score.name, score.state, score.done) == ("scoring", "running", 1)
+    assert score.eta_s == pytest.approx((10 * 3 + 4 * 4) / 2)
+    assert (agg.state, pred.state) == ("waiting", "waiting")
+    last = app_jobs.phases({**st, "done": 4, "shard_step": "scoring"}, True, now=100)  # the last shard is scored
+    assert (last[0].state, last[0].done, last[0].eta_s) == ("done", 5, None) and last[1].state == "running"
+    p = app_jobs.Progress("running", st["stage"], 1, 5, None, "", [roll, score, agg, pred])
+    assert p.text == "running: rollouts 2 of 5 shards, scoring 1 of 5 shards, about 23 s left"
 
 
 def test_train_metrics_figures(tmp_path):

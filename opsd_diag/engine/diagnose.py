@@ -161,8 +161,8 @@ def _checked(prep: Prepared, problem: dict, ids: list[int]) -> tuple[str, str | 
                                                                             prep.cfg.analysis.checker)
 
 
-def run_shard(prep: Prepared, index: int) -> dict[str, pd.DataFrame]:
-    """Sample, check and score the prompts of one shard."""
+def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataFrame]:
+    """Sample, check and score the prompts of one shard; ``on_scoring()`` is called between the two (progress)."""
     cfg = prep.cfg
     lo = index * cfg.shard_size
     idx = list(range(lo, min(len(prep.problems), lo + cfg.shard_size)))
@@ -202,6 +202,8 @@ def run_shard(prep: Prepared, index: int) -> dict[str, pd.DataFrame]:
                 teacher_rows.append({"config": t.name, "problem_id": prep.problems[i]["id"], "sample_idx": j,
                                      "completion_ids": c.ids, "text": text, "answer_pred": pred, "correct": correct})
 
+    if on_scoring is not None:
+        on_scoring()
     tokens, topk = _score(prep, rollouts)
     return {"rollouts": pd.DataFrame(rollouts), "tokens": tokens, "topk": topk,
             "teacher_rollouts": pd.DataFrame(teacher_rows)}
@@ -306,6 +308,25 @@ def finish(prep: Prepared, out_dir: Path) -> dict:
     return summary
 
 
+class _ShardClock:
+    """The main process' rollout and scoring seconds per shard, in status.json, so progress can show the two
+    sub-steps of a shard as phases with their own ETA (other processes' shards count once written)."""
+
+    def __init__(self, out_dir: Path, processes: int):
+        self.out_dir, self.t, self.step = out_dir, time.time(), None
+        self.sums = {"rollouts_s": 0.0, "rollouts_n": 0, "scoring_s": 0.0, "scoring_n": 0}
+        jobs.write_status(out_dir, processes=processes, **self.sums)
+
+    def lap(self, step: str | None, **fields) -> None:
+        """The previous step ended now; ``step`` (rollouts | scoring | None between shards) begins."""
+        now = time.time()
+        if self.step is not None:
+            self.sums[f"{self.step}_s"] += now - self.t
+            self.sums[f"{self.step}_n"] += 1
+        self.t, self.step = now, step
+        jobs.write_status(self.out_dir, shard_step=step, **self.sums, **fields)
+
+
 def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = True) -> Path:
     """Run (or resume) a diagnosis into ``out_dir``; shards are spread over accelerate processes.
 
@@ -339,10 +360,14 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
             jobs.write_status(out_dir, "running", kind="diagnosis", stage="rollouts and scoring", done=sum(done),
                               total=prep.n_shards)
         mine = [i for i in range(prep.n_shards) if i % state.num_processes == state.process_index and not done[i]]
+        clock = _ShardClock(out_dir, state.num_processes) if main else None
         for i in tqdm(mine, desc="shards", unit="shard", disable=not (show_progress and main)):
-            store.write_shard(out_dir, i, run_shard(prep, i))
-            if main:
-                jobs.write_status(out_dir, done=sum(store.shard_done(out_dir, j) for j in range(prep.n_shards)))
+            if clock is not None:
+                clock.lap("rollouts")
+            shard = run_shard(prep, i, on_scoring=(lambda: clock.lap("scoring")) if clock is not None else None)
+            store.write_shard(out_dir, i, shard)
+            if clock is not None:
+                clock.lap(None, done=sum(store.shard_done(out_dir, j) for j in range(prep.n_shards)))
         state.wait_for_everyone()
         if main:
             jobs.write_status(out_dir, stage="aggregates")
