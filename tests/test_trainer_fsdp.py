@@ -89,3 +89,34 @@ def test_two_process_gloo_fsdp2_equals_one_process_with_the_same_global_batch(wo
     # no optimizer state was saved: resume refuses, a user error naming why
     assert cli.main([str(fsdp), "--out", str(tmp_path / "fsdp"), "--resume"]) == 2
     assert "comes from a sharded (FSDP) run" in capsys.readouterr().err
+
+
+def test_the_bundled_fsdp2_accelerate_config_is_one_accelerate_reads_as_fsdp2():
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    from conftest import REPO
+
+    cfg = ClusterConfig.from_yaml_file(str(REPO / "sample_data" / "accelerate" / "fsdp2.yaml"))
+    assert str(cfg.distributed_type).endswith("FSDP") and cfg.fsdp_config["fsdp_version"] == 2
+
+
+@pytest.mark.parametrize("kind, version, refused", [("DEEPSPEED", None, "DeepSpeed is not supported"),
+                                                    ("FSDP", 1, "FSDP version 1 is not supported"),
+                                                    ("FSDP", 2, None), ("MULTI_CPU", None, None), ("NO", None, None)])
+def test_deepspeed_and_fsdp1_are_refused_with_the_fix(kind, version, refused):
+    """Both would train wrongly (the chunked head's gradients bypass DeepSpeed's engine; FSDP1 units take the
+    head-outside path), so they are refused before anything is written."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from opsd_diag.errors import OpsdError
+
+    plugin = SimpleNamespace(fsdp_version=version) if version else None
+    acc = SimpleNamespace(distributed_type=DistributedType[kind], state=SimpleNamespace(fsdp_plugin=plugin))
+    if refused is None:
+        sharded.check_supported(acc)
+    else:
+        with pytest.raises(OpsdError, match=refused) as e:
+            sharded.check_supported(acc)
+        assert "sample_data/accelerate/fsdp2.yaml" in str(e.value)

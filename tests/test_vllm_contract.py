@@ -1,4 +1,4 @@
-"""The vLLM backend's contract (opsd_diag.rollout.sample_vllm), with a stand-in vllm module.
+"""The vLLM backend's contract (opsd_diag.engine.sampling.sample_vllm), with a stand-in vllm module.
 
 vLLM cannot run on these machines; what is checked is what the project controls: prompts go in as
 token ids (never text), the sampling parameters are complete and fixed (no generation_config: top_k

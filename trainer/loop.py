@@ -203,6 +203,7 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
               file=sys.stderr)
     acc = Accelerator(cpu=cpu, mixed_precision=_mixed_precision(spec), log_with=trackers(spec) or None,
                       project_dir=str(run_dir))
+    sharded.check_supported(acc)  # DeepSpeed, FSDP1: refused before anything is written
     if acc.num_processes > 1 and acc.device.type == "cpu":  # CPU processes share the cores
         torch.set_num_threads(max(1, torch.get_num_threads() // acc.num_processes))
     config_yaml = tc.to_yaml()

@@ -15,7 +15,9 @@ a ``live`` self-teacher) runs inside ``full_params``: every FSDP unit of the stu
 once, kept gathered for the duration, then resharded.
 
 With accelerate, FSDP2 comes from an accelerate config (``distributed_type: FSDP``,
-``fsdp_config: {fsdp_version: 2}``; see ``benchmarks/accelerate_fsdp2.yaml``). accelerate (1.15)
+``fsdp_config: {fsdp_version: 2}``; see ``sample_data/accelerate/fsdp2.yaml``). FSDP1 and DeepSpeed
+are refused (``check_supported``): FSDP1 units are not FSDP2 modules, so the step would take the
+head-outside path, and DeepSpeed's engine never sees gradients fed by ``torch.autograd.backward``. accelerate (1.15)
 never selects FSDP for CPU processes: ``AcceleratorState`` upgrades only GPU-like multi-device
 types to FSDP, so ``use_cpu`` with an FSDP config silently runs DDP (MULTI_CPU). For tests on CPU,
 ``OPSD_FSDP2_CPU=1`` makes the trainer shard the student itself with ``torch.distributed.fsdp
@@ -34,6 +36,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
+from opsd_diag.errors import OpsdError
 from opsd_diag.settings import LossSettings
 from trainer.roles import Roles
 from trainer.rollouts import MicroBatch
@@ -53,6 +56,20 @@ def is_sharded(model: nn.Module) -> bool:
     """Whether ``model`` (or a submodule) is an FSDP2 unit."""
     cls = _fsdp_module_cls()
     return any(isinstance(m, cls) for m in model.modules())
+
+
+def check_supported(acc) -> None:
+    """OpsdError for the distributed set-ups whose gradients the trainer cannot get right (see above)."""
+    from accelerate.utils import DistributedType
+
+    if acc.distributed_type == DistributedType.DEEPSPEED:
+        raise OpsdError("DeepSpeed is not supported by opsd-train yet (its engine does not see the gradients of the "
+                        "chunked LM head): for ZeRO-3-style sharding use FSDP2, e.g. accelerate launch --config_file "
+                        "sample_data/accelerate/fsdp2.yaml (docs/training.md)")
+    plugin = getattr(acc.state, "fsdp_plugin", None)
+    if acc.distributed_type == DistributedType.FSDP and getattr(plugin, "fsdp_version", 1) != 2:
+        raise OpsdError("FSDP version 1 is not supported by opsd-train: set fsdp_config.fsdp_version: 2 in the "
+                        "accelerate config (sample_data/accelerate/fsdp2.yaml)")
 
 
 def fsdp_requested(acc) -> bool:

@@ -3,7 +3,7 @@
 The trainer's evaluation reports pass@k averaged over problems; the study's bootstrap needs each
 problem's correctness, so this module evaluates the initial student and every final checkpoint
 (``checkpoints/step-N``, an HF model directory) itself, with the library's sampler
-(``opsd_diag.rollout.sample_hf``) and answer checker (``opsd_diag.verify.is_correct``):
+(``opsd_diag.engine.sampling.sample_hf``) and answer checker (``opsd_diag.io.verify.is_correct``):
 
 - test:       per problem [n samples, c correct] on the held-out test split;
 - regression: the same on the regression set (easier levels; the forgetting check);

@@ -60,7 +60,7 @@ def _hints(w: dict, rows: list[dict]) -> str:
                          "yet the node-level rule called it harmful")
         if isinstance(a, float) and a < 0:
             hints.append("A_T < 0 comes from incorrect rollouts, where after the first error a compensating wrong token "
-                         "can beat the teacher's correct step (the caveat in opsd_diag/ideal.py)")
+                         "can beat the teacher's correct step (the caveat in docs/signals.md)")
     if w["verdict"] == "helps" and w["realised"] != "improves":
         hints.append("positive node-level evidence did not turn into held-out accuracy within the training budget")
     if w["verdict"] == "unclear":
