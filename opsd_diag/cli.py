@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 
-from opsd_diag.argparser import Parser, parse
+from opsd_diag.argparser import Parser, parse, stop_as_interrupt
 from opsd_diag.errors import OpsdError
 
 MODELS_DIR = Path("sample_data/models")
@@ -34,17 +33,12 @@ def _cmd_run(args) -> None:
         return
     from opsd_diag.engine.diagnose import run_diagnosis
 
-    signal.signal(signal.SIGTERM, _interrupt)  # a stop: finished shards are kept, the rerun resumes
     run_diagnosis(cfg, out, show_progress=not args.quiet)
     from accelerate import PartialState
     if PartialState().is_main_process:
         print(f"run written to {out}")
         if not args.quiet:
             _print_report(out)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _print_report(run_dir: Path) -> None:
@@ -214,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     args, status = parse(parser(), argv)  # a usage mistake: one line, exit 2
     if args is None:
         return status
+    with stop_as_interrupt():  # a stop, from the first moment: finished shards are kept, a rerun resumes
+        return _main(args)
+
+
+def _main(args) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
@@ -229,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("opsd-diag: interrupted; rerun the same command to resume", file=sys.stderr)
+        if getattr(args, "out", None) and args.command == "run":
+            from opsd_diag import jobs
+
+            jobs.fail(Path(args.out), jobs.STOPPED_EARLY, status="stopped")  # stopped while loading
         return 130
     return 0
 

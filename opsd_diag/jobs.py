@@ -129,20 +129,25 @@ def write_status(run_dir: str | Path, status: str | None = None, *, owner: bool 
     return rec
 
 
-def fail(run_dir: str | Path, error: str) -> None:
-    """Record a failure in a run directory this process owns (or was launched into): never in another's."""
+def fail(run_dir: str | Path, error: str, status: str = "failed") -> None:
+    """Record a failure (or a stop, ``status="stopped"``) in a run directory this process owns or was launched
+    into, while it still reads as active: never in another's, never over what the run itself recorded."""
     st = read_status(run_dir)
     launched = os.environ.get(ARGV_ENV) is not None and json.loads(os.environ[ARGV_ENV]) == (st or {}).get("argv")
     if st is not None and st.get("status") in ACTIVE and (st.get("pid") == os.getpid() or launched):
-        write_status(run_dir, "failed", error=error)
+        write_status(run_dir, status, error=error)
+
+
+STOPPED_EARLY = "stopped while loading, before any new work: start it again to continue"
 
 
 def status(run_dir: str | Path) -> dict:
-    """status.json plus ``alive``; a run that says starting/running but whose process is gone reads ``died``."""
+    """status.json plus ``alive``; a run that says starting/running but whose process is gone reads ``stopped``
+    when it was asked to stop (a stop that came before its handler was in place), else ``died``."""
     st = read_status(run_dir) or {"status": "unknown"}
     st["alive"] = alive(st.get("pid"), st.get("start_time")) or alive(st.get("pgid"), st.get("leader_start_time"))
-    if st["status"] in ACTIVE and not st["alive"]:
-        st["status"] = "died"
+    if st["status"] in ACTIVE and not st["alive"]:  # ended without a word: on a stop (its STOP file), or not
+        st["status"] = "stopped" if (Path(run_dir) / STOP).exists() else "died"
     return st
 
 
@@ -227,6 +232,7 @@ def start(argv: list[str], run_dir: str | Path, kind: str, *, cwd: str | Path | 
     check_free(run_dir)  # a run writes there: its status.json is not ours to overwrite
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / STOP).unlink(missing_ok=True)  # a stop of an earlier segment is not a stop of this one
         write_status(run_dir, "starting", owner=False, kind=kind, argv=argv, started=time.time(), stage="starting")
         log_file = _open_nofollow(run_dir / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab")
         with log_file as log:  # the child keeps its own descriptor

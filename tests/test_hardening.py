@@ -249,6 +249,58 @@ def test_stop_needs_the_lock_or_the_launch_not_just_a_matching_status_file(tmp_p
     assert not jobs.alive(job.pid, None)
 
 
+def test_a_stop_while_loading_reads_stopped_not_died(world, tmp_path, monkeypatch, capsys):
+    """SIGTERM raises KeyboardInterrupt from the CLI's first moment (and the old handler comes back); a stop
+    that lands while the models load leaves ``stopped`` with a plain message, for both CLIs; a process the
+    stop ended before any handler (interpreter start-up) reads ``stopped`` too, by its STOP file."""
+    import signal
+
+    from opsd_diag import cli as diag_cli
+    from opsd_diag.argparser import stop_as_interrupt
+    from opsd_diag.engine import diagnose
+    from trainer import cli as train_cli
+    from trainer import loop
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), stop_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal arrives first
+    assert signal.getsignal(signal.SIGTERM) is before
+
+    def stopped_while_loading(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(config_dict(world)))
+    monkeypatch.setattr(diagnose, "prepare", stopped_while_loading)
+    monkeypatch.setattr(loop, "prepare", stopped_while_loading)
+    for prog, main, argv in (("diag", diag_cli.main, ["run", str(cfg)]), ("train", train_cli.main, [str(cfg)])):
+        out = tmp_path / prog
+        argv = [*argv, "--out", str(out)]
+        out.mkdir()
+        jobs.write_status(out, "starting", owner=False, kind=prog, argv=argv)  # as jobs.start leaves it
+        monkeypatch.setenv(jobs.ARGV_ENV, json.dumps(argv))
+        assert main(argv) == 130
+        st = jobs.status(out)
+        assert (st["status"], st["error"]) == ("stopped", jobs.STOPPED_EARLY), prog
+        assert signal.getsignal(signal.SIGTERM) is before
+    assert "Traceback" not in capsys.readouterr().err
+
+    early = tmp_path / "early"
+    job = jobs.start([sys.executable, "-c", "import time; time.sleep(60)"], early, "diagnosis")
+    jobs.stop(early)  # no handler there: SIGTERM ends it at once
+    deadline = time.time() + 10
+    while jobs.alive(job.pid, None) and time.time() < deadline:
+        time.sleep(0.05)
+    assert jobs.status(early)["status"] == "stopped"
+    (early / jobs.STOP).unlink()
+    assert jobs.status(early)["status"] == "died"  # gone without a stop: died
+    (early / jobs.STOP).touch()  # an earlier segment's stop does not stop the next one
+    jobs.start([sys.executable, "-c", "pass"], early, "diagnosis")
+    assert not (early / jobs.STOP).exists()
+
+
 # ------------------------------------------------------------------------------ NaN and inf
 
 def test_sampling_from_nan_logits_is_a_clear_error(world):

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from opsd_diag import jobs
-from opsd_diag.argparser import Parser, parse
+from opsd_diag.argparser import Parser, parse, stop_as_interrupt
 from opsd_diag.errors import OpsdError
 
 
@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     args, status = parse(parser(), argv)  # a usage mistake: one line, exit 2
     if args is None:
         return status
+    with stop_as_interrupt():  # a stop while loading; the loop installs its graceful handler for the steps
+        return _main(args, argv)
+
+
+def _main(args, argv) -> int:
     run_dir = Path(args.out) if args.out else None
     try:
         if run_dir is not None:
@@ -109,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             if run_dir is not None:
                 jobs.fail(run_dir, str(e))
         return 2
+    except KeyboardInterrupt:
+        if _is_main():
+            print("opsd-train: interrupted before the first step; nothing was trained", file=sys.stderr)
+            if run_dir is not None:
+                jobs.fail(run_dir, jobs.STOPPED_EARLY, status="stopped")
+        return 130
     if _is_main():
         print(f"opsd-train: {status}: {run_dir}")
     return 0

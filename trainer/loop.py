@@ -225,7 +225,9 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     try:
         return _train(acc, st, run_dir, ckpt, resumed)
     except BaseException as e:
-        if acc.is_main_process:
+        if acc.is_main_process and isinstance(e, KeyboardInterrupt):  # a stop before the graceful handler
+            jobs.write_status(run_dir, "stopped", error=jobs.STOPPED_EARLY)
+        elif acc.is_main_process:
             error = str(e) if isinstance(e, OpsdError) else f"{type(e).__name__}: {e}"
             jobs.write_status(run_dir, "failed", error=error)
         raise
