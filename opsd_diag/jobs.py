@@ -264,7 +264,7 @@ def stop(run_dir: str | Path, *, grace_s: float = 0.0, poll_s: float = 0.2) -> d
     st = status(run_dir)
     pgid, leader_start = st.get("pgid"), st.get("leader_start_time")
     if st["status"] in ACTIVE and ours(run_dir, pgid, leader_start):
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # gone, or another user's
             os.killpg(int(pgid), signal.SIGTERM)
     return st
 
