@@ -111,14 +111,21 @@ def _cmd_predict(args) -> None:
     spec = (cfg.ideal or IdealSpec()).model_dump()
     spec.update({k: v for k, v in (("budget", args.budget), ("k", args.k), ("m", args.m)) if v is not None})
     spec = validate(IdealSpec, {**spec, "enabled": True}, "predict options", "ideal")
+    from opsd_diag import jobs
     from opsd_diag.engine.diagnose import prepare
     from opsd_diag.engine.predict import run_predictor
 
-    if Run.load(run_dir).summary.ranking:
-        print(f"opsd-diag: replacing the verdicts and ranking of {run_dir} with a new predictor run", file=sys.stderr)
+    jobs.check_free(run_dir)  # another process writes this run: say so before the models load
     prep = prepare(cfg)
-    result = run_predictor(run_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), spec,
-                           show_progress=True)
+    lock = jobs.acquire_lock(run_dir, "opsd-diag predict")  # one writer per run directory
+    try:
+        if Run.load(run_dir).summary.ranking:
+            print(f"opsd-diag: replacing the verdicts and ranking of {run_dir} with a new predictor run",
+                  file=sys.stderr)
+        result = run_predictor(run_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), spec,
+                               show_progress=True)
+    finally:
+        lock.close()
     if result.get("status") != "ok":
         print(result.get("reason", "skipped"))
     _print_report(run_dir)

@@ -580,6 +580,8 @@ CASES: list[Case] = [
     diag("predict-k-zero", lambda e: ["predict", str(e.run), "--k", "0"], "ideal.k"),
     diag("predict-k-huge", lambda e: ["predict", str(e.run), "--k", "100"], "ideal.k"),
     diag("predict-m-negative", lambda e: ["predict", str(e.run), "--m", "-1"], "ideal.m"),
+    diag("predict-run-in-use", lambda e: ["predict", e.held(e.run_copy(lambda d: (d / jobs.LOCK).unlink()))],
+         "is in use by opsd-diag run pid"),
     diag("predict-unfinished", corrupt_run(set_manifest(status="running"), cmd="predict"), "is not finished"),
     diag("predict-config-of-another-version", corrupt_run(manifest_config(teachers=DROP), cmd="predict"),
          "manifest.json config: teachers: Field required"),
