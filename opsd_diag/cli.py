@@ -107,7 +107,11 @@ def _cmd_predict(args) -> None:
     from opsd_diag.run import Run
 
     run_dir = Path(args.run_dir)
-    cfg = Run.load(run_dir).config  # a finished run, or a clear error
+    run = Run.load(run_dir)  # a finished run, or a clear error
+    cfg = run.config
+    if run.summary.ranking and not args.replace:  # its verdicts are not thrown away unasked
+        raise OpsdError(f"{run_dir} has verdicts already: pass --replace to replace them with a new predictor run "
+                        "(they are not kept), or copy the run directory first")
     spec = (cfg.ideal or IdealSpec()).model_dump()
     spec.update({k: v for k, v in (("budget", args.budget), ("k", args.k), ("m", args.m)) if v is not None})
     spec = validate(IdealSpec, {**spec, "enabled": True}, "predict options", "ideal")
@@ -119,13 +123,13 @@ def _cmd_predict(args) -> None:
     prep = prepare(cfg)
     lock = jobs.acquire_lock(run_dir, "opsd-diag predict")  # one writer per run directory
     try:
-        if Run.load(run_dir).summary.ranking:
+        if run.summary.ranking:
             print(f"opsd-diag: replacing the verdicts and ranking of {run_dir} with a new predictor run",
                   file=sys.stderr)
         result = run_predictor(run_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), spec,
                                show_progress=True)
     finally:
-        lock.close()
+        jobs.release_lock(lock)
     if result.get("status") != "ok":
         print(result.get("reason", "skipped"))
     _print_report(run_dir)
@@ -193,6 +197,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--budget", type=int, help="student continuations in all (default: the config's ideal.budget)")
     pr.add_argument("--k", type=int, help="top-k candidates per model at each node")
     pr.add_argument("--m", type=int, help="continuations per candidate")
+    pr.add_argument("--replace", action="store_true", help="replace the verdicts the run already has")
     pr.set_defaults(func=_cmd_predict)
 
     sb = sub.add_parser("scoreboard", help="predicted vs realised for every training run started from a diagnosis")

@@ -4,18 +4,15 @@ A job is a separate process started from an argument list (never a shell) in its
 group, with its output in ``RUN_DIR/stdout.log``. Everything the app or a terminal needs to know
 is in ``RUN_DIR/status.json``, written by the launcher and by the run itself::
 
-    status      starting | running | finished | failed | stopped   (+ "died" when read: the process is gone)
+    status      starting | running | finished | failed | stopped   (+ "died" when read: gone without a stop)
     kind        diagnosis | training
     stage       what runs now (diagnosis: rollouts, scoring, predictor; training: train, eval)
     done/total  progress of the stage (shards, steps)
     error       the one-line message of a failure
     pid, start_time, pgid, leader_start_time, argv, started, updated
 
-A run holds ``RUN_DIR/.lock`` (an flock) while it writes, so a second process on the same
-directory gets a clear error naming the first one; the kernel drops the lock when its holder dies,
-so a killed run's directory is taken over by the next run (with a message). Stop only ever signals
-a process group that this protocol started: its leader's pid *and* process start time must match
-what was recorded, so a reused pid or an edited file cannot direct a signal anywhere else.
+A run holds ``RUN_DIR/.lock`` (an flock) while it writes: one writer per run directory, taken over
+from a killed holder. Stop signals only a group provably this run's (``ours``). docs/design.md.
 """
 
 from __future__ import annotations
@@ -213,6 +210,16 @@ def acquire_lock(run_dir: str | Path, what: str = "run"):
     f.write(f"{what} pid {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})")
     f.flush()
     return f
+
+
+def release_lock(f) -> None:
+    """Let go of ``acquire_lock``'s file after a normal end: emptied first, so the next run does not read a
+    holder to take over from (the kernel drops the flock itself when a process dies)."""
+    with contextlib.suppress(OSError):
+        f.seek(0)
+        f.truncate()
+        f.flush()
+    f.close()
 
 
 # ------------------------------------------------------------------------------ launch

@@ -573,5 +573,9 @@ def test_cli_notes_a_finished_run_and_replaced_verdicts(runs_root, tmp_path, cap
     assert cli.main(["run", str(runs_root.parent / "tiny.yaml"), "--out", str(run)]) == 0
     assert "already finished" in capsys.readouterr().out
     assert (run / "summary.json").stat().st_mtime_ns == before  # nothing redone
-    assert cli.main(["predict", str(run), "--budget", "8"]) == 0
+    verdicts = (run / "summary.json").read_bytes()
+    assert cli.main(["predict", str(run), "--budget", "8"]) == 2  # verdicts are replaced only when asked
+    assert "has verdicts already: pass --replace" in capsys.readouterr().err
+    assert (run / "summary.json").read_bytes() == verdicts
+    assert cli.main(["predict", str(run), "--budget", "8", "--replace"]) == 0
     assert "replacing the verdicts and ranking" in capsys.readouterr().err

@@ -133,6 +133,16 @@ def test_terminal_colours_positive_blue_like_the_app(run):
     assert b > r and b > g  # +1: blue, as the heatmap's positive end
 
 
+def test_plain_show_keeps_each_token_on_one_line(run):
+    """A newline token is shown escaped, then the line breaks after it: no ``[`` on one line and ``|+0.00]``
+    on the next."""
+    row, t, c = run.rollout(0, "teacher")
+    t = t.assign(token=["a", "b\n", "\tc", "d\\n"] * (len(t) // 4) + ["e"] * (len(t) % 4))
+    body = terminal.render_rollout(row, t, c, "r_opd", color=False).split("\n\n")[1]
+    assert all(re.fullmatch(r"(\[[^\n\[\]]*\|[+-]\d\.\d\d\])+", line) for line in body.splitlines())
+    assert "[b\\n|" in body and "[\\tc|" in body and "[d\\\\n|" in body
+
+
 def test_help_texts_show_no_backticks(capsys):
     for argv in ([], ["run"], ["show"], ["export"], ["predict"], ["scoreboard"]):
         assert cli.main([*argv, "--help"]) == 0  # help is printed and main returns, as for any other command

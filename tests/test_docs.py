@@ -96,14 +96,15 @@ def test_readme_python_example_runs(finished_run, tmp_path, monkeypatch, capsys)
     assert len([ln for ln in code.splitlines() if ln.strip()]) <= 12, "keep the README example short"
     assert code.count('"runs/quickstart"') == 1, "the example must load the run by the path this test replaces"
     code = code.replace('"runs/quickstart"', repr(str(finished_run)))
-    monkeypatch.chdir(tmp_path)  # the example writes relative paths
+    monkeypatch.chdir(tmp_path)  # the example writes relative paths, under runs/ (git ignores it)
+    (tmp_path / "runs").mkdir()
     namespace: dict = {}
     exec(compile(code, "README.md (Python API)", "exec"), namespace)  # noqa: S102 (our own README)
     out = capsys.readouterr().out
     assert "'status': 'finished'" in out and "n_tokens" in out  # the facts and the summary table
     verdicts = namespace["run"].verdicts()
     assert verdicts is not None and set(verdicts["verdict"]) <= {"helps", "unclear", "hurts"}
-    assert (tmp_path / "entropy.html").is_file()
+    assert (tmp_path / "runs" / "entropy.html").is_file()
     assert namespace["html"].lstrip().startswith("<") and "a_d2" in namespace["html"]
     files = [Path(f) for f in namespace["files"]]
     assert files and all(f.is_file() for f in files)

@@ -491,3 +491,27 @@ def test_non_finite_logits_in_the_held_out_evaluation_name_the_student(monkeypat
     with pytest.raises(OpsdError, match=r"evaluation at step 7: the student model 'my/student' produced non-finite "
                                         r"logits \(NaN or inf\) while sampling, at completion position 3"):
         loop._eval(acc, st, 7, None)
+
+
+def test_written_files_get_the_users_umask_mode_and_a_clean_end_leaves_no_holder(tmp_path, capsys):
+    """Atomic writes go through mkstemp/mkdtemp (0600/0700): the files and shard folders a run or an export
+    writes must still be readable as the user's umask allows; a lock released at a normal end is empty, so
+    the next run does not announce a take-over."""
+    import pandas as pd
+
+    from opsd_diag.io import store
+
+    mask = store._umask()
+    assert mask == store._UMASK  # read at import, unchanged since
+    store.atomic_write_bytes(tmp_path / "a.bin", b"x")
+    store.atomic_write_parquet(tmp_path / "t.parquet", pd.DataFrame({"a": [1]}))
+    store.write_shard(tmp_path, 0, {"tokens": pd.DataFrame({"a": [1]})})
+    for path, want in ((tmp_path / "a.bin", 0o666), (tmp_path / "t.parquet", 0o666),
+                       (store.shard_dir(tmp_path, 0), 0o777)):
+        assert path.stat().st_mode & 0o777 == want & ~mask, path
+
+    lock = jobs.acquire_lock(tmp_path / "run", "opsd-diag run")
+    jobs.release_lock(lock)
+    assert (tmp_path / "run" / jobs.LOCK).read_text() == ""
+    jobs.release_lock(jobs.acquire_lock(tmp_path / "run", "opsd-diag run"))
+    assert "taking over" not in capsys.readouterr().err

@@ -101,6 +101,23 @@ def test_existing_run_needs_resume_and_same_config(world, tmp_path):
     assert json.loads((out / "status.json").read_text())["status"] == "finished"
 
 
+def test_command_line_options_change_a_config_files_training_section(world, tmp_path):
+    """--max-steps and friends apply to CONFIG too (they were read only with --from-diagnosis, and a run of
+    CONFIG silently trained its own max_steps); nested options merge (eval keeps its other keys)."""
+    from trainer import config as train_config
+
+    out = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=3, eval={"data": None, "num_samples": 5})
+    assert cli.main([str(cfg), "--out", str(out), "--max-steps", "1", "--seed", "7"]) == 0
+    assert [m["step"] for m in read_metrics(out)] == [1]
+    stored = yaml.safe_load((out / "config.yaml").read_text())["training"]
+    assert (stored["max_steps"], stored["seed"]) == (1, 7)
+    assert cli.main([str(cfg), "--out", str(out), "--resume"]) == 2  # resuming needs the same options
+    tc = train_config.load(cfg, eval={"data": {"path": str(world / "dev.jsonl")}}, learning_rate=None)
+    assert tc.spec.eval.num_samples == 5 and tc.spec.eval.data.path == str(world / "dev.jsonl")
+    assert tc.spec.learning_rate == train_config.load(cfg).spec.learning_rate
+
+
 # ------------------------------------------------------------------------------- every method runs
 
 METHODS = [

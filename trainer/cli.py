@@ -30,6 +30,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--from-diagnosis", metavar="RUN_DIR", help="a finished diagnosis run directory")
     d.add_argument("--config", help="one of its teacher configs")
     d.add_argument("--signal", help="the diagnosed signal to train on (r_opd, jsd, rev_kl, fwd_kl, a_d2, a_ex)")
+    d = p.add_argument_group("change the training section (with CONFIG or --from-diagnosis; --resume needs the same)")
     d.add_argument("--max-steps", type=int, help="training.max_steps")
     d.add_argument("--learning-rate", type=float, help="training.learning_rate")
     d.add_argument("--batch-size", type=int, help="training.per_device_train_batch_size")
@@ -42,18 +43,21 @@ def _load(args):
     """(resolved training config, prediction record or None, a name for the default run directory)."""
     from trainer import config
 
-    if args.from_diagnosis is None:
-        if args.config_file is None:
-            raise OpsdError("give a config file, or --from-diagnosis RUN_DIR --config NAME --signal SIGNAL")
-        return config.load(args.config_file), None, args.config_file
-    if args.config_file is not None or not (args.config and args.signal):
-        raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL, and no config file")
-    from trainer.from_diagnosis import from_diagnosis
-
     overrides = {"max_steps": args.max_steps, "learning_rate": args.learning_rate,
                  "per_device_train_batch_size": args.batch_size, "seed": args.seed}
     if args.eval_data:
         overrides["eval"] = {"data": {"path": args.eval_data}}
+    if args.from_diagnosis is None:
+        if args.config_file is None:
+            raise OpsdError("give a config file, or --from-diagnosis RUN_DIR --config NAME --signal SIGNAL")
+        if args.config or args.signal:
+            raise OpsdError("--config and --signal choose what to train from a diagnosis: use them with "
+                            "--from-diagnosis RUN_DIR (a config file names its method in its training section)")
+        return config.load(args.config_file, **overrides), None, args.config_file
+    if args.config_file is not None or not (args.config and args.signal):
+        raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL, and no config file")
+    from trainer.from_diagnosis import from_diagnosis
+
     cfg, predicted = from_diagnosis(args.from_diagnosis, args.config, args.signal, **overrides)
     source = f"training from {args.from_diagnosis}"
     tc = config.resolve_training(cfg, source)

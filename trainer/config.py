@@ -22,6 +22,7 @@ from opsd_diag.io.config import (
     scoring_temperature,
     to_yaml,
     training_teacher,
+    validate,
 )
 
 
@@ -71,9 +72,27 @@ def check_environment(spec: TrainingSpec, source: str) -> None:
                             "install it or use report_to: auto")
 
 
-def load(path: str | Path) -> TrainConfig:
-    """Read a diagnosis YAML with a training section; every user mistake is one OpsdError."""
-    tc = resolve_training(load_config(path), str(path))
+def with_training(cfg: DiagnosisConfig, changes: dict, source: str) -> DiagnosisConfig:
+    """``cfg`` with its training section updated by ``changes`` (nested keys merged, None values ignored),
+    validated again: the command-line options of ``opsd-train``."""
+    def merge(a: dict, b: dict) -> dict:
+        out = dict(a)
+        for k, v in b.items():
+            if v is not None:
+                out[k] = merge(out.get(k) or {}, v) if isinstance(v, dict) else v
+        return out
+
+    base = cfg.model_dump(mode="json", exclude_none=False)
+    return validate(DiagnosisConfig, {**base, "training": merge(base.get("training") or {}, changes)}, source)
+
+
+def load(path: str | Path, **changes) -> TrainConfig:
+    """Read a diagnosis YAML with a training section, ``changes`` (command-line options) applied to it;
+    every user mistake is one OpsdError."""
+    cfg = load_config(path)
+    if cfg.training is not None and any(v is not None for v in changes.values()):
+        cfg = with_training(cfg, changes, f"{path} with the command-line options")
+    tc = resolve_training(cfg, str(path))
     check_environment(tc.spec, str(path))
     return tc
 

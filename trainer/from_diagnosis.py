@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import DiagnosisConfig, validate
 from opsd_diag.run import Run
+from trainer.config import with_training
 
 EXTERNAL = {"r_opd": {"method": "opd"}, "jsd": {"method": "jsd"}, "rev_kl": {"method": "jsd", "beta": 1.0},
             "fwd_kl": {"method": "jsd", "beta": 0.0}, "a_d2": {"method": "opd2"}, "a_ex": {"method": "exopd"}}
@@ -44,11 +44,8 @@ def method_for(cfg: DiagnosisConfig, config: str, signal: str) -> dict:
 def training_config(run: Run, config: str, signal: str, **overrides) -> DiagnosisConfig:
     """The diagnosis config with a training section for (config, signal); the config's own training
     section (when it has one) supplies the defaults, ``overrides`` (None values ignored) the rest."""
-    base = run.config.model_dump(mode="json", exclude_none=False)
-    section = dict(base.get("training") or {})
-    section.update(method_for(run.config, config, signal))
-    section.update({k: v for k, v in overrides.items() if v is not None})
-    return validate(DiagnosisConfig, {**base, "training": section}, f"training from {run.path}")
+    return with_training(run.config, {**method_for(run.config, config, signal), **overrides},
+                         f"training from {run.path}")
 
 
 def prediction(run: Run, config: str, signal: str) -> dict:

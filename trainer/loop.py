@@ -234,7 +234,7 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     finally:
         acc.end_training()
         if lock is not None:
-            lock.close()
+            jobs.release_lock(lock)
 
 
 def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resumed: tuple | None) -> str:

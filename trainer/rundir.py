@@ -55,6 +55,9 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise OpsdError(f"--out {out_dir} is a file, not a directory: choose a directory")
+    if (out_dir / "manifest.json").is_file():
+        raise OpsdError(f"{out_dir} is a diagnosis run (made by opsd-diag run), not a training run: choose another "
+                        "--out" + (" (a training run from it: opsd-train --from-diagnosis)" if not resume else ""))
     if is_run_dir(out_dir):
         if not resume:
             raise OpsdError(f"{out_dir} already holds a training run: pass --resume to continue it, or choose "

@@ -389,5 +389,5 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
         raise
     finally:
         if lock is not None:
-            lock.close()
+            jobs.release_lock(lock)
     return out_dir

@@ -30,11 +30,28 @@ TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
 JOB_FILES = frozenset({"status.json", "stdout.log", "STOP", ".lock"})
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once, at import (os.umask can only be read by setting it)
+
+
+def publish_mode(path: str | Path, directory: bool = False) -> None:
+    """Give a temp file or folder (mkstemp/mkdtemp make them private, 0600/0700) the mode an ordinary
+    file or folder gets under the user's umask, before it is renamed into place: a shared run stays
+    readable by whoever could read the user's other files."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_UMASK)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write into a temp file beside ``path``, then rename: readers see the old file or the new one."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        publish_mode(tmp)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
@@ -55,6 +72,7 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
+    publish_mode(tmp)
     frame.to_parquet(tmp, index=False)
     os.replace(tmp, path)
 
@@ -72,6 +90,7 @@ def write_shard(run_dir: Path, index: int, tables: dict[str, pd.DataFrame]) -> N
     final = shard_dir(run_dir, index)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
+    publish_mode(tmp, directory=True)
     for name, frame in tables.items():
         frame.to_parquet(tmp / f"{name}.parquet", index=False)
     os.replace(tmp, final)
@@ -115,6 +134,11 @@ def read_json(path: Path) -> dict:
 def read_manifest(run_dir: Path) -> dict:
     path = Path(run_dir) / "manifest.json"
     if not path.is_file():
+        if not Path(run_dir).exists():
+            raise OpsdError(f"{run_dir} does not exist: pass a folder made by 'opsd-diag run'")
+        if any((Path(run_dir) / name).exists() for name in ("config.yaml", "metrics.jsonl", "checkpoints")):
+            raise OpsdError(f"{run_dir} is a training run (made by opsd-train), not a diagnosis: follow it in the "
+                            "app's Train page, or compare it with its prediction by 'opsd-diag scoreboard'")
         raise OpsdError(f"{run_dir} is not a run directory (no manifest.json): pass a folder made by 'opsd-diag run'")
     return read_json(path)
 

@@ -21,6 +21,10 @@ def _bg(value: float, scale: float) -> str:
     return f"\033[48;2;{r};30;{b}m\033[38;2;255;255;255m"
 
 
+def _escaped(token: str) -> str:
+    return token.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
 def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "r_opd", color: bool = True) -> str:
     """``row``: the rollout (rollouts.parquet); ``t``: its tokens under ``config``, in position order."""
     rollout_id = int(row["rollout_id"])
@@ -35,7 +39,9 @@ def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "
         body = "".join(_bg(v, scale) + tok.replace("\n", "⏎" + _RESET + "\n") + _RESET
                        for tok, v in zip(t["token"], vals))
     else:
-        body = "".join(f"[{tok}|{v:+.2f}]" for tok, v in zip(t["token"], vals))
+        # escaped (\n, \t), a newline after each newline token: one [token|value] never spans two lines
+        body = "".join(f"[{_escaped(tok)}|{v:+.2f}]" + ("\n" if "\n" in tok else "")
+                       for tok, v in zip(t["token"], vals))
     cols = ["pos", "token", "lp_s", "lp_t", "r_opd", "a_opd", "a_d2", "kl_rev", "h_s", "h_t"]
     table = t[cols].to_string(index=False, float_format=lambda v: f"{v:+.3f}")
     return f"{head}\n\n{body}\n\n{table}"
