@@ -173,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="one rollout's tokens with their signals, coloured")
     s.add_argument("run_dir")
-    s.add_argument("--rollout", type=int, default=0, help="rollout id")
+    s.add_argument("--rollout", type=int, default=0, help="rollout id (default 0)")
     s.add_argument("--config", help="teacher config name (default: the first)")
     s.add_argument("--signal", default="r_opd", help="per-token column that colours the tokens")
     s.add_argument("--no-color", action="store_true", help="plain text (the default when stdout is not a terminal)")
@@ -182,7 +182,7 @@ def parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="one rollout's token heatmap (one config or several stacked) as a file")
     e.add_argument("run_dir")
-    e.add_argument("--rollout", type=int, default=0, help="rollout id")
+    e.add_argument("--rollout", type=int, default=0, help="rollout id (default 0)")
     e.add_argument("--configs", help="comma-separated teacher configs, stacked (default: the top-ranked one)")
     e.add_argument("--signal", default="r_opd", help="per-token column that colours the tokens")
     e.add_argument("--format", choices=("html", "png", "svg"), default="html",

@@ -91,11 +91,15 @@ def test_cli_user_errors_exit_2_and_write_nothing(world, tmp_path, capsys, case)
     assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing half-written
 
 
-def test_existing_run_needs_resume_and_same_config(world, tmp_path):
+def test_existing_run_needs_resume_and_same_config(world, tmp_path, capsys):
     out = tmp_path / "run"
     cfg = write_config(tmp_path / "c.yaml", world, max_steps=1)
     assert cli.main([str(cfg), "--out", str(out)]) == 0
     assert cli.main([str(cfg), "--out", str(out)]) == 2  # exists: needs --resume
+    capsys.readouterr()
+    assert cli.main([str(cfg), "--out", str(out), "--resume"]) == 0  # finished: says so, trains nothing
+    said = capsys.readouterr().out
+    assert "already trained to step 1 of 1: nothing to do" in said and "from step" not in said
     other = write_config(tmp_path / "d.yaml", world, max_steps=3)
     assert cli.main([str(other), "--out", str(out), "--resume"]) == 2  # a different config
     assert json.loads((out / "status.json").read_text())["status"] == "finished"

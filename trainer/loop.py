@@ -264,8 +264,12 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
                           resumed_from=str(ckpt) if ckpt else None)
         acc.init_trackers("tensorboard", config={k: v for k, v in spec.model_dump(mode="json").items()
                                                 if isinstance(v, (int, float, str, bool))})
-        log.info("training %s from step %d to %d (T_sample=%s, T_score=%s, %d process(es))", spec.method, step,
-                 spec.max_steps, spec.temperature, spec.scoring_temperature, acc.num_processes)
+        if step >= spec.max_steps:
+            log.info("already trained to step %d of %d: nothing to do (a new --out starts a new run)", step,
+                     spec.max_steps)
+        else:
+            log.info("training %s from step %d to %d (T_sample=%s, T_score=%s, %d process(es))", spec.method,
+                     step, spec.max_steps, spec.temperature, spec.scoring_temperature, acc.num_processes)
         if tc.cfg.sampling.backend != "hf":
             log.warning("sampling.backend %s is used by the diagnosis only: training samples from the live "
                         "student weights in-process (opsd_diag.engine.decode)", tc.cfg.sampling.backend)

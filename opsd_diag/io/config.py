@@ -351,6 +351,8 @@ def format_error(e: ValidationError, source: str, section: str = "") -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key (check its spelling against docs/config.md)"
+    elif err["type"] == "string_pattern_mismatch" and loc[-1:] == ("name",):
+        msg = f"{err['input']!r}: a name may hold only letters, digits, '_', '-' and '.'"
     elif err["type"] == "literal_error" and loc[-1:] == ("method",):
         msg = f"unknown method {err['input']!r}: use one of {', '.join(METHODS)}"
     more = f" (and {len(e.errors()) - 1} more problem(s))" if len(e.errors()) > 1 else ""
