@@ -99,6 +99,9 @@ def _main(args, argv) -> int:
     try:
         if run_dir is not None:
             jobs.check_free(run_dir)  # another run writes there: say so at once, before the heavy imports
+        tc, predicted, name = _load(args)  # a config mistake is reported before torch is imported
+        if args.resume and run_dir is None:
+            raise OpsdError("--resume needs --out RUN_DIR: the run directory to continue")
         from transformers.utils import logging as hf_logging
 
         from trainer import loop, rundir
@@ -106,9 +109,6 @@ def _main(args, argv) -> int:
         hf_logging.disable_progress_bar()  # the run logs its own progress
         hf_logging.set_verbosity_error()  # a library's report never buries the one-line error
 
-        tc, predicted, name = _load(args)
-        if args.resume and run_dir is None:
-            raise OpsdError("--resume needs --out RUN_DIR: the run directory to continue")
         run_dir = run_dir or rundir.default_dir(name)
         _logging()
         status = loop.run(tc, run_dir, resume=args.resume, argv=_command(argv), prediction=predicted)
