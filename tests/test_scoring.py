@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from compare import assert_topk_close, rank_bounds
 
 from opsd_diag.engine.sampling import trim_completion
 from opsd_diag.engine.scoring import TeacherInput, score_batch
@@ -12,6 +13,8 @@ from opsd_diag.io.views import encode_chat, student_view, teacher_view
 from opsd_diag.schema import SIGNAL_COLUMNS as COLUMNS
 from opsd_diag.settings import ScoreSettings
 from opsd_diag.zoo import task
+
+TIE = 1e-5  # log-probs closer than this may order either way on another CPU (docs/design.md, conventions)
 
 
 @pytest.fixture(scope="module")
@@ -76,16 +79,21 @@ def test_signals_match_unpadded_float64_reference(world):
                           "kl_rev": kl_rev, "kl_fwd": float((q_ * (lt[j] - ls[j])).sum()), "a_opd": a_opd,
                           "a_delta": a_delta, "a_d2": a_delta * (a_delta * a_opd > 0), "a_ex": 1.25 * (lp_t - lp_s),
                           "h_s": float(-(p_ * ls[j]).sum()), "h_t": float(-(q_ * lt[j]).sum()),
-                          "h_b": float(-(b_ * lb[j]).sum()), "rank_t": float((lt[j] > lt[j, y]).sum()),
-                          "top1_agree": float(ls[j].argmax() == lt[j].argmax())}
+                          "h_b": float(-(b_ * lb[j]).sum())}
                 for k, v in expect.items():
                     assert got[k][j] == pytest.approx(v, abs=2e-4), (name, i, j, k)
+                # counts and argmaxes of floats: exact unless two log-probs tie within float32 noise
+                lo, hi = rank_bounds(lt[j], y, TIE)
+                assert lo <= got["rank_t"][j] <= hi, (name, i, j, "rank_t")
+                s_top, t_top = (set(np.flatnonzero((r >= r.max() - TIE).numpy())) for r in (ls[j], lt[j]))
+                if len(s_top) == len(t_top) == 1:
+                    assert got["top1_agree"][j] == float(s_top == t_top), (name, i, j, "top1_agree")
                 assert got["pos"][j] == j
     # top-k: the student's best alternatives at each position
     vals, ids = topk["student"]
     ls0 = _reference(world["student"], student_view(tok, probs[0]).ids, comps[0], T)
-    assert ids[0].tolist() == ls0[0].topk(3).indices.tolist()
-    assert vals[0] == pytest.approx(ls0[0].topk(3).values.numpy(), abs=2e-4)
+    ref = ls0[0].topk(3)
+    assert_topk_close(ref.values.numpy()[None], ref.indices.numpy()[None], vals[:1], ids[:1], rtol=0, atol=2e-4)
 
 
 def test_padding_batch_composition_and_chunking_do_not_matter(world):
