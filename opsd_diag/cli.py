@@ -42,25 +42,30 @@ def _cmd_run(args) -> None:
 
 
 def _print_report(run_dir: Path) -> None:
+    """The summary and ranked verdicts; text from the run (names, reasons) is escaped before it reaches
+    the terminal (a received run can hold escape sequences)."""
+    from opsd_diag.errors import printable
     from opsd_diag.run import Run
 
     run = Run.load(run_dir)
     s, f = run.summary, run.facts()
-    print(f"run {run_dir}: {f['n_problems']} problems x {f['samples']} samples, "
-          f"T_sample={f['sampling_temperature']} T_score={f['scoring_temperature']} centering={f['centering']}")
-    print(f"student accuracy: {s.student_accuracy.text()}")
+    lines = [f"run {run_dir}: {f['n_problems']} problems x {f['samples']} samples, "
+             f"T_sample={f['sampling_temperature']} T_score={f['scoring_temperature']} centering={f['centering']}",
+             f"student accuracy: {s.student_accuracy.text()}"]
     if s.pass_at_k:
-        print("pass@k: " + ", ".join(f"{k}={v:.3f}" if v is not None else f"{k}=n/a" for k, v in s.pass_at_k.items()))
+        lines.append("pass@k: " + ", ".join(f"{k}={v:.3f}" if v is not None else f"{k}=n/a"
+                                            for k, v in s.pass_at_k.items()))
     with _pd_options():
-        print(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        lines.append(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if s.ideal is not None and s.ideal.status != "ok":
-        print(f"ideal-gradient predictor: {s.ideal.reason}")
+        lines.append(f"ideal-gradient predictor: {s.ideal.reason}")
     verdicts = run.verdicts()
     if verdicts is not None:
-        print("\nverdicts, ranked by verdict then predicted benefit (rule: docs/verdict.md):")
+        lines.append("\nverdicts, ranked by verdict then predicted benefit (rule: docs/verdict.md):")
         with _pd_options():
-            print(verdicts.drop(columns="rank").to_string(index=False, float_format=lambda v: f"{v:.4f}",
-                                                          max_colwidth=110))
+            lines.append(verdicts.drop(columns="rank").to_string(index=False, float_format=lambda v: f"{v:.4f}",
+                                                                 max_colwidth=110))
+    print(printable("\n".join(lines), keep_newlines=True))
 
 
 def _pd_options():
