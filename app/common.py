@@ -126,10 +126,21 @@ _FLAGS = ((r"pass --resume to continue it, or choose another --out", "use Resume
 
 
 def plain(message: str) -> str:
-    """A library message in the page's own words: no command-line flag names."""
+    """A library message in the page's own words: no command-line flag names, and no link or image the
+    browser would follow (a message quotes paths and names from a run, which may be crafted)."""
     for pattern, words in _FLAGS:
         message = message.replace(pattern, words)
-    return re.sub(r"(?<!\w)--([a-z][\w-]*)", lambda m: m.group(1).replace("-", " "), message)
+    message = re.sub(r"(?<!\w)--([a-z][\w-]*)", lambda m: m.group(1).replace("-", " "), message)
+    return re.sub(r"([\\\[\]])", r"\\\1", message)
+
+
+_MARKUP = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$^=])")
+
+
+def md(text) -> str:
+    """Text from a run or a user inside markdown, every markup character escaped: shown as written, never
+    an image, a link, HTML or a colour directive (st.write, st.caption and st.info render markdown)."""
+    return _MARKUP.sub(r"\\\1", str(text))
 
 
 @st.cache_data(show_spinner="preparing the file", max_entries=32, ttl=3600)

@@ -36,4 +36,4 @@ pages = {
 try:
     st.navigation(pages).run()
 except OpsdError as e:  # a corrupt or unreadable run (a table read by a page): the message in place
-    st.error(str(e))
+    st.error(common.plain(str(e)))

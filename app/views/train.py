@@ -51,7 +51,8 @@ def from_verdict() -> None:
     pred = from_diagnosis.prediction(run, config, signal)
     method = from_diagnosis.method_for(run.config, config, signal)
     st.markdown(f"**Method** {', '.join(f'{k} = {v}' for k, v in method.items())} · **predicted** "
-                f"{pred['verdict'] or 'no verdict'}" + (f" (score {pred['score']:+.3f}): {pred['reason']}"
+                f"{common.md(pred['verdict'] or 'no verdict')}" + (f" (score {pred['score']:+.3f}): "
+                                                                   f"{common.md(pred['reason'])}"
                                                         if pred["score"] is not None else ""))
     base = (run.config.training.model_dump() if run.config.training else {})
     a, b, c, d = st.columns(4)
