@@ -700,6 +700,157 @@ CASES: list[Case] = [
 ]
 
 
+# --- issue 19: text, config types, checkpoints, app, signals ---
+
+_TRAINED: dict[Path, Path] = {}
+
+
+def trained_run(e: Env, change: Callable[[Path], None]) -> list[str]:
+    """A finished one-step training run of this config (trained once per module), copied and its checkpoint
+    changed by ``change``; the row resumes it."""
+    import contextlib
+    import io
+
+    cfg = e.train_cfg()
+    if e.world not in _TRAINED:
+        done = e.world.parent / "trained-once"
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert train_cli.main([cfg, "--out", str(done)]) == 0
+        _TRAINED[e.world] = done
+    d = e.tmp / "trained"
+    shutil.copytree(_TRAINED[e.world], d)
+    change(d / "checkpoints" / "step-000001")
+    return [cfg, "--out", str(d), "--resume"]
+
+
+def tamper_state(**fields) -> Callable[[Path], None]:
+    """The checkpoint's trainer_state.pt with ``fields`` replaced (DROP removes one); a callable value maps the old."""
+    def change(ckpt: Path) -> None:
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+        for k, v in fields.items():
+            if v is DROP:
+                state.pop(k)
+            else:
+                state[k] = v(state[k]) if callable(v) else v
+        torch.save(state, ckpt / "trainer_state.pt")
+    return change
+
+
+def fewer_params(opt: dict) -> dict:
+    groups = [{**g, "params": g["params"][:-1]} for g in opt["param_groups"]]
+    return {**opt, "param_groups": groups}
+
+
+def other_shapes(opt: dict) -> dict:
+    return {**opt, "state": {i: {k: (v[..., :1] if isinstance(v, torch.Tensor) and v.dim() else v)
+                                 for k, v in m.items()} for i, m in opt["state"].items()}}
+
+
+def truncate(name: str) -> Callable[[Path], None]:
+    def change(ckpt: Path) -> None:
+        data = (ckpt / name).read_bytes()
+        (ckpt / name).write_bytes(data[:len(data) // 2])
+    return change
+
+
+def edit_json(name: str, **fields) -> Callable[[Path], None]:
+    def change(where: Path) -> None:
+        data = json.loads((where / name).read_text())
+        data.update(fields)
+        (where / name).write_text(json.dumps(data))
+    return change
+
+
+def rng_from_state(ckpt: Path) -> None:
+    shutil.copy(ckpt / "trainer_state.pt", ckpt / "rng_0.pt")
+
+
+def long_prompt(e: Env) -> list[str]:
+    path = e.file("long.jsonl", jsonl({**GOOD, "prompt": "Start at 1. " * 800}))
+    return ["run", e.cfg({"data": {"path": path}}), "--out", e.out]
+
+
+MERGE_YAML = """teachers:
+  - &t {{name: same, context: full_solution}}
+  - {{<<: *t, partial_fraction: 0.25}}
+student: {{model: {world}/student}}
+data: {{path: {world}/dev.jsonl}}
+"""
+
+TAB_JSON = '{{\n\t"student": {{"model": "{world}/student"}},\n\t"teachers": [{{"name": "t", "context": "hint"}}],' \
+           '\n\t"data": {{"path": "{world}/dev.jsonl"}},\n\t"bogus": 1\n}}\n'
+
+CASES += [
+    # --------------------------------------------------------------- text taken as text
+    run_data("text-lone-surrogate", jsonl('{"prompt": "Start at \\ud800 1."}'), "holds a lone surrogate code point"),
+    run_over("text-config-lone-surrogate", {"data": {"system_prompt": "\ud800"}}, "holds a lone surrogate"),
+    run_data("text-u2028-stays-in-its-line", '{"prompt": "a\u2028b\u0085c\u2029d"}\n{"prompt": \n',
+             "d.jsonl line 2 is not valid JSON"),
+    diag("text-path-newline-escaped", lambda e: ["run", "bad\nname\x1b[2J.yaml"],
+         "config file bad\\nname\\x1b[2J.yaml not found"),
+    run_over("text-data-path-escape-escaped", {"data": {"path": "/nowhere/\x1b]0;owned\x07.jsonl"}},
+             "data file /nowhere/\\x1b]0;owned\\x07.jsonl not found"),
+    diag("text-run-id-bidi-escaped", lambda e: ["report", str(e.tmp / "run\u202egnp.exe")], "\\u202e"),
+    # ---------------------------------------------------------- config values, strict types
+    diag("types-num-samples-yes", lambda e: ["run", e.file("c.yaml", yaml.safe_dump(base_config(e.world)).replace(
+        "num_samples: 2", "num_samples: yes")), "--out", e.out], "sampling.num_samples: Input should be a valid "
+         "integer, got the boolean true"),
+    run_over("types-limit-true", {"data": {"limit": True}}, "data.limit: Input should be a valid integer, got the "
+             "boolean true (YAML reads yes/no/on/off/true/false as booleans): write a number"),
+    run_over("types-top-k-off", {"scoring": {"top_k": False}}, "scoring.top_k"),
+    run_over("types-name-no", {"teachers": [{"name": False, "context": "hint"}]}, "teachers.0.name: Input should be "
+             "a valid string, got the bool False"),
+    run_over("types-model-number", {"student": {"model": 1.1}}, 'put the value in quotes as you wrote it, e.g. name: '
+             '"no" or model: "1.10"'),
+    run_over("types-float-for-int", {"sampling": {"max_completion_length": 4.0}}, "sampling.max_completion_length"),
+    run_over("seed-negative", {"sampling": {"seed": -12345}}, "sampling.seed: Input should be greater than or equal "
+             "to 0"),
+    run_over("seed-2-64", {"sampling": {"seed": 2 ** 64}}, "sampling.seed: Input should be less than 4294967296"),
+    train_over("seed-training-huge", {"seed": 2 ** 64}, "training.seed: Input should be less than 4294967296"),
+    run_over("seed-ideal-negative", {"ideal": {"seed": -1}}, "ideal.seed"),
+    run_over("temperature-subnormal", {"sampling": {"temperature": 5e-324}}, "sampling.temperature: Input should be "
+             "greater than or equal to 0.0001"),
+    train_over("temperature-training-tiny", {"temperature": 1e-30}, "training.temperature"),
+    train_over("lr-1e308", {"learning_rate": 1e308}, "training.learning_rate: Input should be less than or equal to 1"),
+    from_diag("fd-lr-huge", ["--config", "teacher", "--signal", "r_opd", "--learning-rate", "1e308"],
+              "training.learning_rate: Input should be less than or equal to 1"),
+    run_over("data-path-tilde-expanded", {"data": {"path": "~/opsd-no-such-file.jsonl"}},
+             f"data file {Path.home() / 'opsd-no-such-file.jsonl'} not found"),
+    diag("yaml-merge-key-read", lambda e: ["run", e.file("c.yaml", MERGE_YAML.format(world=e.world)), "--out", e.out],
+         "teacher names must be unique; repeated: same"),
+    diag("json-tab-indented-read", lambda e: ["run", e.file("c.json", TAB_JSON.format(world=e.world)), "--out", e.out],
+         "bogus: unknown key"),
+    train("opd-teacher-is-the-student", lambda e: [e.train_cfg({}, {"teachers": [
+        {"name": "teacher", "model": str(e.world / "student")}]}), "--out", e.out], "is the student's own model"),
+    run_over("completion-beyond-positions", {"sampling": {"max_completion_length": 4096}},
+             "sampling.max_completion_length=4096 does not fit the student model"),
+    diag("prompt-beyond-positions", long_prompt, "which has 1024 positions (max_position_embeddings) for the prompt"),
+    train_over("train-completion-beyond-positions", {"max_completion_length": 2000},
+               "training.max_completion_length=2000 does not fit the student model"),
+    # ------------------------------------------------------------- tampered checkpoints
+    train("ckpt-weights-truncated", lambda e: trained_run(e, truncate("model.safetensors")),
+          "model.safetensors is truncated or padded", slow=True),
+    train("ckpt-weights-replaced", lambda e: trained_run(e, write("model.safetensors", b"\x00garbage" * 64)),
+          "model.safetensors is not a safetensors file", slow=True),
+    train("ckpt-config-other-architecture", lambda e: trained_run(e, edit_json("config.json", hidden_size=48,
+                                                                                  model_type="gpt2")),
+          "its config.json describes another model than the student's", slow=True),
+    train("ckpt-optimizer-other-params", lambda e: trained_run(e, tamper_state(optimizer=fewer_params)),
+          "its optimizer state is for", slow=True),
+    train("ckpt-optimizer-other-shapes", lambda e: trained_run(e, tamper_state(optimizer=other_shapes)),
+          "its optimizer state does not fit the parameters", slow=True),
+    train("ckpt-no-scheduler", lambda e: trained_run(e, tamper_state(scheduler=DROP)),
+          "has no learning-rate scheduler state", slow=True),
+    train("ckpt-step-not-integer", lambda e: trained_run(e, tamper_state(step="1")), "the step in trainer_state.pt "
+          "is '1', not a whole number", slow=True),
+    train("ckpt-step-negative", lambda e: trained_run(e, tamper_state(step=-1)), "not a whole number >= 0", slow=True),
+    train("ckpt-step-other-folder", lambda e: trained_run(e, tamper_state(step=7)), "says step 7, its folder name "
+          "step 1", slow=True),
+    train("ckpt-wrong-rng-file", lambda e: trained_run(e, rng_from_state), "its RNG file is not an RNG state",
+          slow=True),
+]
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else [])
                                   for c in CASES])
 def test_cli_bad_input(case: Case, env: Env, capsys):
