@@ -192,7 +192,8 @@ def plain(message: str) -> str:
     for pattern, words in _FLAGS:
         message = message.replace(pattern, words)
     message = re.sub(r"(?<!\w)--([a-z][\w-]*)", lambda m: m.group(1).replace("-", " "), message)
-    return re.sub(r"([\\\[\]])", r"\\\1", message)
+    # a backslash before punctuation (markdown's escape) is doubled, then brackets: no link or image
+    return re.sub(r"([\[\]])", r"\\\1", re.sub(r"\\(?=[!-/:-@\[-`{-~])", r"\\\\", message))
 
 
 _MARKUP = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$^=])")

@@ -221,6 +221,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# what a stop leaves, per command: only `run` has finished work to resume
+INTERRUPTED = {"run": "rerun the same command to resume",
+               "predict": "the run keeps the verdicts it had (a predictor run cannot be resumed): run predict "
+                          "again to start it over",
+               "export": "nothing was written (there is nothing to resume): run the command again",
+               "zoo": "run zoo build again to build the models (it starts over)"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args, status = parse(parser(), argv)  # a usage mistake: one line, exit 2
     if args is None:
@@ -244,7 +252,7 @@ def _main(args) -> int:
             jobs.fail(Path(args.out), str(e))  # a launched job shows why it failed
         return 2
     except KeyboardInterrupt:
-        print("opsd-diag: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"opsd-diag: interrupted; {INTERRUPTED.get(args.command, 'nothing was changed')}", file=sys.stderr)
         if getattr(args, "out", None) and args.command == "run":
             from opsd_diag import jobs
 

@@ -961,6 +961,43 @@ APP_CASES: list[AppCase] = [
 ]
 
 
+# --- issue 19: text, config types, checkpoints, app, signals (the app) ---
+
+def loop(e: Env) -> str:
+    (e.tmp / "loop").symlink_to(e.tmp / "loop")
+    return str(e.tmp / "loop")
+
+
+def train_this(e: Env) -> dict:
+    """The Train page opened by "Train this" on the shared run's (teacher, r_opd) verdict."""
+    return {**_shared(e), "train_this": {"run": str(e.run), "config": "teacher", "signal": "r_opd"}}
+
+
+APP_CASES += [
+    AppCase("app-run-path-nul", _open_run(path=lambda e: str(e.tmp / "a\x00b")), "views/overview.py",
+            "contains a NUL character"),
+    AppCase("app-run-path-60k", _open_run(path=lambda e: "/" + "a" * 60_000), "views/overview.py",
+            "is longer than any path can be (4096 bytes)"),
+    AppCase("app-run-path-300-name", _open_run(path=lambda e: str(e.tmp / ("n" * 300))), "views/tokens.py",
+            "has a name of 300 bytes; a file or folder name holds at most 255"),
+    AppCase("app-run-symlink-loop", _open_run(path=loop), "views/signals.py", "is a symbolic-link loop"),
+    AppCase("app-run-newline-escaped", _open_run(path=lambda e: str(e.tmp / "no\nsuch")), "views/overview.py",
+            "no\\nsuch"),
+    AppCase("app-train-held-out-missing", train_this, "views/train.py",
+            "training.eval.data.path: data file missing.jsonl not found",
+            lambda e: {"tt_eval": "missing.jsonl"}, "tt_start"),
+    AppCase("app-train-held-out-too-long", train_this, "views/train.py", "held-out problems /xxxxxxxx",
+            lambda e: {"tt_eval": "/" + "x" * 5000}, "tt_start"),
+    train_page("app-train-config-name-300", lambda e: str(e.tmp / ("c" * 300 + ".yaml")),
+               "has a name of 305 bytes; a file or folder name holds at most 255"),
+    train_page("app-train-out-symlink-loop", lambda e: e.cfg(training={}), "is a symbolic-link loop", out=loop),
+    AppCase("app-new-run-config-nul", _shared, "views/new_run.py", "config file 'c\\x00.yaml' contains a NUL",
+            lambda e: {"config_path": "c\x00.yaml"}, "validate", {"nr_mode": "file"}),
+    AppCase("app-new-run-out-too-long", _shared, "views/new_run.py", "run directory /ooooo",
+            lambda e: {"config_path": e.cfg(), "out_dir": "/" + "o" * 5000}, "validate", {"nr_mode": "file"}),
+]
+
+
 @pytest.mark.parametrize("case", APP_CASES, ids=lambda c: c.id)  # an app session per row: well under a second
 def test_app_bad_input(case: AppCase, env: Env):
     from streamlit.testing.v1 import AppTest
@@ -970,7 +1007,8 @@ def test_app_bad_input(case: AppCase, env: Env):
     before = tree(env.tmp), tree(env.run)
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.session_state["runs_root"] = state.get("runs_root", str(env.tmp / "runs"))
-    at.session_state["run_dir"] = state["run_dir"]
+    for key, value in state.items():  # run_dir, and what a row opens the page with (train_this)
+        at.session_state[key] = value
     at.run()
     at.switch_page(case.page).run()
     for key, value in (case.choices or {}).items():
@@ -985,3 +1023,114 @@ def test_app_bad_input(case: AppCase, env: Env):
     assert any(case.expect in m for m in errors), errors
     assert not any("Traceback" in m for m in errors)
     assert (tree(env.tmp), tree(env.run)) == before
+
+
+# --- issue 19: text, config types, checkpoints, app, signals (tests beside the rows) ---
+
+def _page(env: Env, page: str, runs_root: Path, run_dir: str | None, query_run: str | None = None):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.session_state["runs_root"] = str(runs_root)
+    if query_run is not None:
+        at.query_params["run"] = query_run
+    else:
+        at.session_state["run_dir"] = run_dir
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _deep(n: int = 100_000) -> str:
+    return "[" * n + "]" * n
+
+
+@pytest.mark.parametrize("page", ["views/overview.py", "views/compare.py", "views/train.py", "views/track_record.py"])
+def test_app_a_damaged_run_under_runs_is_skipped_with_a_note(env: Env, page: str):
+    root = env.tmp / "runs"
+    shutil.copytree(env.run, root / "good")
+    for name, status in (("nested", '{"kind": "diagnosis", "x": ' + _deep() + "}"), ("torn", "{")):
+        (root / name).mkdir()
+        (root / name / "status.json").write_text(status)
+        (root / name / "manifest.json").write_text("{")
+    (root / "loop").symlink_to(root / "loop")
+    at = _page(env, page, root, str(root / "good"))
+    notes = [c.value for c in at.sidebar.caption]
+    assert any("skipped, unreadable" in n and "nested" in n for n in notes), notes
+    assert not [e.value for e in at.error if "Traceback" in e.value]
+    if page == "views/overview.py":
+        assert not at.error and "Overview" in [t.value for t in at.title]
+
+
+def test_app_query_run_that_the_system_refuses_is_an_error_in_place(env: Env):
+    for bad, expect in (("/" + "q" * 60_000, "is longer than any path can be"), (str(env.tmp / "a\x00"), "NUL")):
+        at = _page(env, "views/overview.py", env.tmp / "runs", None, query_run=bad)
+        assert any(expect in e.value for e in at.error), [e.value for e in at.error]
+
+
+def _training_run(root: Path, name: str, records: list[dict], prediction: dict | None = None) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("student: {model: x}\n")
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    jobs.write_status(d, "finished", owner=False, kind="training", step="two", max_steps=[2], method="opd",
+                      updated="yesterday")
+    if prediction is not None:
+        (d / "prediction.json").write_text(json.dumps(prediction))
+    return d
+
+
+def test_app_non_numeric_metrics_show_as_missing_on_track_record_and_compare(env: Env):
+    root = env.tmp / "runs"
+    bad = [{"kind": "eval", "step": 0, "pass@1": "high"}, {"kind": "train", "step": "1", "loss": "nan?"},
+           {"kind": "train", "step": 1, "loss": True, "lr": [1]}, {"kind": "eval", "step": "end", "pass@1": None},
+           ["not", "a", "record"], {"kind": "eval", "step": 2, "pass@1": 0.5, "kl_to_initial": "x"}]
+    _training_run(root, "odd", bad, {"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": "big"})
+    _training_run(root, "plain", [{"kind": "eval", "step": 0, "pass@1": 0.25},
+                                  {"kind": "eval", "step": 2, "pass@1": 0.5}],
+                  {"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": 0.1})
+    at = _page(env, "views/track_record.py", root, None)
+    assert not at.error, [e.value for e in at.error]
+    board = at.dataframe[0].value
+    assert board.set_index("run").loc["plain", "gain"] == pytest.approx(0.25)
+    assert board.set_index("run")["score"].isna().tolist().count(True) == 1  # the text score is missing
+    at = _page(env, "views/compare.py", root, None)
+    at.radio[0].set_value(at.radio[0].options[-1]).run()
+    assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
+
+
+EVIL = "![pixel](http://127.0.0.1:9/p.png) [click](http://127.0.0.1:9/) <img src=http://127.0.0.1:9/i> :red[x]"
+
+
+def test_app_renders_a_crafted_summarys_text_as_text(env: Env):
+    """Markdown in a received summary.json (an image from a server, a link) is shown as written, never rendered."""
+    def craft(run: Path) -> None:
+        s = json.loads((run / "summary.json").read_text())
+        s["verdicts"] = {"teacher": {"r_opd": {"verdict": "helps", "reason": EVIL, "score": 0.3}}}
+        s["ranking"] = [{"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": 0.3}]
+        s["verdict_rule"], s["context_truncated"] = EVIL, {EVIL: 1}
+        s["ideal"] = {"status": "skipped", "reason": EVIL, "estimator": EVIL}
+        (run / "summary.json").write_text(json.dumps(s))
+
+    run = env.run_copy(craft)
+    at = _page(env, "views/overview.py", env.tmp / "runs", str(run))
+    rendered = [m.value for kind in ("markdown", "caption", "info", "warning", "error", "success")
+                for m in at.get(kind)]
+    assert any("127.0.0.1:9/p.png" in r for r in rendered + [t.value for t in at.text])  # it is shown...
+    for r in rendered:  # ...but no markdown image, link or directive survives in what is rendered as markdown
+        assert "![" not in r and "](" not in r and ":red[" not in r, r
+    assert any(EVIL in t.value for t in at.text)  # reason and rule: plain text elements
+
+
+@pytest.mark.slow
+def test_an_untouched_checkpoint_passes_every_check(env: Env, capsys):
+    """The checks refuse only what is wrong: the checkpoint as written resumes (to 'nothing to do')."""
+    from trainer import checkpoint
+
+    argv = trained_run(env, lambda ckpt: None)
+    ckpt = env.tmp / "trained" / "checkpoints" / "step-000001"
+    state, rng = checkpoint.read_state(ckpt, 0, str(env.world / "student"))
+    assert state["step"] == 1 and rng is not None
+    assert train_cli.main(argv) == 0, capsys.readouterr().err
+    assert "nothing to do" in capsys.readouterr().out

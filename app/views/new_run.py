@@ -182,6 +182,7 @@ start = c2.button("Start diagnosis", type="primary", key="start", disabled=mode 
 
 if validate or start:
     try:
+        common.check_fields({"config file": config_path, "run directory": out})
         if mode == "form":  # the YAML is the artefact the run is made from: saved first, never over another
             workbench.save_config(cfg, config_path, overwrite=st.session_state.get("nr_replace", False))
         checked = load_config(config_path)

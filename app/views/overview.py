@@ -37,11 +37,11 @@ def verdict_rows(verdicts) -> None:
     for r in verdicts.itertuples():
         c = st.columns([0.5, 2, 1, 1, 1, 7, 1.4], vertical_alignment="center")
         c[0].write(r.rank)
-        c[1].write(common.md(r.config))  # names and reasons come from summary.json: shown as text
-        c[2].write(common.md(r.signal))
+        c[1].text(r.config)  # names and reasons come from summary.json: shown as text, never as markdown
+        c[2].text(r.signal)
         c[3].markdown(BADGE.get(r.verdict, common.md(r.verdict)))
         c[4].write("n/a" if r.score != r.score else f"{r.score:+.3f}")
-        c[5].write(common.md(r.reason))
+        c[5].text(r.reason)
         if c[6].button("Train this", key=f"train-{r.config}-{r.signal}",
                        help=f"open the training form for {r.config} with {r.signal}"):
             st.session_state["train_this"] = {"run": str(run.path), "config": r.config, "signal": r.signal}
