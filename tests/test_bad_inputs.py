@@ -1096,8 +1096,9 @@ def test_app_non_numeric_metrics_show_as_missing_on_track_record_and_compare(env
     assert board.set_index("run").loc["plain", "gain"] == pytest.approx(0.25)
     assert board.set_index("run")["score"].isna().tolist().count(True) == 1  # the text score is missing
     at = _page(env, "views/compare.py", root, None)
-    at.radio[0].set_value(at.radio[0].options[-1]).run()
+    at.radio(key="cmp_what").set_value("training").run()
     assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
+    assert set(at.dataframe[0].value["run"]) == {"odd", "plain"}
 
 
 EVIL = "![pixel](http://127.0.0.1:9/p.png) [click](http://127.0.0.1:9/) <img src=http://127.0.0.1:9/i> :red[x]"

@@ -21,7 +21,9 @@ TEXT_FIELDS = ("kind", "method")  # every other scalar field of a metrics record
 
 def _numeric(column: pd.Series) -> pd.Series:
     """A metric column as numbers: text or booleans (a damaged or hand-edited record) become NaN."""
-    if column.dtype != object or column.map(lambda v: isinstance(v, (list, dict))).any():
+    if pd.api.types.is_bool_dtype(column):
+        return pd.Series(np.nan, index=column.index)
+    if pd.api.types.is_numeric_dtype(column) or column.map(lambda v: isinstance(v, (list, dict))).any():
         return column
     return pd.to_numeric(column.map(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool)
                                     else None), errors="coerce")
