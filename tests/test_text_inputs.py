@@ -143,3 +143,29 @@ def test_config_values_that_are_accepted(tmp_path):
     assert read_mapping(tmp_path / "c.json", "config", "...") == {"student": {"model": "a"}, "lr": 3e-4}
     assert DataSpec(path="~/problems.jsonl").path == str(Path.home() / "problems.jsonl")
     assert yaml.safe_load("x: 1e-5")["x"] == "1e-5"  # what plain YAML 1.1 would have made of it
+
+
+def test_a_load_that_may_not_download_runs_with_the_hub_offline(monkeypatch):
+    """allow_download: false means no network at all (local_files_only alone still let lookups retry)."""
+    import os
+
+    import huggingface_hub.constants as hub_constants
+
+    from opsd_diag.io import models
+
+    seen = []
+
+    class Loader:
+        @staticmethod
+        def from_pretrained(**kwargs):
+            seen.append((hub_constants.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE"), kwargs.get("local_files_only")))
+            raise OSError("not in the cache")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    before = hub_constants.HF_HUB_OFFLINE
+    with pytest.raises(OpsdError, match="set allow_download: true"):
+        models._load(Loader, "org/model", None, False, False)
+    with pytest.raises(OpsdError):
+        models._load(Loader, "org/model", None, True, False)
+    assert seen == [(True, "1", True), (before, None, None)]  # offline only while a download is not allowed
+    assert hub_constants.HF_HUB_OFFLINE == before and "HF_HUB_OFFLINE" not in os.environ
