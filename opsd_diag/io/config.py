@@ -2,9 +2,8 @@
 
 One pydantic model feeds the YAML file, the CLI, the app and ``opsd-train``; every run directory
 stores the resolved config that produced it. Unknown keys, bad values (NaN and inf included) and a
-``training`` section that does not fit the rest are rejected with the key named. Types are strict: a
-YAML 1.1 boolean (``yes``, ``off``) is no number and a number is no string (the error says to quote it);
-seeds, temperatures and the learning rate are bounded where the libraries below would fail late. Every default is
+``training`` section that does not fit the rest are rejected with the key named. Types are strict (``yes`` is
+no count, ``1.10`` no name: the error says to quote it); seeds, temperatures, learning rate bounded. Every default is
 stated once, here; ``docs/config.md`` is generated from the field descriptions below. The frozen
 settings the engine and the trainer run with are built from these sections in one place (the
 ``settings`` methods), so no setting is re-derived elsewhere.
@@ -12,7 +11,6 @@ settings the engine and the trainer run with are built from these sections in on
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -30,8 +28,7 @@ METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft")
 
 
 class Strict(BaseModel):
-    """Unknown keys, non-finite floats and values of another type (``true`` for a count, ``1.10`` for a
-    model name) are errors; assignments are validated too."""
+    """Unknown keys, non-finite floats and values of another type are errors; assignments are validated too."""
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
@@ -384,11 +381,6 @@ def validate(model: type[Strict], data, source: str, section: str = ""):
 
 
 def from_dict(data: dict, source: str = "config") -> DiagnosisConfig:
-    try:
-        json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise OpsdError(f"{source} holds a lone surrogate code point (U+{ord(e.object[e.start]):04X}, a '\\ud800'-"
-                        "style escape without its pair), which is not text: fix that value") from None
     return validate(DiagnosisConfig, data, source)
 
 

@@ -101,4 +101,9 @@ def read_mapping(path: str | Path, what: str, expected: str) -> dict:
         loader.dispose()
     if not isinstance(data, dict):
         raise OpsdError(f"{path} must contain a YAML mapping with keys {expected}")
+    try:  # a "\ud800" escape without its pair is no text: it would fail late, in a tokenizer or a file write
+        json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise OpsdError(f"{path} holds a lone surrogate code point (U+{ord(e.object[e.start]):04X}, a '\\ud800' "
+                        "escape without its pair), which is not text: fix that value") from None
     return data
