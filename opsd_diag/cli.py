@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from opsd_diag.argparser import Parser, parse, stop_as_interrupt
-from opsd_diag.errors import OpsdError
+from opsd_diag.errors import OpsdError, printable
 
 MODELS_DIR = Path("sample_data/models")
 PROBLEMS_DIR = Path("sample_data/problems")
@@ -44,7 +44,6 @@ def _cmd_run(args) -> None:
 def _print_report(run_dir: Path) -> None:
     """The summary and ranked verdicts; text from the run (names, reasons) is escaped before it reaches
     the terminal (a received run can hold escape sequences)."""
-    from opsd_diag.errors import printable
     from opsd_diag.run import Run
 
     run = Run.load(run_dir)
@@ -148,8 +147,9 @@ def _cmd_scoreboard(args) -> None:
         print(f"no training runs started from a diagnosis under {args.root}: start one with "
               "'opsd-train --from-diagnosis RUN_DIR --config NAME --signal SIGNAL'")
         return
-    with _pd_options():
-        print(board.frame.drop(columns=["diagnosis"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    with _pd_options():  # names from the runs' prediction.json files: escaped for the terminal
+        print(printable(board.frame.drop(columns=["diagnosis"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"),
+                        keep_newlines=True))
     print(f"\nSpearman(predicted score, realised pass@1 gain) over {board.n_scored} finished runs: "
           f"{board.spearman:.3f}" + ("  (needs 3 or more)" if board.n_scored < 3 else "")
           + f"; verdict accuracy (helps/hurts vs the sign of the gain): {board.verdict_accuracy:.2f}")

@@ -1135,3 +1135,16 @@ def test_an_untouched_checkpoint_passes_every_check(env: Env, capsys):
     assert state["step"] == 1 and rng is not None
     assert train_cli.main(argv) == 0, capsys.readouterr().err
     assert "nothing to do" in capsys.readouterr().out
+
+
+def test_report_escapes_a_runs_text_for_the_terminal(env: Env, capsys):
+    def craft(run: Path) -> None:
+        s = json.loads((run / "summary.json").read_text())
+        s["ideal"] = {"status": "skipped", "reason": "done\x1b]0;pwned\x07\x1b[2J\nfake line"}
+        (run / "summary.json").write_text(json.dumps(s))
+
+    run = env.run_copy(craft)
+    assert diag_cli.main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "ideal-gradient predictor: done\\x1b]0;pwned\\x07\\x1b[2J\\nfake line" in out
