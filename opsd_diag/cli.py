@@ -57,7 +57,7 @@ def _print_report(run_dir: Path) -> None:
     with _pd_options():
         lines.append(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if s.ideal is not None and s.ideal.status != "ok":
-        lines.append(f"ideal-gradient predictor: {s.ideal.reason}")
+        lines.append(f"ideal-gradient predictor: {printable(str(s.ideal.reason))}")  # one line, whatever it holds
     verdicts = run.verdicts()
     if verdicts is not None:
         lines.append("\nverdicts, ranked by verdict then predicted benefit (rule: docs/verdict.md):")

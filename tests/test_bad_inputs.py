@@ -1140,7 +1140,7 @@ def test_an_untouched_checkpoint_passes_every_check(env: Env, capsys):
 def test_report_escapes_a_runs_text_for_the_terminal(env: Env, capsys):
     def craft(run: Path) -> None:
         s = json.loads((run / "summary.json").read_text())
-        s["ideal"] = {"status": "skipped", "reason": "done\x1b]0;pwned\x07\x1b[2J\nfake line"}
+        s["ideal"] = {"status": "skipped", "estimator": "ours", "reason": "done\x1b]0;pwned\x07\x1b[2J\nfake line"}
         (run / "summary.json").write_text(json.dumps(s))
 
     run = env.run_copy(craft)
