@@ -52,7 +52,7 @@ def user_path(text: str, what: str = "path") -> Path:
                         "at most 255: shorten it")
     try:
         path = Path(text).expanduser().resolve()
-        path.exists()
+        path.exists()  # raises what the system refuses beyond a missing file (a parent it may not read...)
     except RuntimeError:  # Python 3.11's resolve() on a symbolic-link loop
         raise OpsdError(f"{what} {shown} is a symbolic-link loop: point to the real folder") from None
     except OSError as e:

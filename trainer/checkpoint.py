@@ -122,7 +122,7 @@ def _damaged(ckpt: Path, what: str) -> OpsdError:
 def check_weights(ckpt: Path) -> None:
     """Every safetensors file of the checkpoint is whole: its header parses and its tensors end where the
     file ends (a truncated or replaced file fails here, not deep inside from_pretrained)."""
-    files = sorted(ckpt.glob("*.safetensors"))
+    files = sorted(ckpt.glob("*.safetensors")) + sorted(ckpt.glob("ema/*.safetensors"))
     if not files:
         raise _damaged(ckpt, "it has no weights (model.safetensors or adapter_model.safetensors)")
     for f in files:
@@ -135,9 +135,9 @@ def check_weights(ckpt: Path) -> None:
                 header = json.loads(fh.read(n))
             ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
         except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
-            raise _damaged(ckpt, f"{f.name} is not a safetensors file") from None
+            raise _damaged(ckpt, f"{f.relative_to(ckpt)} is not a safetensors file") from None
         if 8 + n + max(ends, default=0) != size:
-            raise _damaged(ckpt, f"{f.name} is truncated or padded ({size} bytes where its header says "
+            raise _damaged(ckpt, f"{f.relative_to(ckpt)} is truncated or padded ({size} bytes where its header says "
                                  f"{8 + n + max(ends, default=0)})")
 
 
