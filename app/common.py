@@ -4,7 +4,9 @@ downloads that never go stale, and messages in the page's own words."""
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -33,9 +35,56 @@ def init_state(argv: list[str]) -> None:
     st.session_state.setdefault("runs_root", args.runs_root)
 
 
+MAX_PATH = 4096  # PATH_MAX on Linux: no longer path can be opened
+
+
+def user_path(text: str, what: str = "path") -> Path:
+    """A path typed into a field (or the URL's ?run=) that the system can use, or one OpsdError saying why
+    not: a NUL, a path or a name too long, a symbolic-link loop. Pages call it before using the text."""
+    shown = text if len(text) <= 120 else f"{text[:60]}…{text[-40:]} ({len(text)} characters)"
+    if "\x00" in text:
+        raise OpsdError(f"{what} {shown!r} contains a NUL character, which no file name can hold: retype it")
+    if len(os.fsencode(text)) > MAX_PATH:
+        raise OpsdError(f"{what} {shown} is longer than any path can be ({MAX_PATH} bytes): check what was pasted")
+    long = next((c for c in Path(text).parts if len(os.fsencode(c)) > 255), None)
+    if long is not None:
+        raise OpsdError(f"{what} {shown} has a name of {len(os.fsencode(long))} bytes; a file or folder name holds "
+                        "at most 255: shorten it")
+    try:
+        path = Path(text).expanduser().resolve()
+        path.exists()  # raises what the system refuses beyond a missing file (a parent it may not read...)
+    except RuntimeError:  # Python 3.11's resolve() on a symbolic-link loop
+        raise OpsdError(f"{what} {shown} is a symbolic-link loop: point to the real folder") from None
+    except OSError as e:
+        why = "is a symbolic-link loop" if e.errno == errno.ELOOP else f"cannot be used ({e.strerror})"
+        raise OpsdError(f"{what} {shown} {why}: point to the real file or folder") from None
+    return path
+
+
+def check_fields(fields: dict[str, str | None]) -> None:
+    """Every filled path field (label -> text) is usable (``user_path``), before a job starts."""
+    for what, text in fields.items():
+        if text:
+            user_path(text, what)
+
+
+def path_problem(e: BaseException) -> str | None:
+    """The message for an exception a typed path raises inside a library call (a name too long, a link
+    loop, a NUL), or None for any other exception (a bug keeps its traceback). main.py shows it in place."""
+    if isinstance(e, OSError) and e.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+        what = "a name or path too long" if e.errno == errno.ENAMETOOLONG else "a symbolic-link loop"
+        return f"a path given here is unusable ({what}): check the path fields ({e.strerror})"
+    if isinstance(e, ValueError) and "null byte" in str(e):
+        return "a path given here contains a NUL character, which no file name can hold: check the path fields"
+    if isinstance(e, RuntimeError) and "Symlink loop" in str(e):
+        return "a path given here is a symbolic-link loop: check the path fields"
+    return None
+
+
 def canonical(path: str | None) -> str | None:
-    """One spelling per run directory (absolute, resolved), so a run is listed once."""
-    return str(Path(path).resolve()) if path else None
+    """One spelling per run directory (absolute, resolved), so a run is listed once; an unusable path is an
+    OpsdError (``user_path``)."""
+    return str(user_path(path, "run directory")) if path else None
 
 
 def open_run(path: str) -> None:
@@ -44,11 +93,19 @@ def open_run(path: str) -> None:
 
 
 def sidebar_run_picker() -> None:
-    runs = [str(p) for p in job_protocol.find_runs(st.session_state["runs_root"], "diagnosis")]
-    current = canonical(st.session_state.get("run_dir"))
+    skipped: list = []
+    runs = [str(p) for p in job_protocol.find_runs(st.session_state["runs_root"], "diagnosis", skipped)]
+    try:
+        current = canonical(st.session_state.get("run_dir"))
+    except OpsdError as e:  # the page says so too (require_run); the picker still lists the others
+        current = None
+        st.sidebar.error(plain(str(e)))
     if current and current not in runs:
         runs.insert(0, current)
     with st.sidebar:
+        if skipped:
+            st.caption(f"{len(skipped)} folder(s) under {md(st.session_state['runs_root'])}/ skipped, unreadable: "
+                       + "; ".join(f"{md(p.name[:60])} ({md(why[:120])})" for p, why in skipped[:5]))
         if runs:
             chosen = st.selectbox("Run", runs, index=runs.index(current) if current in runs else 0,
                                   help=f"run directories under {st.session_state['runs_root']}/", key="picked_run")
@@ -61,7 +118,11 @@ def sidebar_run_picker() -> None:
         typed = st.text_input("…or open a run directory", key="typed_run")
         if typed and typed != st.session_state.get("opened"):
             st.session_state["opened"] = typed
-            open_run(typed)
+            try:
+                open_run(typed)
+            except OpsdError as e:
+                st.error(plain(str(e)))
+                return
             st.session_state.pop("picked_run", None)
             st.rerun()
 
@@ -88,8 +149,8 @@ def require_run() -> Run:
     if not run_dir:
         st.info("No run open: pick one in the sidebar, or start a diagnosis on 'New diagnosis'.")
         st.stop()
-    manifest = Path(run_dir) / "manifest.json"
     try:
+        manifest = user_path(run_dir, "run directory") / "manifest.json"
         if manifest.is_file() and store.read_manifest(Path(run_dir)).get("status") != "finished":
             p = jobs.progress(run_dir)
             st.progress(p.fraction, text=f"{run_dir}: {p.text}")
@@ -126,10 +187,22 @@ _FLAGS = ((r"pass --resume to continue it, or choose another --out", "use Resume
 
 
 def plain(message: str) -> str:
-    """A library message in the page's own words: no command-line flag names."""
+    """A library message in the page's own words: no command-line flag names, and no link or image the
+    browser would follow (a message quotes paths and names from a run, which may be crafted)."""
     for pattern, words in _FLAGS:
         message = message.replace(pattern, words)
-    return re.sub(r"(?<!\w)--([a-z][\w-]*)", lambda m: m.group(1).replace("-", " "), message)
+    message = re.sub(r"(?<!\w)--([a-z][\w-]*)", lambda m: m.group(1).replace("-", " "), message)
+    # a backslash before punctuation (markdown's escape) is doubled, then brackets: no link or image
+    return re.sub(r"([\[\]])", r"\\\1", re.sub(r"\\(?=[!-/:-@\[-`{-~])", r"\\\\", message))
+
+
+_MARKUP = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$^=])")
+
+
+def md(text) -> str:
+    """Text from a run or a user inside markdown, every markup character escaped: shown as written, never
+    an image, a link, HTML or a colour directive (st.write, st.caption and st.info render markdown)."""
+    return _MARKUP.sub(r"\\\1", str(text))
 
 
 @st.cache_data(show_spinner="preparing the file", max_entries=32, ttl=3600)

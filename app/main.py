@@ -36,4 +36,8 @@ pages = {
 try:
     st.navigation(pages).run()
 except OpsdError as e:  # a corrupt or unreadable run (a table read by a page): the message in place
-    st.error(str(e))
+    st.error(common.plain(str(e)))
+except (OSError, ValueError, RuntimeError) as e:  # a typed path the system refuses; anything else is a bug
+    if common.path_problem(e) is None:
+        raise
+    st.error(common.path_problem(e))

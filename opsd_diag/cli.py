@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from opsd_diag.argparser import Parser, parse, stop_as_interrupt
-from opsd_diag.errors import OpsdError
+from opsd_diag.errors import OpsdError, printable
 
 MODELS_DIR = Path("sample_data/models")
 PROBLEMS_DIR = Path("sample_data/problems")
@@ -42,25 +42,29 @@ def _cmd_run(args) -> None:
 
 
 def _print_report(run_dir: Path) -> None:
+    """The summary and ranked verdicts; text from the run (names, reasons) is escaped before it reaches
+    the terminal (a received run can hold escape sequences)."""
     from opsd_diag.run import Run
 
     run = Run.load(run_dir)
     s, f = run.summary, run.facts()
-    print(f"run {run_dir}: {f['n_problems']} problems x {f['samples']} samples, "
-          f"T_sample={f['sampling_temperature']} T_score={f['scoring_temperature']} centering={f['centering']}")
-    print(f"student accuracy: {s.student_accuracy.text()}")
+    lines = [f"run {run_dir}: {f['n_problems']} problems x {f['samples']} samples, "
+             f"T_sample={f['sampling_temperature']} T_score={f['scoring_temperature']} centering={f['centering']}",
+             f"student accuracy: {s.student_accuracy.text()}"]
     if s.pass_at_k:
-        print("pass@k: " + ", ".join(f"{k}={v:.3f}" if v is not None else f"{k}=n/a" for k, v in s.pass_at_k.items()))
+        lines.append("pass@k: " + ", ".join(f"{k}={v:.3f}" if v is not None else f"{k}=n/a"
+                                            for k, v in s.pass_at_k.items()))
     with _pd_options():
-        print(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        lines.append(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if s.ideal is not None and s.ideal.status != "ok":
-        print(f"ideal-gradient predictor: {s.ideal.reason}")
+        lines.append(f"ideal-gradient predictor: {printable(str(s.ideal.reason))}")  # one line, whatever it holds
     verdicts = run.verdicts()
     if verdicts is not None:
-        print("\nverdicts, ranked by verdict then predicted benefit (rule: docs/verdict.md):")
+        lines.append("\nverdicts, ranked by verdict then predicted benefit (rule: docs/verdict.md):")
         with _pd_options():
-            print(verdicts.drop(columns="rank").to_string(index=False, float_format=lambda v: f"{v:.4f}",
-                                                          max_colwidth=110))
+            lines.append(verdicts.drop(columns="rank").to_string(index=False, float_format=lambda v: f"{v:.4f}",
+                                                                 max_colwidth=110))
+    print(printable("\n".join(lines), keep_newlines=True))
 
 
 def _pd_options():
@@ -143,8 +147,9 @@ def _cmd_scoreboard(args) -> None:
         print(f"no training runs started from a diagnosis under {args.root}: start one with "
               "'opsd-train --from-diagnosis RUN_DIR --config NAME --signal SIGNAL'")
         return
-    with _pd_options():
-        print(board.frame.drop(columns=["diagnosis"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    with _pd_options():  # names from the runs' prediction.json files: escaped for the terminal
+        print(printable(board.frame.drop(columns=["diagnosis"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"),
+                        keep_newlines=True))
     print(f"\nSpearman(predicted score, realised pass@1 gain) over {board.n_scored} finished runs: "
           f"{board.spearman:.3f}" + ("  (needs 3 or more)" if board.n_scored < 3 else "")
           + f"; verdict accuracy (helps/hurts vs the sign of the gain): {board.verdict_accuracy:.2f}")
@@ -216,6 +221,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# what a stop leaves, per command: only `run` has finished work to resume
+INTERRUPTED = {"run": "rerun the same command to resume",
+               "predict": "the run keeps the verdicts it had (a predictor run cannot be resumed): run predict "
+                          "again to start it over",
+               "export": "nothing was written (there is nothing to resume): run the command again",
+               "zoo": "run zoo build again to build the models (it starts over)"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args, status = parse(parser(), argv)  # a usage mistake: one line, exit 2
     if args is None:
@@ -239,7 +252,7 @@ def _main(args) -> int:
             jobs.fail(Path(args.out), str(e))  # a launched job shows why it failed
         return 2
     except KeyboardInterrupt:
-        print("opsd-diag: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"opsd-diag: interrupted; {INTERRUPTED.get(args.command, 'nothing was changed')}", file=sys.stderr)
         if getattr(args, "out", None) and args.command == "run":
             from opsd_diag import jobs
 

@@ -1,12 +1,37 @@
-"""The one exception type for mistakes a user can fix (bad file, bad config, missing model...).
+"""The one exception type for mistakes a user can fix (bad file, bad config, missing model...), and the
+one escaper of text that reaches a terminal or a one-line message.
 
 The CLI prints its message on one line and exits with status 2; the app shows it in place.
-Anything else is a bug and keeps its traceback.
+Anything else is a bug and keeps its traceback. A message often quotes a path, an id or a value from a
+user's file; ``printable`` escapes the characters in it that could break the line or drive the terminal.
 """
+
+import re
+
+# C0/C1 controls (ESC included), DEL, line/paragraph separators, bidi overrides and lone surrogates
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """``text`` with control characters, escape sequences, bidi overrides and lone surrogates written as
+    ``\\n``, ``\\x1b``, ``\\u202e``...: nothing from a run or a user's file drives the terminal or splits a line
+    (``keep_newlines``: plain newlines stay, for multi-line output)."""
+    if keep_newlines:
+        return "\n".join(_UNSAFE.sub(_escape, part) for part in text.split("\n"))
+    return _UNSAFE.sub(_escape, text)
 
 
 class OpsdError(Exception):
-    """A user-fixable problem; the message names the problem and the fix."""
+    """A user-fixable problem; the message names the problem and the fix, always on one printable line."""
+
+    def __str__(self) -> str:
+        return printable(super().__str__())
 
 
 class NonFiniteLogits(OpsdError):

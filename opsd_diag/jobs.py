@@ -339,19 +339,19 @@ def log_tail(run_dir: str | Path, n_lines: int = 40) -> str:
     return "\n".join(lines[-n_lines:])
 
 
-def find_runs(root: str | Path = "runs", kind: str | None = None) -> list[Path]:
-    """Run directories under ``root`` (a status.json, or a finished diagnosis' manifest), newest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
+def find_runs(root: str | Path = "runs", kind: str | None = None, skipped: list | None = None) -> list[Path]:
+    """Run directories (a status.json or a manifest) under ``root``, newest first; a damaged one is skipped."""
     out = []
-    for p in root.iterdir():
-        st = read_status(p) if p.is_dir() else None
-        k = (st or {}).get("kind") or ("diagnosis" if (p / "manifest.json").is_file() else
-                                       "training" if (p / "metrics.jsonl").is_file() else None)
-        if k is not None and (kind is None or k == kind):
-            out.append(p.resolve())
-    return sorted(out, key=lambda p: p.stat().st_mtime, reverse=True)
+    for p in Path(root).iterdir() if Path(root).is_dir() else ():
+        try:
+            k = ((read_status(p) if p.is_dir() else None) or {}).get("kind") or (
+                "diagnosis" if (p / "manifest.json").is_file() else "training" if (p / "metrics.jsonl").is_file() else None)
+            if k is not None and (kind is None or k == kind):
+                out.append((p.stat().st_mtime, p.resolve()))
+        except (OpsdError, OSError, ValueError, RecursionError, RuntimeError) as e:  # RuntimeError: a symlink loop
+            if skipped is not None:
+                skipped.append((p, str(e) if isinstance(e, OpsdError) else type(e).__name__))
+    return [p for _, p in sorted(out, key=lambda mp: mp[0], reverse=True)]
 
 
 def read_jsonl(path: str | Path, offset: int = 0) -> tuple[list[dict], int]:

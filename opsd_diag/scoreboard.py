@@ -33,16 +33,23 @@ class Scoreboard:
     verdict_accuracy: float  # share of helps/hurts verdicts whose sign matches the realised gain
 
 
+def number(value) -> float:
+    """A metric or score from a run's files as a float; anything else (text, a boolean, null) is NaN, so a
+    damaged or hand-edited record shows as missing instead of stopping the page."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
 def _outcome(run_dir: Path) -> dict:
-    evals = [r for r in jobs.read_jsonl(run_dir / "metrics.jsonl")[0] if r.get("kind") == "eval"]
-    start = next((r for r in evals if r.get("step") == 0), None)
-    end = evals[-1] if evals and evals[-1].get("step", 0) > 0 else None
+    evals = [r for r in jobs.read_jsonl(run_dir / "metrics.jsonl")[0] if isinstance(r, dict) and r.get("kind") == "eval"]
+    start = next((r for r in evals if number(r.get("step")) == 0), None)
+    end = evals[-1] if evals and number(evals[-1].get("step")) > 0 else None
 
     def pass1(r):
-        return math.nan if r is None or r.get("pass@1") is None else float(r["pass@1"])
+        return math.nan if r is None else number(r.get("pass@1"))
 
-    return {"steps": end.get("step") if end else 0, "pass@1_start": pass1(start), "pass@1_end": pass1(end),
-            "gain": pass1(end) - pass1(start), "kl_to_initial": (end or {}).get("kl_to_initial")}
+    return {"steps": int(number(end.get("step"))) if end else 0, "pass@1_start": pass1(start),
+            "pass@1_end": pass1(end), "gain": pass1(end) - pass1(start),
+            "kl_to_initial": number((end or {}).get("kl_to_initial"))}
 
 
 def scoreboard(root: str | Path = "runs") -> Scoreboard:
@@ -57,12 +64,14 @@ def scoreboard(root: str | Path = "runs") -> Scoreboard:
             p = store.read_json(path)
         except OpsdError:
             continue  # a torn or foreign file: not part of the record
+        if not isinstance(p, dict):
+            continue
         st = jobs.status(run_dir)
         rows.append({"run": str(run_dir), "config": p.get("config"), "signal": p.get("signal"),
                      "verdict": p.get("verdict"), "score": p.get("score"), "status": st["status"],
                      **_outcome(run_dir), "diagnosis": p.get("diagnosis")})
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    frame["score"] = frame["score"].astype(float)
+    frame["score"] = frame["score"].map(number).astype(float)
     done = frame[(frame["status"] == "finished") & frame["gain"].notna() & frame["score"].notna()]
     decided = done[done["verdict"].isin(["helps", "hurts"])]
     right = ((decided["verdict"] == "helps") & (decided["gain"] > 0)) | ((decided["verdict"] == "hurts")

@@ -91,7 +91,7 @@ def test_overview_shows_verdict_and_estimator(runs_root, tmp_path):
     _ok(at)
     assert "Verdict and ranking" in [h.value for h in at.subheader]
     assert any(m.value == ":blue-background[**helps**]" for m in at.markdown)  # coloured
-    assert any(long in m.value for m in at.markdown)  # the whole reason, never cut off
+    assert any(long in t.value for t in at.text)  # the whole reason, never cut off (as text, not markdown)
     assert [b.label for b in at.button if b.label == "Train this"] == ["Train this"]
     assert any("our estimator" in c.value and "budget 32" in c.value for c in at.caption)
     at.toggle(key="ov_compact").set_value(True).run()
@@ -250,13 +250,13 @@ def test_serve_binds_localhost_and_builds_the_example_first(monkeypatch, tmp_pat
     class Done:
         returncode = 0
 
-    def fake_run(argv, cwd=None):
+    def fake_child(argv, cwd=None):
         assert isinstance(argv, list) and cwd == tmp_path
         calls.append(argv)
-        return Done()
+        return Done.returncode
 
     monkeypatch.setattr(serve, "REPO", tmp_path)
-    monkeypatch.setattr(serve.subprocess, "run", fake_run)
+    monkeypatch.setattr(serve, "child", fake_child)
     assert serve.main([]) == 0
     assert calls[0][-4:] == ["run", "sample_data/configs/quickstart.yaml", "--out", "runs/quickstart"]
     st_argv = calls[1]
@@ -340,7 +340,7 @@ def test_a_rewritten_summary_shows_at_once(runs_root, tmp_path):
     (run / "summary.json").write_text(json.dumps(summary))
     at.run()
     _ok(at)
-    assert any("late verdict." in m.value for m in at.markdown)
+    assert any("late verdict." in t.value for t in at.text)  # the reason is plain text (never markdown)
 
 
 def test_manifest_says_finished_only_after_the_predictor(ci_zoo, tmp_path, monkeypatch):

@@ -700,6 +700,157 @@ CASES: list[Case] = [
 ]
 
 
+# --- issue 19: text, config types, checkpoints, app, signals ---
+
+_TRAINED: dict[Path, Path] = {}
+
+
+def trained_run(e: Env, change: Callable[[Path], None]) -> list[str]:
+    """A finished one-step training run of this config (trained once per module), copied and its checkpoint
+    changed by ``change``; the row resumes it."""
+    import contextlib
+    import io
+
+    cfg = e.train_cfg()
+    if e.world not in _TRAINED:
+        done = e.world.parent / "trained-once"
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert train_cli.main([cfg, "--out", str(done)]) == 0
+        _TRAINED[e.world] = done
+    d = e.tmp / "trained"
+    shutil.copytree(_TRAINED[e.world], d)
+    change(d / "checkpoints" / "step-000001")
+    return [cfg, "--out", str(d), "--resume"]
+
+
+def tamper_state(**fields) -> Callable[[Path], None]:
+    """The checkpoint's trainer_state.pt with ``fields`` replaced (DROP removes one); a callable value maps the old."""
+    def change(ckpt: Path) -> None:
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+        for k, v in fields.items():
+            if v is DROP:
+                state.pop(k)
+            else:
+                state[k] = v(state[k]) if callable(v) else v
+        torch.save(state, ckpt / "trainer_state.pt")
+    return change
+
+
+def fewer_params(opt: dict) -> dict:
+    groups = [{**g, "params": g["params"][:-1]} for g in opt["param_groups"]]
+    return {**opt, "param_groups": groups}
+
+
+def other_shapes(opt: dict) -> dict:
+    return {**opt, "state": {i: {k: (v[..., :1] if isinstance(v, torch.Tensor) and v.dim() else v)
+                                 for k, v in m.items()} for i, m in opt["state"].items()}}
+
+
+def truncate(name: str) -> Callable[[Path], None]:
+    def change(ckpt: Path) -> None:
+        data = (ckpt / name).read_bytes()
+        (ckpt / name).write_bytes(data[:len(data) // 2])
+    return change
+
+
+def edit_json(name: str, **fields) -> Callable[[Path], None]:
+    def change(where: Path) -> None:
+        data = json.loads((where / name).read_text())
+        data.update(fields)
+        (where / name).write_text(json.dumps(data))
+    return change
+
+
+def rng_from_state(ckpt: Path) -> None:
+    shutil.copy(ckpt / "trainer_state.pt", ckpt / "rng_0.pt")
+
+
+def long_prompt(e: Env) -> list[str]:
+    path = e.file("long.jsonl", jsonl({**GOOD, "prompt": "Start at 1. " * 800}))
+    return ["run", e.cfg({"data": {"path": path}}), "--out", e.out]
+
+
+MERGE_YAML = """teachers:
+  - &t {{name: same, context: full_solution}}
+  - {{<<: *t, partial_fraction: 0.25}}
+student: {{model: {world}/student}}
+data: {{path: {world}/dev.jsonl}}
+"""
+
+TAB_JSON = '{{\n\t"student": {{"model": "{world}/student"}},\n\t"teachers": [{{"name": "t", "context": "hint"}}],' \
+           '\n\t"data": {{"path": "{world}/dev.jsonl"}},\n\t"bogus": 1\n}}\n'
+
+CASES += [
+    # --------------------------------------------------------------- text taken as text
+    run_data("text-lone-surrogate", jsonl('{"prompt": "Start at \\ud800 1."}'), "holds a lone surrogate code point"),
+    run_over("text-config-lone-surrogate", {"data": {"system_prompt": "\ud800"}}, "holds a lone surrogate"),
+    run_data("text-u2028-stays-in-its-line", '{"prompt": "a\u2028b\u0085c\u2029d"}\n{"prompt": \n',
+             "d.jsonl line 2 is not valid JSON"),
+    diag("text-path-newline-escaped", lambda e: ["run", "bad\nname\x1b[2J.yaml"],
+         "config file bad\\nname\\x1b[2J.yaml not found"),
+    run_over("text-data-path-escape-escaped", {"data": {"path": "/nowhere/\x1b]0;owned\x07.jsonl"}},
+             "data file /nowhere/\\x1b]0;owned\\x07.jsonl not found"),
+    diag("text-run-id-bidi-escaped", lambda e: ["report", str(e.tmp / "run\u202egnp.exe")], "\\u202e"),
+    # ---------------------------------------------------------- config values, strict types
+    diag("types-num-samples-yes", lambda e: ["run", e.file("c.yaml", yaml.safe_dump(base_config(e.world)).replace(
+        "num_samples: 2", "num_samples: yes")), "--out", e.out], "sampling.num_samples: Input should be a valid "
+         "integer, got the boolean true"),
+    run_over("types-limit-true", {"data": {"limit": True}}, "data.limit: Input should be a valid integer, got the "
+             "boolean true (YAML reads yes/no/on/off/true/false as booleans): write a number"),
+    run_over("types-top-k-off", {"scoring": {"top_k": False}}, "scoring.top_k"),
+    run_over("types-name-no", {"teachers": [{"name": False, "context": "hint"}]}, "teachers.0.name: Input should be "
+             "a valid string, got the bool False"),
+    run_over("types-model-number", {"student": {"model": 1.1}}, 'put the value in quotes as you wrote it, e.g. name: '
+             '"no" or model: "1.10"'),
+    run_over("types-float-for-int", {"sampling": {"max_completion_length": 4.0}}, "sampling.max_completion_length"),
+    run_over("seed-negative", {"sampling": {"seed": -12345}}, "sampling.seed: Input should be greater than or equal "
+             "to 0"),
+    run_over("seed-2-64", {"sampling": {"seed": 2 ** 64}}, "sampling.seed: Input should be less than 4294967296"),
+    train_over("seed-training-huge", {"seed": 2 ** 64}, "training.seed: Input should be less than 4294967296"),
+    run_over("seed-ideal-negative", {"ideal": {"seed": -1}}, "ideal.seed"),
+    run_over("temperature-subnormal", {"sampling": {"temperature": 5e-324}}, "sampling.temperature: Input should be "
+             "greater than or equal to 0.0001"),
+    train_over("temperature-training-tiny", {"temperature": 1e-30}, "training.temperature"),
+    train_over("lr-1e308", {"learning_rate": 1e308}, "training.learning_rate: Input should be less than or equal to 1"),
+    from_diag("fd-lr-huge", ["--config", "teacher", "--signal", "r_opd", "--learning-rate", "1e308"],
+              "training.learning_rate: Input should be less than or equal to 1"),
+    run_over("data-path-tilde-expanded", {"data": {"path": "~/opsd-no-such-file.jsonl"}},
+             f"data file {Path.home() / 'opsd-no-such-file.jsonl'} not found"),
+    diag("yaml-merge-key-read", lambda e: ["run", e.file("c.yaml", MERGE_YAML.format(world=e.world)), "--out", e.out],
+         "teacher names must be unique; repeated: same"),
+    diag("json-tab-indented-read", lambda e: ["run", e.file("c.json", TAB_JSON.format(world=e.world)), "--out", e.out],
+         "bogus: unknown key"),
+    train("opd-teacher-is-the-student", lambda e: [e.train_cfg({}, {"teachers": [
+        {"name": "teacher", "model": str(e.world / "student")}]}), "--out", e.out], "is the student's own model"),
+    run_over("completion-beyond-positions", {"sampling": {"max_completion_length": 4096}},
+             "sampling.max_completion_length=4096 does not fit the student model"),
+    diag("prompt-beyond-positions", long_prompt, "which has 1024 positions (max_position_embeddings) for the prompt"),
+    train_over("train-completion-beyond-positions", {"max_completion_length": 2000},
+               "training.max_completion_length=2000 does not fit the student model"),
+    # ------------------------------------------------------------- tampered checkpoints
+    train("ckpt-weights-truncated", lambda e: trained_run(e, truncate("model.safetensors")),
+          "model.safetensors is truncated or padded", slow=True),
+    train("ckpt-weights-replaced", lambda e: trained_run(e, write("model.safetensors", b"\x00garbage" * 64)),
+          "model.safetensors is not a safetensors file", slow=True),
+    train("ckpt-config-other-architecture", lambda e: trained_run(e, edit_json("config.json", hidden_size=48,
+                                                                                  model_type="gpt2")),
+          "its config.json describes another model than the student's", slow=True),
+    train("ckpt-optimizer-other-params", lambda e: trained_run(e, tamper_state(optimizer=fewer_params)),
+          "its optimizer state is for", slow=True),
+    train("ckpt-optimizer-other-shapes", lambda e: trained_run(e, tamper_state(optimizer=other_shapes)),
+          "its optimizer state does not fit the parameters", slow=True),
+    train("ckpt-no-scheduler", lambda e: trained_run(e, tamper_state(scheduler=DROP)),
+          "has no learning-rate scheduler state", slow=True),
+    train("ckpt-step-not-integer", lambda e: trained_run(e, tamper_state(step="1")), "the step in trainer_state.pt "
+          "is '1', not a whole number", slow=True),
+    train("ckpt-step-negative", lambda e: trained_run(e, tamper_state(step=-1)), "not a whole number >= 0", slow=True),
+    train("ckpt-step-other-folder", lambda e: trained_run(e, tamper_state(step=7)), "says step 7, its folder name "
+          "step 1", slow=True),
+    train("ckpt-wrong-rng-file", lambda e: trained_run(e, rng_from_state), "its RNG file is not an RNG state",
+          slow=True),
+]
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else [])
                                   for c in CASES])
 def test_cli_bad_input(case: Case, env: Env, capsys):
@@ -810,6 +961,43 @@ APP_CASES: list[AppCase] = [
 ]
 
 
+# --- issue 19: text, config types, checkpoints, app, signals (the app) ---
+
+def loop(e: Env) -> str:
+    (e.tmp / "loop").symlink_to(e.tmp / "loop")
+    return str(e.tmp / "loop")
+
+
+def train_this(e: Env) -> dict:
+    """The Train page opened by "Train this" on the shared run's (teacher, r_opd) verdict."""
+    return {**_shared(e), "train_this": {"run": str(e.run), "config": "teacher", "signal": "r_opd"}}
+
+
+APP_CASES += [
+    AppCase("app-run-path-nul", _open_run(path=lambda e: str(e.tmp / "a\x00b")), "views/overview.py",
+            "contains a NUL character"),
+    AppCase("app-run-path-60k", _open_run(path=lambda e: "/" + "a" * 60_000), "views/overview.py",
+            "is longer than any path can be (4096 bytes)"),
+    AppCase("app-run-path-300-name", _open_run(path=lambda e: str(e.tmp / ("n" * 300))), "views/tokens.py",
+            "has a name of 300 bytes; a file or folder name holds at most 255"),
+    AppCase("app-run-symlink-loop", _open_run(path=loop), "views/signals.py", "is a symbolic-link loop"),
+    AppCase("app-run-newline-escaped", _open_run(path=lambda e: str(e.tmp / "no\nsuch")), "views/overview.py",
+            "no\\nsuch"),
+    AppCase("app-train-held-out-missing", train_this, "views/train.py",
+            "training.eval.data.path: data file missing.jsonl not found",
+            lambda e: {"tt_eval": "missing.jsonl"}, "tt_start"),
+    AppCase("app-train-held-out-too-long", train_this, "views/train.py", "held-out problems /xxxxxxxx",
+            lambda e: {"tt_eval": "/" + "x" * 5000}, "tt_start"),
+    train_page("app-train-config-name-300", lambda e: str(e.tmp / ("c" * 300 + ".yaml")),
+               "has a name of 305 bytes; a file or folder name holds at most 255"),
+    train_page("app-train-out-symlink-loop", lambda e: e.cfg(training={}), "is a symbolic-link loop", out=loop),
+    AppCase("app-new-run-config-nul", _shared, "views/new_run.py", "config file 'c\\x00.yaml' contains a NUL",
+            lambda e: {"config_path": "c\x00.yaml"}, "validate", {"nr_mode": "file"}),
+    AppCase("app-new-run-out-too-long", _shared, "views/new_run.py", "run directory /ooooo",
+            lambda e: {"config_path": e.cfg(), "out_dir": "/" + "o" * 5000}, "validate", {"nr_mode": "file"}),
+]
+
+
 @pytest.mark.parametrize("case", APP_CASES, ids=lambda c: c.id)  # an app session per row: well under a second
 def test_app_bad_input(case: AppCase, env: Env):
     from streamlit.testing.v1 import AppTest
@@ -819,7 +1007,8 @@ def test_app_bad_input(case: AppCase, env: Env):
     before = tree(env.tmp), tree(env.run)
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.session_state["runs_root"] = state.get("runs_root", str(env.tmp / "runs"))
-    at.session_state["run_dir"] = state["run_dir"]
+    for key, value in state.items():  # run_dir, and what a row opens the page with (train_this)
+        at.session_state[key] = value
     at.run()
     at.switch_page(case.page).run()
     for key, value in (case.choices or {}).items():
@@ -834,3 +1023,128 @@ def test_app_bad_input(case: AppCase, env: Env):
     assert any(case.expect in m for m in errors), errors
     assert not any("Traceback" in m for m in errors)
     assert (tree(env.tmp), tree(env.run)) == before
+
+
+# --- issue 19: text, config types, checkpoints, app, signals (tests beside the rows) ---
+
+def _page(env: Env, page: str, runs_root: Path, run_dir: str | None, query_run: str | None = None):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.session_state["runs_root"] = str(runs_root)
+    if query_run is not None:
+        at.query_params["run"] = query_run
+    else:
+        at.session_state["run_dir"] = run_dir
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _deep(n: int = 100_000) -> str:
+    return "[" * n + "]" * n
+
+
+@pytest.mark.parametrize("page", ["views/overview.py", "views/compare.py", "views/train.py", "views/track_record.py"])
+def test_app_a_damaged_run_under_runs_is_skipped_with_a_note(env: Env, page: str):
+    root = env.tmp / "runs"
+    shutil.copytree(env.run, root / "good")
+    for name, status in (("nested", '{"kind": "diagnosis", "x": ' + _deep() + "}"), ("torn", "{")):
+        (root / name).mkdir()
+        (root / name / "status.json").write_text(status)
+        (root / name / "manifest.json").write_text("{")
+    (root / "loop").symlink_to(root / "loop")
+    at = _page(env, page, root, str(root / "good"))
+    notes = [c.value for c in at.sidebar.caption]
+    assert any("skipped, unreadable" in n and "nested" in n for n in notes), notes
+    assert not [e.value for e in at.error if "Traceback" in e.value]
+    if page == "views/overview.py":
+        assert not at.error and "Overview" in [t.value for t in at.title]
+
+
+def test_app_query_run_that_the_system_refuses_is_an_error_in_place(env: Env):
+    for bad, expect in (("/" + "q" * 60_000, "is longer than any path can be"), (str(env.tmp / "a\x00"), "NUL")):
+        at = _page(env, "views/overview.py", env.tmp / "runs", None, query_run=bad)
+        assert any(expect in e.value for e in at.error), [e.value for e in at.error]
+
+
+def _training_run(root: Path, name: str, records: list[dict], prediction: dict | None = None) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("student: {model: x}\n")
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    jobs.write_status(d, "finished", owner=False, kind="training", step="two", max_steps=[2], method="opd",
+                      updated="yesterday")
+    if prediction is not None:
+        (d / "prediction.json").write_text(json.dumps(prediction))
+    return d
+
+
+def test_app_non_numeric_metrics_show_as_missing_on_track_record_and_compare(env: Env):
+    root = env.tmp / "runs"
+    bad = [{"kind": "eval", "step": 0, "pass@1": "high"}, {"kind": "train", "step": "1", "loss": "nan?"},
+           {"kind": "train", "step": 1, "loss": True, "lr": [1]}, {"kind": "eval", "step": "end", "pass@1": None},
+           ["not", "a", "record"], {"kind": "eval", "step": 2, "pass@1": 0.5, "kl_to_initial": "x"}]
+    _training_run(root, "odd", bad, {"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": "big"})
+    _training_run(root, "plain", [{"kind": "eval", "step": 0, "pass@1": 0.25},
+                                  {"kind": "eval", "step": 2, "pass@1": 0.5}],
+                  {"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": 0.1})
+    at = _page(env, "views/track_record.py", root, None)
+    assert not at.error, [e.value for e in at.error]
+    board = at.dataframe[0].value
+    assert board.set_index("run").loc["plain", "gain"] == pytest.approx(0.25)
+    assert board.set_index("run")["score"].isna().tolist().count(True) == 1  # the text score is missing
+    at = _page(env, "views/compare.py", root, None)
+    at.radio(key="cmp_what").set_value("training").run()
+    assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
+    assert set(at.dataframe[0].value["run"]) == {"odd", "plain"}
+
+
+EVIL = "![pixel](http://127.0.0.1:9/p.png) [click](http://127.0.0.1:9/) <img src=http://127.0.0.1:9/i> :red[x]"
+
+
+def test_app_renders_a_crafted_summarys_text_as_text(env: Env):
+    """Markdown in a received summary.json (an image from a server, a link) is shown as written, never rendered."""
+    def craft(run: Path) -> None:
+        s = json.loads((run / "summary.json").read_text())
+        s["verdicts"] = {"teacher": {"r_opd": {"verdict": "helps", "reason": EVIL, "score": 0.3}}}
+        s["ranking"] = [{"config": "teacher", "signal": "r_opd", "verdict": "helps", "score": 0.3}]
+        s["verdict_rule"], s["context_truncated"] = EVIL, {EVIL: 1}
+        s["ideal"] = {"status": "skipped", "reason": EVIL, "estimator": EVIL}
+        (run / "summary.json").write_text(json.dumps(s))
+
+    run = env.run_copy(craft)
+    at = _page(env, "views/overview.py", env.tmp / "runs", str(run))
+    rendered = [m.value for kind in ("markdown", "caption", "info", "warning", "error", "success")
+                for m in at.get(kind)]
+    assert any("127.0.0.1:9/p.png" in r for r in rendered + [t.value for t in at.text])  # it is shown...
+    for r in rendered:  # ...but no markdown image, link or directive survives in what is rendered as markdown
+        assert "![" not in r and "](" not in r and ":red[" not in r, r
+    assert any(EVIL in t.value for t in at.text)  # reason and rule: plain text elements
+
+
+@pytest.mark.slow
+def test_an_untouched_checkpoint_passes_every_check(env: Env, capsys):
+    """The checks refuse only what is wrong: the checkpoint as written resumes (to 'nothing to do')."""
+    from trainer import checkpoint
+
+    argv = trained_run(env, lambda ckpt: None)
+    ckpt = env.tmp / "trained" / "checkpoints" / "step-000001"
+    state, rng = checkpoint.read_state(ckpt, 0, str(env.world / "student"))
+    assert state["step"] == 1 and rng is not None
+    assert train_cli.main(argv) == 0, capsys.readouterr().err
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_report_escapes_a_runs_text_for_the_terminal(env: Env, capsys):
+    def craft(run: Path) -> None:
+        s = json.loads((run / "summary.json").read_text())
+        s["ideal"] = {"status": "skipped", "estimator": "ours", "reason": "done\x1b]0;pwned\x07\x1b[2J\nfake line"}
+        (run / "summary.json").write_text(json.dumps(s))
+
+    run = env.run_copy(craft)
+    assert diag_cli.main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "ideal-gradient predictor: done\\x1b]0;pwned\\x07\\x1b[2J\\nfake line" in out

@@ -114,16 +114,115 @@ def clean_temp(run_dir: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def read_state(ckpt: Path, rank: int) -> tuple[dict, dict | None]:
-    """(trainer state, this rank's RNG state or None); a damaged file is an OpsdError naming the checkpoint."""
-    rng_file = ckpt / f"rng_{rank}.pt"
+def _damaged(ckpt: Path, what: str) -> OpsdError:
+    return OpsdError(f"checkpoint {ckpt} is damaged or does not belong to this run: {what}; remove that folder to "
+                     "resume from the checkpoint before it, or start a new --out")
+
+
+def check_weights(ckpt: Path) -> None:
+    """Every safetensors file of the checkpoint is whole: its header parses and its tensors end where the
+    file ends (a truncated or replaced file fails here, not deep inside from_pretrained)."""
+    files = sorted(ckpt.glob("*.safetensors")) + sorted(ckpt.glob("ema/*.safetensors"))
+    if not files:
+        raise _damaged(ckpt, "it has no weights (model.safetensors or adapter_model.safetensors)")
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                n = int.from_bytes(fh.read(8), "little")
+                if not 2 <= n <= min(size - 8, 100_000_000):
+                    raise ValueError("no safetensors header")
+                header = json.loads(fh.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+            raise _damaged(ckpt, f"{f.relative_to(ckpt)} is not a safetensors file") from None
+        if 8 + n + max(ends, default=0) != size:
+            raise _damaged(ckpt, f"{f.relative_to(ckpt)} is truncated or padded ({size} bytes where its header says "
+                                 f"{8 + n + max(ends, default=0)})")
+
+
+_SAME_MODEL = ("model_type", "architectures", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def check_config(ckpt: Path, student_dir: str) -> None:
+    """The checkpoint's config.json describes the student's architecture (compared with the student's own
+    config.json when the student is a local directory); an adapter checkpoint has none to compare."""
+    ours = Path(student_dir).expanduser() / "config.json"
+    mine = ckpt / "config.json"
+    if not mine.is_file():
+        if not (ckpt / "adapter_config.json").is_file():
+            raise _damaged(ckpt, "it has no config.json")
+        return
     try:
-        state = torch.load(ckpt / STATE, map_location="cpu", weights_only=True)
-        rng = torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.is_file() else None
-    except Exception as e:  # noqa: BLE001 - torch.load raises many types for a damaged file
-        raise OpsdError(f"checkpoint {ckpt} is damaged ({type(e).__name__}): remove that folder to resume from the "
-                        "checkpoint before it, or start a new --out") from None
-    if not isinstance(state, dict) or "step" not in state:
-        raise OpsdError(f"checkpoint {ckpt} is damaged (no step in its state): remove that folder to resume from the "
-                        "checkpoint before it, or start a new --out")
+        theirs = json.loads(mine.read_text())
+        want = json.loads(ours.read_text()) if ours.is_file() else None
+    except (OSError, ValueError) as e:
+        raise _damaged(ckpt, f"config.json is unreadable ({type(e).__name__})") from None
+    if not isinstance(theirs, dict):
+        raise _damaged(ckpt, "config.json is not a JSON object")
+    if isinstance(want, dict):
+        diff = [k for k in _SAME_MODEL if want.get(k) != theirs.get(k)]
+        if diff:
+            raise _damaged(ckpt, f"its config.json describes another model than the student's ({diff[0]} "
+                                 f"{theirs.get(diff[0])!r}, the student has {want.get(diff[0])!r})")
+
+
+def _check_rng(ckpt: Path, rng) -> None:
+    ok = (isinstance(rng, dict) and {"python", "numpy", "torch"} <= set(rng)
+          and isinstance(rng["python"], (tuple, list)) and len(rng["python"]) == 3
+          and isinstance(rng["numpy"], (tuple, list)) and len(rng["numpy"]) == 5
+          and isinstance(rng["torch"], torch.Tensor) and rng["torch"].dtype == torch.uint8
+          and rng["torch"].shape == torch.get_rng_state().shape)
+    if not ok:
+        raise _damaged(ckpt, "its RNG file is not an RNG state written by opsd-train")
+
+
+def read_state(ckpt: Path, rank: int, student_dir: str | None = None) -> tuple[dict, dict | None]:
+    """(trainer state, this rank's RNG state or None), each file checked: a damaged or foreign one is an
+    OpsdError naming the checkpoint and the file, before anything is loaded or written."""
+    def load(path: Path):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - torch.load raises many types for a damaged file
+            raise _damaged(ckpt, f"{path.name} cannot be read ({type(e).__name__})") from None
+
+    rng_file = ckpt / f"rng_{rank}.pt"
+    state = load(ckpt / STATE)
+    rng = load(rng_file) if rng_file.is_file() else None
+    if not isinstance(state, dict):
+        raise _damaged(ckpt, f"{STATE} is not a trainer state")
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise _damaged(ckpt, f"the step in {STATE} is {step!r}, not a whole number >= 0")
+    if (m := _NAME.fullmatch(ckpt.name)) and int(m.group(1)) != step:
+        raise _damaged(ckpt, f"{STATE} says step {step}, its folder name step {int(m.group(1))}")
+    if not isinstance(state.get("scheduler"), dict):
+        raise _damaged(ckpt, f"{STATE} has no learning-rate scheduler state")
+    opt = state.get("optimizer")
+    if opt is not None and not (isinstance(opt, dict) and isinstance(opt.get("state"), dict)
+                                and isinstance(opt.get("param_groups"), list)):
+        raise _damaged(ckpt, f"{STATE} has no optimizer state")
+    if rng is not None:
+        _check_rng(ckpt, rng)
+    check_weights(ckpt)
+    if student_dir is not None:
+        check_config(ckpt, student_dir)
     return state, rng
+
+
+def check_optimizer(ckpt: Path, state: dict, params: list[torch.Tensor]) -> None:
+    """The saved optimizer state is for these parameters: one entry per trainable tensor, each of its shape."""
+    opt = state.get("optimizer")
+    if opt is None:
+        return
+    saved = [i for g in opt["param_groups"] for i in g.get("params", [])]
+    if len(saved) != len(params):
+        raise _damaged(ckpt, f"its optimizer state is for {len(saved)} parameter tensors, this run trains "
+                             f"{len(params)}")
+    for i, p in zip(saved, params):
+        moments = opt["state"].get(i, {})
+        for name in ("exp_avg", "exp_avg_sq"):
+            t = moments.get(name)
+            if t is not None and (not isinstance(t, torch.Tensor) or t.shape != p.shape):
+                raise _damaged(ckpt, f"its optimizer state does not fit the parameters (tensor {i}: "
+                                     f"{tuple(getattr(t, 'shape', ()))} for a parameter of shape {tuple(p.shape)})")

@@ -1,8 +1,9 @@
 """Start a training run as a job (``opsd_diag.jobs``) after checking its config and run directory here.
 
 Following, status and stop are the job protocol's own (``opsd_diag.jobs``); this module only adds
-what is particular to training: the config is resolved and the run directory checked *before*
-anything starts, so a mistake is one error in the caller, not a failed job.
+what is particular to training: the config is resolved, its data files (training, held-out,
+regression) read and checked, and the run directory checked *before* anything starts, so a mistake is
+one error in the caller, not a failed job.
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ def start(config_path: str | Path, out_dir: str | Path | None = None, *, num_pro
           env: dict | None = None) -> jobs.Job:
     """Validate the config and the run directory, then start ``opsd-train`` in a new process group."""
     tc = train_config.load(config_path)
+    _check_data(tc)
     run_dir = Path(out_dir) if out_dir else rundir.default_dir(config_path, runs_root)
     jobs.check_free(run_dir)
     rundir.check(run_dir, tc.to_yaml(), resume)
     argv = jobs.training_command(config_path, run_dir, num_processes=num_processes, resume=resume,
                                  accelerate_config=accelerate_config)
     return jobs.start(argv, run_dir, "training", env=env)
+
+
+def _check_data(tc) -> None:
+    """The problem sets the run reads (a held-out path that does not exist...), as the run itself checks them."""
+    from trainer.setup import check_inputs  # imports torch: only when a run is about to start
+
+    check_inputs(tc)
 
 
 def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_dir: str | Path, *,
@@ -58,6 +67,7 @@ def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir:
     cfg, _ = from_diagnosis(run_dir, config, signal, **cfg_over)
     tc = train_config.resolve_training(cfg, f"training from {run_dir}")
     train_config.check_environment(tc.spec, f"training from {run_dir}")
+    _check_data(tc)
     out = Path(out_dir) if out_dir else rundir.default_dir(f"{config}-{signal}", runs_root)
     rundir.check(out, tc.to_yaml(), False)
     argv = from_diagnosis_command(run_dir, config, signal, out, **overrides)

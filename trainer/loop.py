@@ -210,9 +210,12 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     jobs.check_free(run_dir)  # another run writes there: say so (naming it) before anything else
     rundir.check(run_dir, config_yaml, resume)
     ckpt = checkpoint.latest(run_dir) if resume else None
-    resumed = checkpoint.read_state(ckpt, acc.process_index) if ckpt is not None else None  # damaged: an error now
+    resumed = (checkpoint.read_state(ckpt, acc.process_index, None if spec.lora else tc.cfg.student.model)
+               if ckpt is not None else None)  # damaged or foreign: an error now
     torch.manual_seed(spec.seed)
     st = prepare(tc, acc.device, ckpt)  # every user error surfaces before anything is written
+    if resumed is not None:
+        checkpoint.check_optimizer(ckpt, resumed[0], list(st.roles.trainable()))
     lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
     if acc.is_main_process:
         rundir.check(run_dir, config_yaml, resume)  # again, now that no other run can write here

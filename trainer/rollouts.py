@@ -24,7 +24,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.views import student_view, teacher_view
+from opsd_diag.io.views import encode_text, student_view, teacher_view
 from opsd_diag.settings import derive_seed
 
 
@@ -54,10 +54,11 @@ class MicroBatch:
 
 
 def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
-    """The reference response as ids: the template rendered, tokenised without specials, plus a stop id."""
+    """The reference response as ids: the template rendered, tokenised as plain text (a special token the
+    solution spells stays text), plus a stop id."""
     fields = templates.context_fields(problem)
     text = templates.render(target_template, fields)
-    return tok(text, add_special_tokens=False)["input_ids"] + [stop_id]
+    return encode_text(tok, text) + [stop_id]
 
 
 def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, tok, problems: list[dict], stop_ids: list[int], *,

@@ -123,6 +123,12 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
     stop_ids = hub.stop_token_ids(roles.student, tok)
     train = build_problem_set(cfg, spec, tok, train_problems, stop_ids, system=spec.data.system_prompt,
                               teacher=tc.teacher, with_targets=spec.method == "sft")
+    n_new, key = spec.max_completion_length, "training.max_completion_length"  # prompt + completion fit the models
+    hub.check_fits(roles.student, f"the student model '{cfg.student.model}'", train.student_prompts, train.problems,
+                   n_new, key)
+    if roles.teacher_mode == "external":
+        hub.check_fits(roles.teacher, f"teacher '{tc.teacher.name}' (model '{tc.teacher.model}')",
+                       train.teacher_prompts, train.problems, n_new, key, "lower scoring.max_prompt_length")
     first = f"training problem '{train.problems[0]['id']}'"
     hub.check_finite_logits(roles.student, train.student_prompts[0], f"the student model '{cfg.student.model}'",
                             f"the prompt of {first}")

@@ -41,7 +41,7 @@ if what == "diagnoses":
     st.subheader("Headline signals")
     for col, run, name in zip(st.columns(2), (A, B), names):
         with col:
-            st.caption(name)
+            st.caption(common.md(name))
             st.plotly_chart(run.figure("headline"), key=f"cmp_head_{name}")
 else:
     runs = [str(p) for p in jobs.find_runs(root, "training")]

@@ -10,10 +10,10 @@ run = common.require_run()
 st.title("Evidence")
 ideal = run.summary.ideal
 if ideal is None or ideal.status != "ok" or run.nodes.empty:
-    st.info(ideal.note() if ideal is not None else "This run has no ideal-gradient predictor (no 'ideal' section in "
+    st.info(common.md(ideal.note()) if ideal is not None else "This run has no ideal-gradient predictor (no 'ideal' section in "
             "its config), so there is no evidence behind a verdict to show.")
     st.stop()
-st.caption(ideal.note())
+st.caption(common.md(ideal.note()))
 
 c1, c2 = st.columns(2)
 signals = sorted({k.removeprefix("align_") for k in run.nodes.columns if k.startswith("align_")})

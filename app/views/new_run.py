@@ -112,7 +112,7 @@ def previews(cfg) -> None:
         raw = workbench.raw_rows(cfg.data.path)
         probs = workbench.problems(cfg.data.model_dump(mode="json"), 5)
     except OpsdError as e:
-        st.error(str(e))
+        st.error(common.plain(str(e)))
         return
     with st.expander("The first rows of the data, and what each placeholder receives", expanded=False):
         st.dataframe(raw, hide_index=True, key="nr_raw")
@@ -121,7 +121,7 @@ def previews(cfg) -> None:
                 try:
                     vals = workbench.placeholder_values(probs[0], t.context, t.partial_fraction)
                 except OpsdError as e:
-                    st.error(f"{t.name}: {e}")
+                    st.error(common.plain(f"{t.name}: {e}"))
                     continue
                 st.markdown(f"**{t.name}** (first problem)")
                 st.table({k: [v] for k, v in vals.items()})
@@ -130,7 +130,7 @@ def previews(cfg) -> None:
         try:
             views = workbench.prompt_previews(cfg, probs[i], _tokenizer(cfg.student.model))
         except OpsdError as e:
-            st.error(str(e))
+            st.error(common.plain(str(e)))
             return
         for v in views:
             st.markdown(f"**{v.who}** · {v.n_tokens} tokens" + (" · context truncated" if v.truncated else ""))
@@ -155,7 +155,7 @@ if mode == "form":
     try:
         cfg = workbench.build_config(fields)
     except OpsdError as e:
-        st.error(str(e))
+        st.error(common.plain(str(e)))
     if cfg is not None:
         previews(cfg)
         st.subheader("Cost")
@@ -169,7 +169,7 @@ if mode == "form":
             try:
                 st.success(f"Saved {workbench.save_config(cfg, save_as, replace)}")
             except OpsdError as e:
-                st.error(str(e))
+                st.error(common.plain(str(e)))
         config_path = save_as
 else:
     config_path = st.text_input("Config file (YAML)", value="sample_data/configs/quickstart.yaml", key="config_path")
@@ -182,11 +182,12 @@ start = c2.button("Start diagnosis", type="primary", key="start", disabled=mode 
 
 if validate or start:
     try:
+        common.check_fields({"config file": config_path, "run directory": out})
         if mode == "form":  # the YAML is the artefact the run is made from: saved first, never over another
             workbench.save_config(cfg, config_path, overwrite=st.session_state.get("nr_replace", False))
         checked = load_config(config_path)
     except OpsdError as e:
-        st.error(str(e))
+        st.error(common.plain(str(e)))
     else:
         st.success(f"Valid: student {checked.student.model}, teachers {', '.join(t.name for t in checked.teachers)}, "
                    f"{checked.sampling.num_samples} samples per prompt, base: "
@@ -199,7 +200,7 @@ if validate or start:
                 jobs.start(config_path, run_dir)
                 st.session_state["job"] = str(run_dir)
             except OpsdError as e:
-                st.error(str(e))
+                st.error(common.plain(str(e)))
 
 
 def follow(run_dir: str, active: bool) -> None:

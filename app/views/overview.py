@@ -11,7 +11,7 @@ COLOUR = {"helps": "background-color: #dbe4ff", "hurts": "background-color: #ffd
 run = common.require_run()
 s, f = run.summary, run.facts()
 st.title("Overview")
-st.caption(f"{run.path} · {f['n_problems']} problems × {f['samples']} samples · "
+st.caption(f"{common.md(run.path)} · {f['n_problems']} problems × {f['samples']} samples · "
            f"T_sample={f['sampling_temperature']} · T_score={f['scoring_temperature']} · centering={f['centering']}")
 
 acc = s.student_accuracy
@@ -37,11 +37,11 @@ def verdict_rows(verdicts) -> None:
     for r in verdicts.itertuples():
         c = st.columns([0.5, 2, 1, 1, 1, 7, 1.4], vertical_alignment="center")
         c[0].write(r.rank)
-        c[1].write(r.config)
-        c[2].write(r.signal)
-        c[3].markdown(BADGE.get(r.verdict, r.verdict))
+        c[1].text(r.config)  # names and reasons come from summary.json: shown as text, never as markdown
+        c[2].text(r.signal)
+        c[3].markdown(BADGE.get(r.verdict, common.md(r.verdict)))
         c[4].write("n/a" if r.score != r.score else f"{r.score:+.3f}")
-        c[5].write(r.reason)
+        c[5].text(r.reason)
         if c[6].button("Train this", key=f"train-{r.config}-{r.signal}",
                        help=f"open the training form for {r.config} with {r.signal}"):
             st.session_state["train_this"] = {"run": str(run.path), "config": r.config, "signal": r.signal}
@@ -52,7 +52,7 @@ verdicts = run.verdicts()
 if verdicts is not None:
     st.subheader("Verdict and ranking")
     if s.ideal is not None:
-        st.caption(s.ideal.note())
+        st.caption(common.md(s.ideal.note()))
     compact = st.toggle("Compact table", key="ov_compact", help="one sortable table instead of rows with buttons")
     if compact:
         st.dataframe(verdicts.style.map(lambda v: COLOUR.get(v, ""), subset=["verdict"]).format(
@@ -62,14 +62,14 @@ if verdicts is not None:
         verdict_rows(verdicts)
     if s.verdict_rule:
         with st.expander("The rule behind the verdict (docs/verdict.md)"):
-            st.markdown(s.verdict_rule)
+            st.text(s.verdict_rule)  # as stored in the run: plain text, never markdown
 elif s.ideal is not None:
-    st.info(s.ideal.note())
+    st.info(common.md(s.ideal.note()))
 
 truncated = {k: v for k, v in s.context_truncated.items() if v}
 if truncated:
     st.warning("Privileged context truncated to fit max_prompt_length: "
-               + ", ".join(f"{k}: {v} prompt(s)" for k, v in truncated.items()))
+               + ", ".join(f"{common.md(k)}: {v} prompt(s)" for k, v in truncated.items()))
 
 st.plotly_chart(run.figure("headline"), key="headline")
 st.caption(common.FIGURE_HELP["headline"])

@@ -93,7 +93,7 @@ else:
 row, tokens, _ = run.rollout(rid, chosen[0])
 with st.expander("Completion text and answer"):
     st.text(row["text"])
-    st.write(f"predicted answer: {row['answer_pred']} · correct: {row['correct']}")
+    st.write(f"predicted answer: {common.md(row['answer_pred'])} · correct: {row['correct']}")
 st.dataframe(tokens.drop(columns=["rollout_id", "config"]), hide_index=True, key="tok_table")
 
 st.subheader("Token types")

@@ -10,7 +10,7 @@ import streamlit as st
 from app import common
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
-from opsd_diag.scoreboard import scoreboard
+from opsd_diag.scoreboard import number, scoreboard
 
 st.title("Track record")
 root = Path(st.session_state.get("runs_root", "runs"))
@@ -42,12 +42,14 @@ else:
         st.plotly_chart(fig, key="tr_scatter")
 
 st.subheader(f"Every run under {root}/")
-rows = []
-for p in jobs.find_runs(root):
+rows, skipped = [], []
+for p in jobs.find_runs(root, skipped=skipped):
     s = jobs.status(p)
     rows.append({"run": p.name, "kind": s.get("kind") or ("diagnosis" if (p / "manifest.json").is_file()
                                                            else "training"),
                  "status": s["status"], "stage": s.get("stage"), "done": s.get("done"), "total": s.get("total"),
-                 "updated": pd.to_datetime(s.get("updated"), unit="s") if s.get("updated") else None})
+                 "updated": pd.to_datetime(number(s.get("updated")), unit="s")})
 st.dataframe(pd.DataFrame(rows), hide_index=True, key="tr_runs")
+if skipped:
+    st.caption(f"{len(skipped)} unreadable folder(s) skipped: " + ", ".join(common.md(p.name[:60]) for p, _ in skipped))
 st.caption("Read from each run directory's status.json: a reload or a restart of the app changes nothing here.")

@@ -51,7 +51,8 @@ def from_verdict() -> None:
     pred = from_diagnosis.prediction(run, config, signal)
     method = from_diagnosis.method_for(run.config, config, signal)
     st.markdown(f"**Method** {', '.join(f'{k} = {v}' for k, v in method.items())} · **predicted** "
-                f"{pred['verdict'] or 'no verdict'}" + (f" (score {pred['score']:+.3f}): {pred['reason']}"
+                f"{common.md(pred['verdict'] or 'no verdict')}" + (f" (score {pred['score']:+.3f}): "
+                                                                   f"{common.md(pred['reason'])}"
                                                         if pred["score"] is not None else ""))
     base = (run.config.training.model_dump() if run.config.training else {})
     a, b, c, d = st.columns(4)
@@ -79,6 +80,7 @@ def from_verdict() -> None:
             st.error(common.plain(str(e)))
     if st.button("Start training", type="primary", key="tt_start"):
         try:
+            common.check_fields({"held-out problems": eval_data, "run directory": out})
             job = launch.start_from_diagnosis(run_dir, config, signal, out or None, runs_root=root,
                                               env=app_jobs.env(), **over)
         except OpsdError as e:
@@ -100,6 +102,7 @@ def from_file() -> None:
                                                             "checkpoint")
     if st.button("Start training", type="primary", key="train_start"):
         try:
+            common.check_fields({"config file": config_path, "run directory": out})
             job = launch.start(config_path, out or None, num_processes=int(processes), resume=resume, runs_root=root,
                                env=app_jobs.env())
         except OpsdError as e:
@@ -168,7 +171,7 @@ def follow(run_dir: str) -> None:
     frame = training.records_frame(follower.records)
     if (frame["kind"] == "train").any() if "kind" in frame else False:
         last = frame[frame["kind"] == "train"].iloc[-1]
-        st.caption(f"step {int(last['step'])}: loss {last.get('loss', float('nan')):.4f}")
+        st.caption(f"step {last['step']:.0f}: loss {last.get('loss', float('nan')):.4f}")
         st.plotly_chart(training.train_figure(frame, smoothing=smoothing, log_y=log_y), key=f"train-{run_dir}")
     if (frame["kind"] == "eval").any() if "kind" in frame else False:
         st.plotly_chart(training.eval_figure(frame, scoreboard.read_prediction(run_dir)), key=f"eval-{run_dir}")

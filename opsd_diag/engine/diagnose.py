@@ -31,6 +31,7 @@ from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.models import (
     check_compatible,
+    check_fits,
     check_finite_logits,
     fingerprint,
     load_model,
@@ -116,12 +117,18 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
     # All views use the student's tokenizer and chat template (the vocabularies are checked equal):
     # the rollout is a student completion, and each model scores the same ids after its own prompt.
     student_prompts = [student_view(tok, p, system).ids for p in problems]
+    n_new, key = cfg.sampling.max_completion_length, "sampling.max_completion_length"
+    for role, (name, _, model) in named.items():  # the question itself must fit every model, context aside
+        check_fits(model, f"the {role} model '{name}'" if role in ("student", "base") else f"{role} (model '{name}')",
+                   student_prompts, problems, n_new, key)
     teacher_prompts, truncated = {}, {}
     for t in cfg.teachers:
         views = [teacher_view(tok, p, t.context, partial_fraction=t.partial_fraction,
                               system_prompt=t.system_prompt or system, max_length=cfg.scoring.max_prompt_length)
                  for p in problems]
         teacher_prompts[t.name] = [v.ids for v in views]
+        check_fits(teacher_models[t.name], f"teacher config '{t.name}'", teacher_prompts[t.name], problems, n_new,
+                   key, "lower scoring.max_prompt_length (its context is then shortened)")
         truncated[t.name] = [v.context_truncated for v in views]
     if not cfg.scoring.allow_nonfinite:  # broken weights fail here, before the run directory exists
         first = f"problem '{problems[0]['id']}'"

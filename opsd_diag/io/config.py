@@ -2,7 +2,8 @@
 
 One pydantic model feeds the YAML file, the CLI, the app and ``opsd-train``; every run directory
 stores the resolved config that produced it. Unknown keys, bad values (NaN and inf included) and a
-``training`` section that does not fit the rest are rejected with the key named. Every default is
+``training`` section that does not fit the rest are rejected with the key named. Types are strict (``yes`` is
+no count, ``1.10`` no name: the error says to quote it); seeds, temperatures, learning rate bounded. Every default is
 stated once, here; ``docs/config.md`` is generated from the field descriptions below. The frozen
 settings the engine and the trainer run with are built from these sections in one place (the
 ``settings`` methods), so no setting is re-derived elsewhere.
@@ -27,8 +28,8 @@ METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft")
 
 
 class Strict(BaseModel):
-    """Unknown keys and non-finite floats are errors; assignments are validated too."""
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    """Unknown keys, non-finite floats and values of another type are errors; assignments are validated too."""
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
 def _centering(v: str) -> str:
@@ -57,7 +58,10 @@ def _device(v: str) -> str:
 Centering = Annotated[str, AfterValidator(_centering)]
 Context = Annotated[str, _user_error(templates.resolve)]
 Template = Annotated[str, _user_error(templates.placeholders)]
-Temperature = Annotated[float, Field(gt=0.0, le=10.0)]
+# below 1e-4 logits / τ overflow float32 (a subnormal τ gives inf and NaN probabilities)
+Temperature = Annotated[float, Field(ge=1e-4, le=10.0)]
+# numpy, torch and CUDA seed generators take 0 <= seed < 2**32
+Seed = Annotated[int, Field(ge=0, lt=2 ** 32)]
 
 
 def centering_k(centering: str) -> int | None:
@@ -100,7 +104,8 @@ class TeacherSpec(Strict):
 
 class DataSpec(Strict):
     """A problem set: JSON Lines, CSV or Parquet, one problem per record (docs/design.md, formats)."""
-    path: str = Field(description="JSONL, CSV or Parquet problem set")
+    path: Annotated[str, AfterValidator(lambda v: str(Path(v).expanduser()) if v.startswith("~") else v)] = Field(
+        description="JSONL, CSV or Parquet problem set (`~` is your home, as in model paths)")
     format: Literal["auto", "jsonl", "csv", "parquet"] = Field("auto", description="`auto`: from the extension")
     fields: dict[str, str] = Field(default_factory=dict, description="our name -> column, e.g. `{prompt: question}`")
     limit: int | None = Field(None, gt=0, description="first N problems")
@@ -113,7 +118,7 @@ class SamplingSpec(Strict):
     temperature: Temperature = Field(1.0, description="sampling temperature τ_sample")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1.0: exact on-policy samples)")
     max_completion_length: int = Field(128, ge=1, le=32768, description="new tokens per rollout")
-    seed: int = Field(0, description="every random choice derives from it")
+    seed: Seed = Field(0, description="every random choice derives from it (0 <= seed < 2**32)")
     batch_size: int = Field(32, ge=1, description="rows per generate call")
     teacher_samples: int = Field(1, ge=0, le=1024, description="samples per prompt per teacher view (its accuracy)")
     backend: Literal["hf", "vllm"] = Field("hf", description="`vllm` on GPU machines with vLLM installed")
@@ -187,7 +192,7 @@ class IdealSpec(Strict):
     m: int = Field(4, ge=1, le=256, description="continuations per candidate token")
     max_continuation_length: int | None = Field(None, ge=1, description="cap on each continuation "
                                                                          "(default: sampling's)")
-    seed: int = Field(0, description="seed of the continuations")
+    seed: Seed = Field(0, description="seed of the continuations")
     candidates: Literal["union", "per_config"] = Field(
         "union", description="a config's node maths on the union of every config's candidates, or on its own")
 
@@ -211,7 +216,7 @@ class EvalSpec(Strict):
     regression: DataSpec | None = Field(None, description="frozen regression set: accuracy + NLL of references")
     kl_to_initial: bool = Field(True, description="KL(current || initial policy) on the held-out samples")
     batch_size: int = Field(32, ge=1, description="rows per generate call")
-    seed: int = Field(0, description="seed of the evaluation samples (the same for every evaluation)")
+    seed: Seed = Field(0, description="seed of the evaluation samples (the same for every evaluation)")
     at_start: bool = Field(True, description="evaluate the initial student too (the baseline of every curve)")
 
     def settings(self, seed: int) -> SamplingSettings:
@@ -245,7 +250,7 @@ class TrainingSpec(Strict):
     num_generations: int = Field(1, ge=1, le=256, description="samples per prompt")
     generation_batch_size: int | None = Field(None, ge=1, description="completions per generate call (a micro-batch)")
     gradient_accumulation_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
-    learning_rate: float = Field(1e-5, gt=0.0, description="AdamW learning rate")
+    learning_rate: float = Field(1e-5, gt=0.0, le=1.0, description="AdamW learning rate")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="after the warm-up")
     warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
@@ -264,7 +269,7 @@ class TrainingSpec(Strict):
     eval_steps: int = Field(0, ge=0, description="0: evaluate only at the start and the end")
     save_steps: int = Field(0, ge=0, description="0: save only at the end (and on a graceful stop)")
     save_total_limit: int | None = Field(2, ge=1, description="checkpoints kept (none: all)")
-    seed: int = Field(0, description="problem order, sampling and initialisation of the run")
+    seed: Seed = Field(0, description="problem order, sampling and initialisation of the run")
     mixed_precision: Literal["auto", "no", "bf16"] = Field("auto", description="`auto`: bf16 on CUDA when supported")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward: less memory")
     report_to: Literal["auto", "none"] | list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
@@ -349,7 +354,15 @@ def format_error(e: ValidationError, source: str, section: str = "") -> str:
     loc = tuple(str(p) for p in (*section.split(".")[:bool(section)], *err["loc"]))
     key = ".".join(loc)
     msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
+    value = err.get("input")
+    if err["type"] in ("int_type", "float_type") and isinstance(value, bool):
+        msg = (f"{msg}, got the boolean {str(value).lower()} (YAML reads yes/no/on/off/true/false as booleans): "
+               "write a number")
+    elif err["type"] == "string_type" and isinstance(value, (bool, int, float)):
+        msg = (f"{msg}, got the {type(value).__name__} {value!r} (YAML reads yes/no/on/off, true/false and "
+               "numbers such as 1.10 as non-strings): put the value in quotes as you wrote it, e.g. "
+               "name: \"no\" or model: \"1.10\"")
+    elif err["type"] == "extra_forbidden":
         msg = "unknown key (check its spelling against docs/config.md)"
     elif err["type"] == "string_pattern_mismatch" and loc[-1:] == ("name",):
         msg = f"{err['input']!r}: a name may hold only letters, digits, '_', '-' and '.'"

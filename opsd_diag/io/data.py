@@ -37,7 +37,8 @@ def _json_rows(path: Path, text: str) -> tuple[list[dict], str]:
                                     "be one problem {\"prompt\": ...}")
             return data, "record"
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    # records end at '\n' only: str.splitlines would also split at U+2028, U+0085... inside a JSON string
+    for n, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -129,6 +130,15 @@ def _meta(value, where: str) -> dict:
     return value
 
 
+def _check_text(rec: dict, where: str) -> None:
+    """Every string of the record is real text: a lone surrogate (JSON's "\\ud800") cannot be tokenised or stored."""
+    try:
+        json.dumps(rec, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise OpsdError(f"{where} holds a lone surrogate code point (U+{ord(e.object[e.start]):04X}, e.g. a JSON "
+                        "'\\ud800' escape without its pair), which is not text: fix or remove it") from None
+
+
 def load_problems(spec: DataSpec, key: str = "data") -> list[dict]:
     """All problems of the data source, validated; ``limit`` keeps the first N.
 
@@ -166,6 +176,7 @@ def load_problems(spec: DataSpec, key: str = "data") -> list[dict]:
             if rec[f] is not None and not isinstance(rec[f], str):
                 rec[f] = str(rec[f])
         rec["meta"] = _meta(rec["meta"], where)
+        _check_text(rec, where)
         problems.append(rec)
         if spec.limit and len(problems) >= spec.limit:
             break

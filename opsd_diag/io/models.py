@@ -6,8 +6,10 @@ stays off unless the user turns it on.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -61,11 +63,33 @@ def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_
     return {"pretrained_model_name_or_path": name, "revision": revision, "trust_remote_code": trust_remote_code}
 
 
+@contextlib.contextmanager
+def _offline(offline: bool):
+    """The hub client offline while a load must not download: ``local_files_only`` alone still lets some
+    lookups (chat templates, tokenizer checks) retry the network for a minute on a machine without one."""
+    if not offline:
+        yield
+        return
+    import huggingface_hub.constants as hub_constants
+
+    old, old_env = hub_constants.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE")
+    hub_constants.HF_HUB_OFFLINE, os.environ["HF_HUB_OFFLINE"] = True, "1"
+    try:
+        yield
+    finally:
+        hub_constants.HF_HUB_OFFLINE = old
+        if old_env is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old_env
+
+
 def _load(loader, name: str, revision, allow_download: bool, trust_remote_code: bool, **extra):
     kwargs = _source_kwargs(name, revision, allow_download, trust_remote_code)
     hint = kwargs.pop("_hint", "check the name and your network access")
     try:
-        return loader.from_pretrained(**kwargs, **extra)
+        with _offline(not allow_download):
+            return loader.from_pretrained(**kwargs, **extra)
     except Exception as e:  # noqa: BLE001 - a user's files: corrupt weights raise SafetensorError, shapes RuntimeError
         first = (str(e).splitlines() or [""])[0][:160]
         if "ignore_mismatched_sizes" in first:
@@ -134,6 +158,32 @@ def check_compatible(named: dict[str, tuple[str, PreTrainedTokenizerBase, torch.
         if model.get_output_embeddings().weight.shape[0] != ref_model.get_output_embeddings().weight.shape[0]:
             raise OpsdError(f"{role} model '{name}' has an output vocabulary of a different size from {ref_role} "
                             f"model '{ref_name}': models must share one vocabulary")
+
+
+def positions(model: torch.nn.Module) -> int | None:
+    """How many positions the model was built for (its config's ``max_position_embeddings``), or None."""
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+        n = getattr(model.config, key, None)
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
+
+
+def check_fits(model: torch.nn.Module, who: str, prompts: list[list[int]], problems: list[dict], new_tokens: int,
+               key: str, shorten: str = "shorten that prompt or leave the problem out") -> None:
+    """Every prompt plus ``new_tokens`` (the setting ``key``) fits ``who``'s positions, or one error that
+    names what is too long; checked before anything is written (a longer sequence fails mid-run)."""
+    n = positions(model)
+    if n is None or not prompts:
+        return
+    if new_tokens >= n:
+        raise OpsdError(f"{key}={new_tokens} does not fit {who}, which has {n} positions (max_position_embeddings in "
+                        f"its config.json) for the prompt and the completion together: set it below {n}")
+    i = max(range(len(prompts)), key=lambda j: len(prompts[j]))
+    if len(prompts[i]) + new_tokens > n:
+        raise OpsdError(f"problem '{problems[i]['id']}': its prompt is {len(prompts[i])} tokens for {who}, which has "
+                        f"{n} positions (max_position_embeddings) for the prompt and the {new_tokens} new tokens of "
+                        f"{key} together: {shorten}, or lower {key}")
 
 
 @torch.no_grad()

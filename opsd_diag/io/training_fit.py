@@ -6,6 +6,14 @@ trainer; ``cfg`` is an ``io.config.DiagnosisConfig`` with a training section.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Two model names that load the same weights (equal hub ids, or paths to one directory)."""
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return a == b or (pa.exists() and pb.exists() and pa.resolve() == pb.resolve())
+
 
 def training_teacher(cfg):
     """The ``teachers`` entry the training section trains against (None for sft), checked against the
@@ -30,6 +38,11 @@ def training_teacher(cfg):
         raise ValueError(f"training: teacher '{teacher.name}' is the model {teacher.model}: use method opd, or a "
                          "teacher with model: self" if wants_self else f"training: teacher '{teacher.name}' is the "
                          "student itself: use method opsd for self-distillation")
+    if not teacher.is_self and teacher.context == "none" and _same_model(teacher.model, cfg.student.model) \
+            and teacher.revision == cfg.student.revision:
+        raise ValueError(f"training: teacher '{teacher.name}' is the student's own model {teacher.model} with no "
+                         "context, so every signal is zero: choose another teacher model, or give it a context "
+                         "(model: self with context: full_solution is self-distillation, method opsd)")
     if teacher.is_self and teacher.context == "none":
         raise ValueError(f"training: teacher '{teacher.name}' is the student with no context, so every signal is "
                          "zero: give it a privileged context such as full_solution")

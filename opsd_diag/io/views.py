@@ -3,10 +3,15 @@
 Every view goes through the same ``apply_chat_template(..., add_generation_prompt=True)`` call and
 is tokenised with ``add_special_tokens=False`` (the template already holds any BOS), so special
 tokens are never added twice. Completions are spliced as token ids, never re-tokenised text.
+
+Special tokens come only from the chat template: a prompt, system prompt or solution that spells
+``<|im_end|>`` (or any special token of the tokenizer) is encoded as that text, never as the token, so a
+data file cannot forge a turn (``encode_chat``, ``encode_text``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from opsd_diag.errors import OpsdError
@@ -29,9 +34,50 @@ def _messages(problem: dict, user_text: str | None, system_prompt: str | None) -
     return msgs
 
 
+def special_tokens(tok) -> list[str]:
+    """The spellings of the tokenizer's special tokens, longest first (so a longer one wins a match)."""
+    return sorted({t.content for t in tok.added_tokens_decoder.values() if t.special}, key=len, reverse=True)
+
+
+def encode_text(tok, text: str) -> list[int]:
+    """A user's text as ids: no special token is parsed from it, and none is added."""
+    return tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def encode_segments(tok, text: str, specials: list[str], literal=lambda part: part) -> list[int]:
+    """``text`` split at the ``specials`` (each becomes its id, as the tokenizer itself splits at added tokens)
+    and every piece between them encoded as plain text after ``literal`` (which puts masked user text back)."""
+    if not specials:
+        return encode_text(tok, literal(text))
+    ids: list[int] = []
+    for i, part in enumerate(re.split("(" + "|".join(map(re.escape, specials)) + ")", text)):
+        if i % 2:
+            ids.append(tok.convert_tokens_to_ids(part))
+        elif part:
+            ids += encode_text(tok, literal(part))
+    return ids
+
+
 def encode_chat(tok, messages: list[dict]) -> list[int]:
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return tok(text, add_special_tokens=False)["input_ids"]
+    """The chat template's text as ids; its own special tokens are special, the messages' text is text.
+
+    When no message spells a special token (the usual case) this is one plain tokenizer call. Otherwise
+    each spelled token is masked with a private-use marker before the template runs, the template's text
+    is split at its special tokens, and the masked spellings are put back as text.
+    """
+    specials = special_tokens(tok)
+    spelled = [s for s in specials if any(s in m["content"] for m in messages)]
+    if not spelled:
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tok(text, add_special_tokens=False)["input_ids"]
+    contents = "".join(m["content"] for m in messages)
+    mark = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in contents)  # Unicode private use area
+    found = re.compile("|".join(map(re.escape, spelled)))
+    masked = [{**m, "content": found.sub(lambda x: f"{mark}{spelled.index(x.group())}{mark}", m["content"])}
+              for m in messages]
+    text = tok.apply_chat_template(masked, tokenize=False, add_generation_prompt=True)
+    back = re.compile(f"{mark}(\\d+){mark}")
+    return encode_segments(tok, text, specials, lambda part: back.sub(lambda x: spelled[int(x.group(1))], part))
 
 
 def student_view(tok, problem: dict, system_prompt: str | None = None) -> PromptView:

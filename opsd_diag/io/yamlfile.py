@@ -2,11 +2,14 @@
 
 Duplicate keys are rejected (YAML would keep the last one silently), aliases that expand the file
 beyond a sane size are refused (a "billion laughs" file), a UTF-8 byte-order mark is ignored and
-any other encoding than UTF-8 is named.
+any other encoding than UTF-8 is named. Merge keys (``<<: *defaults``) work, ``1e-5`` is a number (YAML 1.1
+would read it as a string), and a JSON file is read as JSON when YAML refuses it (tab indentation).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import yaml
@@ -20,12 +23,37 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # merged keys may be overridden by the explicit ones: that is the point of a merge
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key '{key}' (line {key_node.start_mark.line + 1})", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2 / JSON numbers with an exponent and no dot (1e-5), which YAML 1.1 resolves to strings
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"),
+                                       list("-+0123456789"))
+
+
+def _unique_pairs(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise ValueError(f"duplicate key '{dup}'")
+    return dict(pairs)
+
+
+def _json_mapping(text: str):
+    """The file as JSON (every JSON file is YAML, except one indented with tabs), or None."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except ValueError:
+        return None
 
 
 def _expanded_size(node, memo: dict) -> int:
@@ -65,10 +93,17 @@ def read_mapping(path: str | Path, what: str, expected: str) -> dict:
                             "values out instead")
         data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as e:
-        first = " ".join(str(e).split())[:200]
-        raise OpsdError(f"{path} is not valid YAML ({first}): fix the file") from None
+        data = _json_mapping(text)
+        if data is None:
+            first = " ".join(str(e).split())[:200]
+            raise OpsdError(f"{path} is not valid YAML ({first}): fix the file") from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
         raise OpsdError(f"{path} must contain a YAML mapping with keys {expected}")
+    try:  # a "\ud800" escape without its pair is no text: it would fail late, in a tokenizer or a file write
+        json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise OpsdError(f"{path} holds a lone surrogate code point (U+{ord(e.object[e.start]):04X}, a '\\ud800' "
+                        "escape without its pair), which is not text: fix that value") from None
     return data

@@ -60,10 +60,23 @@ def _lists(frame: pd.DataFrame, to_text: bool) -> pd.DataFrame:
     return out
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
+
+
+def _no_formulas(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text cells that a spreadsheet would run as a formula get a leading ``'`` (OWASP's advice for CSV
+    injection); numbers, and the column names we write, are untouched."""
+    out = frame.copy()
+    for c in out.columns:
+        if out[c].dtype == object or pd.api.types.is_string_dtype(out[c]):
+            out[c] = out[c].map(lambda v: "'" + v if isinstance(v, str) and v.startswith(_FORMULA) else v)
+    return out
+
+
 def table_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
-    """A table as CSV, Parquet or JSON (records; NaN -> null) bytes."""
+    """A table as CSV (text cells never read as formulas), Parquet or JSON (records; NaN -> null) bytes."""
     if fmt == "csv":
-        return _lists(frame, to_text=True).to_csv(index=False).encode()
+        return _no_formulas(_lists(frame, to_text=True)).to_csv(index=False).encode()
     if fmt == "parquet":
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)

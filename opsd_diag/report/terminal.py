@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from opsd_diag.errors import OpsdError
+from opsd_diag.errors import OpsdError, printable
 from opsd_diag.schema import SIGNAL_COLUMNS
 
 # 24-bit colour backgrounds: red for negative, blue for positive (as in the app), intensity by magnitude.
@@ -22,7 +22,8 @@ def _bg(value: float, scale: float) -> str:
 
 
 def _escaped(token: str) -> str:
-    return token.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    """A token on one line, nothing in it read by the terminal (a backslash doubled, so ``\\n`` stays unambiguous)."""
+    return printable(token.replace("\\", "\\\\"))
 
 
 def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "r_opd", color: bool = True) -> str:
@@ -36,12 +37,13 @@ def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "
     head = (f"rollout {rollout_id} (problem {row['problem_id']}, sample {row['sample_idx']}), config {config}, "
             f"coloured by {signal} (scale ±{scale:.3g}); correct={row['correct']} finished={row['finished']}")
     if color:
-        body = "".join(_bg(v, scale) + tok.replace("\n", "⏎" + _RESET + "\n") + _RESET
+        # a token's own escape sequences are escaped: only ours colour the terminal
+        body = "".join(_bg(v, scale) + printable(tok, keep_newlines=True).replace("\n", "⏎" + _RESET + "\n") + _RESET
                        for tok, v in zip(t["token"], vals))
     else:
         # escaped (\n, \t), a newline after each newline token: one [token|value] never spans two lines
         body = "".join(f"[{_escaped(tok)}|{v:+.2f}]" + ("\n" if "\n" in tok else "")
                        for tok, v in zip(t["token"], vals))
     cols = ["pos", "token", "lp_s", "lp_t", "r_opd", "a_opd", "a_d2", "kl_rev", "h_s", "h_t"]
-    table = t[cols].to_string(index=False, float_format=lambda v: f"{v:+.3f}")
-    return f"{head}\n\n{body}\n\n{table}"
+    table = t[cols].assign(token=t["token"].map(_escaped)).to_string(index=False, float_format=lambda v: f"{v:+.3f}")
+    return f"{printable(head)}\n\n{body}\n\n{printable(table, keep_newlines=True)}"

@@ -16,11 +16,25 @@ TRAIN_METRICS = ("loss", "r_opd", "kl_k3", "entropy_student", "grad_norm", "toke
 EVAL_FIRST = ("pass@1", "kl_to_initial", "regression_nll", "regression_accuracy")
 
 
+TEXT_FIELDS = ("kind", "method")  # every other scalar field of a metrics record is a number
+
+
+def _numeric(column: pd.Series) -> pd.Series:
+    """A metric column as numbers: text or booleans (a damaged or hand-edited record) become NaN."""
+    if pd.api.types.is_bool_dtype(column):
+        return pd.Series(np.nan, index=column.index)
+    if pd.api.types.is_numeric_dtype(column) or column.map(lambda v: isinstance(v, (list, dict))).any():
+        return column
+    return pd.to_numeric(column.map(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                    else None), errors="coerce")
+
+
 def records_frame(records: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(records)
+    """metrics.jsonl records as one frame; metric columns numeric whatever a record holds."""
+    frame = pd.DataFrame([r for r in records if isinstance(r, dict)])
     if frame.empty or "kind" not in frame:
         return pd.DataFrame(columns=["kind", "step"])
-    return frame
+    return frame.apply(lambda c: c if c.name in TEXT_FIELDS else _numeric(c))
 
 
 def smooth(values, weight: float) -> np.ndarray:
