@@ -24,7 +24,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.views import student_view, teacher_view
+from opsd_diag.io.view_set import build_views
 from opsd_diag.settings import derive_seed
 
 
@@ -54,20 +54,23 @@ class MicroBatch:
 
 
 def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
-    """The reference response as ids: the template rendered, tokenised without specials, plus a stop id."""
+    """The reference response as ids: the template rendered, tokenised without specials, plus a stop id
+    (``stop_ids[0]``: the template's end-of-turn token, ``<|eot_id|>`` / ``<end_of_turn>``, where there is one)."""
     fields = templates.context_fields(problem)
     text = templates.render(target_template, fields)
     return tok(text, add_special_tokens=False)["input_ids"] + [stop_id]
 
 
-def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, tok, problems: list[dict], stop_ids: list[int], *,
-                      system: str | None = None, teacher=None, with_targets: bool = False) -> ProblemSet:
-    student = [student_view(tok, p, system).ids for p in problems]
-    teacher_prompts = None
-    if teacher is not None:
-        teacher_prompts = [teacher_view(tok, p, teacher.context, partial_fraction=teacher.partial_fraction,
-                                        system_prompt=teacher.system_prompt or system,
-                                        max_length=cfg.scoring.max_prompt_length).ids for p in problems]
+def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, problems: list[dict],
+                      stop_ids: list[int], *, system: str | None = None, teacher=None,
+                      with_targets: bool = False) -> ProblemSet:
+    """``renderers``: (the student's ``view_set.ViewRenderer``, the teacher's or None), the diagnosis' rule."""
+    s_render, t_render = renderers
+    tok = s_render.tok
+    teachers = {teacher.name: t_render} if teacher is not None else {}
+    views = build_views(cfg, problems, s_render, teachers, system, [teacher] if teacher is not None else [])
+    student = views.student
+    teacher_prompts = views.teachers[teacher.name] if teacher is not None else None
     base_prompts = None
     if cfg.base is not None:
         base_prompts = teacher_prompts if cfg.scoring.base_view == "teacher" and teacher_prompts else student
