@@ -341,3 +341,22 @@ def test_padded_head_is_never_sampled(fam):
     s = SamplingSettings(num_samples=4, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=0, batch_size=4)
     out = sample(model, tok, [student_view(tok, PROBLEM).ids], s, [2])
     assert all(t < len(tok) for c in out[0] for t in c.ids)
+
+
+def test_lora_adapter_is_merged(fam, tmp_path):
+    peft = pytest.importorskip("peft", reason="peft is the optional extra opsd-diag[peft]")
+    path = fam("llama3_1")
+    base = hub.load_model.__wrapped__(str(path))
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
+                                                     init_lora_weights=False))  # non-zero B: a visible change
+    lora.save_pretrained(tmp_path / "adapter")
+    x = torch.tensor([[0, 10, 11, 12]])
+    with torch.no_grad():
+        want = lora(input_ids=x).logits
+        merged = hub.load_model.__wrapped__(str(path), adapter=str(tmp_path / "adapter"))
+        plain = hub.load_model.__wrapped__(str(path))
+        torch.testing.assert_close(merged(input_ids=x).logits, want, rtol=1e-4, atol=1e-5)
+        assert not torch.allclose(plain(input_ids=x).logits, want)
+    assert all(p.requires_grad for p in merged.parameters())
+    with pytest.raises(OpsdError, match="no adapter_config.json"):
+        hub.load_model.__wrapped__(str(path), adapter=str(tmp_path))

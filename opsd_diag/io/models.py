@@ -165,7 +165,8 @@ def merge_adapter(model, adapter: str, name: str, allow_download: bool = False):
         raise OpsdError(f"adapter {adapter} needs peft: pip install 'opsd-diag[peft]'") from None
     try:
         with offline(not allow_download):
-            return PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+            merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+        return merged.requires_grad_(True)  # peft froze the base weights; a loaded model is trainable
     except Exception as e:  # noqa: BLE001 - a user's adapter: wrong modules or shapes for this model
         first = (str(e).splitlines() or [""])[0][:160]
         raise OpsdError(f"cannot apply adapter {adapter} to model '{name}' ({type(e).__name__}: {first}): check "
