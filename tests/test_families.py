@@ -360,3 +360,13 @@ def test_lora_adapter_is_merged(fam, tmp_path):
     assert all(p.requires_grad for p in merged.parameters())
     with pytest.raises(OpsdError, match="no adapter_config.json"):
         hub.load_model.__wrapped__(str(path), adapter=str(tmp_path))
+
+
+def test_predictor_reads_answers_after_the_think_block(fam):
+    from opsd_diag.io.thinking import answer_text
+
+    tok = tok_of(fam, "qwen3")
+    assert answer_text(tok, _ids(tok, "<think>\nAnswer: 7\n</think>\n\nAnswer: 5")).strip() == "Answer: 5"
+    assert answer_text(tok, _ids(tok, "<think>\nAnswer: 7")) == ""
+    tok4 = tok_of(fam, "gemma4")
+    assert answer_text(tok4, _ids(tok4, "<|channel>thought\nAnswer: 7<channel|>Answer: 5")) == "Answer: 5"

@@ -56,6 +56,16 @@ def split_text(text: str) -> tuple[str, bool]:
     return best, inside
 
 
+def answer_text(tok, ids: list[int], prompt: list[int] = ()) -> str:
+    """The text after the last thinking block ("" when the ids end inside one): what an answer is read from."""
+    opens, closes = marker_ids(tok)
+    if opens:
+        tail, inside = split_ids(list(prompt), ids, opens, closes)
+        return "" if inside else tok.decode(tail, skip_special_tokens=True)
+    text, inside = split_text(tok.decode(ids, skip_special_tokens=True))
+    return "" if inside else text
+
+
 @dataclass(frozen=True)
 class Checked:
     text: str  # the whole completion, special tokens dropped (what the report shows)
