@@ -48,7 +48,8 @@ def text(tok, view) -> str:
 # ------------------------------------------------------------------------------ rendered prompts
 
 EXPECTED = {
-    "qwen3": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 3+4?<|im_end|>\n<|im_start|>assistant\n",
+    "qwen3": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 3+4?<|im_end|>\n"
+             "<|im_start|>assistant\n",
     "llama3_1": "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
                 "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
                 "What is 3+4?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",

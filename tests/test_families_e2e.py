@@ -98,6 +98,14 @@ def test_raw_base_student_with_stop_strings(world, tmp_path):
     assert man["stop_ids"] == [1]
 
 
+def test_raw_base_student_trains_with_stop_strings(world, tmp_path):
+    from trainer import cli as tcli
+
+    cfg = _train_cfg(world, "llama_base", [{"name": "self_sol", "context": "full_solution"}], method="opsd")
+    cfg["student"].update({"prompt_format": "raw", "stop_strings": ["\n\nQuestion:"]})
+    assert tcli.main([str(_write(tmp_path, cfg)), "--out", str(tmp_path / "raw")]) == 0
+
+
 def test_gemma2_system_prompt_is_one_line_and_leaves_nothing(world, tmp_path, capsys):
     cfg = _base_cfg(world, "gemma2", [{"name": "self_sol", "context": "full_solution"}])
     cfg["data"]["system_prompt"] = "Be brief."

@@ -62,7 +62,8 @@ def test_recipe_contents():
     assert _cfg("gemma3.yaml").student.attn_implementation == "eager"
     assert teacher_model_spec(llama.student, llama.teachers[0]).device_map == "auto"
     fsdp = _cfg("fsdp2_qwen3_8b.yaml")
-    assert fsdp.training.gradient_checkpointing and teacher_model_spec(fsdp.student, fsdp.teachers[0]).device_map is None
+    assert fsdp.training.gradient_checkpointing
+    assert teacher_model_spec(fsdp.student, fsdp.teachers[0]).device_map is None
     vllm = _cfg("vllm_qwen3.yaml")
     assert vllm.sampling.backend == "vllm" and vllm.sampling.vllm_gpu_memory_utilization == 0.45
     assert vllm.student.revision == "main"

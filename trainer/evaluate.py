@@ -23,7 +23,7 @@ from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.io.config import EvalSpec
 from opsd_diag.io.thinking import check
 from trainer.roles import Roles
-from trainer.rollouts import ProblemSet, micro_seed
+from trainer.rollouts import ProblemSet, cut, micro_seed
 
 
 @dataclass
@@ -44,7 +44,8 @@ def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, st
     results, samples = [], []
     for c, idx in _chunks(len(ps.problems), per_chunk, world, rank):
         s = ev.settings(micro_seed(ev.seed, salt, c))
-        outs = fast_decode.pick(sample_hf, engine)(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids)
+        outs = cut(tok, ps, fast_decode.pick(sample_hf, engine)(model, tok, [ps.student_prompts[i] for i in idx], s,
+                                                                 stop_ids))
         for i, per_prompt in zip(idx, outs):
             answer = ps.problems[i].get("answer")
             ok = [answer is not None and bool(check(tok, ps.student_prompts[i], o.ids, o.finished, answer, checker,

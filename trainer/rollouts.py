@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from opsd_diag.engine import decode as sampler
 from opsd_diag.engine import fast_decode
+from opsd_diag.engine.sampling import cut_at_strings
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
@@ -36,6 +37,7 @@ class ProblemSet:
     teacher_prompts: list[list[int]] | None
     base_prompts: list[list[int]] | None
     targets: list[list[int]] | None  # reference responses (sft / regression NLL), ending in a stop id
+    stop_strings: tuple[str, ...] = ()  # the student's (a raw Base student): samples end where one is complete
 
 
 @dataclass
@@ -77,7 +79,7 @@ def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, probl
     targets = None
     if with_targets:
         targets = [reference_ids(tok, p, spec.sft_target, stop_ids[0]) for p in problems]
-    return ProblemSet(problems, student, teacher_prompts, base_prompts, targets)
+    return ProblemSet(problems, student, teacher_prompts, base_prompts, targets, tuple(cfg.student.stop_strings))
 
 
 def load_set(data_spec, key: str) -> list[dict]:
@@ -129,8 +131,15 @@ def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec:
     sample = fast_decode.pick(sampler.sample, engine)  # hf: the row-dropping loop; static: engine.fast_decode
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
         s = spec.sampling_settings(micro_seed(spec.seed, step, first + c))
-        samples += sample(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s, stop_ids)
+        prompts = [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]]
+        samples += cut(tok, ps, sample(model, tok, prompts, s, stop_ids))
     return samples
+
+
+def cut(tok, ps: ProblemSet, samples):
+    """The student's stop strings applied to sampled completions (as the diagnosis does)."""
+    return samples if not ps.stop_strings else [[cut_at_strings(tok, c, ps.stop_strings) for c in per]
+                                                for per in samples]
 
 
 def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec,

@@ -43,8 +43,8 @@ class ModelOptions(BaseModel):
                           "model over GPUs; the model is then not moved to `device`")
     attn_implementation: Attn = Field(None, description="`eager`, `sdpa`, `flash_attention_2`, ... (default: "
                                                         "transformers' choice)")
-    adapter: str | None = Field(None, description="a LoRA adapter directory (e.g. a checkpoint `opsd-train` "
-                                                  "wrote with training.lora) applied to `model` and merged (needs peft)")
+    adapter: str | None = Field(None, description="a LoRA adapter directory (e.g. a checkpoint `opsd-train` wrote "
+                                                  "with training.lora) applied to `model` and merged (needs peft)")
     chat_template_kwargs: dict[str, TemplateValue] = Field(
         default_factory=dict, description="options passed to the chat template, e.g. `{enable_thinking: false}` "
                                           "(Qwen3), `{date_string: 26 Jul 2024}` (Llama-3.x); a template that reads "
