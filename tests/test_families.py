@@ -371,3 +371,28 @@ def test_predictor_reads_answers_after_the_think_block(fam):
     assert answer_text(tok, _ids(tok, "<think>\nAnswer: 7")) == ""
     tok4 = tok_of(fam, "gemma4")
     assert answer_text(tok4, _ids(tok4, "<|channel>thought\nAnswer: 7<channel|>Answer: 5")) == "Answer: 5"
+
+
+def test_gemma4_multimodal_softcap_matches_the_model():
+    """Gemma-4's multimodal config keeps final_logit_softcapping in its text config only: the scored logits
+    equal the model's own (main read the top level and scored uncapped logits)."""
+    import transformers
+
+    from opsd_diag.engine.scoring import completion_hidden, lm_logits
+
+    if not hasattr(transformers, "Gemma4Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no Gemma-4 (added in a later 5.x)")
+    text_cfg = transformers.Gemma4TextConfig(
+        vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, final_logit_softcapping=30.0, layer_types=["full_attention"])
+    cfg = transformers.Gemma4Config(text_config=text_cfg.to_dict(), vision_config=None, audio_config=None)
+    assert getattr(cfg, "final_logit_softcapping", None) is None
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    prompt, comp = [2, 10, 11, 12], [13, 14, 15]
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(1000.0)  # raw logits far beyond the cap
+        want = model(input_ids=torch.tensor([prompt + comp])).logits[0, len(prompt) - 1:-1].float()  # [3, V]
+        got = lm_logits(model, completion_hidden(model, [prompt], [comp], 0))  # [3, V]
+    assert float(want.abs().max()) <= 30.0 + 1e-4
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
