@@ -396,3 +396,22 @@ def test_gemma4_multimodal_softcap_matches_the_model():
         got = lm_logits(model, completion_hidden(model, [prompt], [comp], 0))  # [3, V]
     assert float(want.abs().max()) <= 30.0 + 1e-4
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_device_map_is_passed_and_the_model_is_not_moved(fam, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from opsd_diag.io.config import ModelSpec
+
+    seen = []
+    real = AutoModelForCausalLM.from_pretrained.__func__
+
+    def spy(cls, *a, **k):
+        seen.append(k.get("device_map"))
+        return real(cls, *a, **k)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
+    spec = ModelSpec(model=str(fam("qwen3")), device_map={"": "cpu"})
+    args = hub.model_args(spec, "auto")
+    assert args[6] == (("", "cpu"),)  # hashable for the cache
+    model = hub.load_model.__wrapped__(*args)
+    assert seen == [{"": "cpu"}] and not model.training
