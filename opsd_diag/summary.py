@@ -95,6 +95,7 @@ class ConfigSummary(_Model):
     ci: dict[str, CI]
     teacher_accuracy: CI | None = None
     teacher_minus_student_accuracy: CI | None = None
+    teacher_truncated_share: Num = None  # cut at max length or inside the thinking block (io.thinking)
 
 
 class ObjectiveAlignment(_Model):
@@ -158,6 +159,7 @@ class Summary(_Model):
     student_accuracy: CI
     pass_at_k: dict[str, Num]
     settings: dict
+    student_truncated_share: Num = None  # cut at max length or inside the thinking block (io.thinking)
     context_truncated: dict[str, int] = {}
     ideal: Ideal | None = None
     verdicts: dict[str, dict[str, Verdict]] = {}
@@ -180,9 +182,12 @@ class Summary(_Model):
             row["teacher_accuracy"] = _est(entry.teacher_accuracy)
             row["student_accuracy"] = self.student_accuracy.value()
             row["accuracy_gap"] = _est(entry.teacher_minus_student_accuracy)
+            row["student_truncated"] = self.student_truncated_share
+            row["teacher_truncated"] = entry.teacher_truncated_share
             rows.append(row)
         frame = pd.DataFrame(rows, columns=["config", "n_tokens", *HEADLINE_COLUMNS, "sign_agreement",
-                                            "near_zero_share", "teacher_accuracy", "student_accuracy", "accuracy_gap"])
+                                            "near_zero_share", "teacher_accuracy", "student_accuracy", "accuracy_gap",
+                                            "student_truncated", "teacher_truncated"])
         num = frame.columns.drop(["config", "n_tokens"])
         frame[num] = frame[num].astype(float)  # None -> NaN
         return frame

@@ -103,16 +103,17 @@ class PromptPreview:
 
 def prompt_previews(cfg: DiagnosisConfig, problem: dict, tokenizer) -> list[PromptPreview]:
     """The exact prompt of the student and of every teacher view for one problem, chat template applied."""
-    from opsd_diag.io.views import student_view, teacher_view
+    from opsd_diag.io.view_set import build_views, student_renderer, teacher_renderer
 
-    out = []
-    s = student_view(tokenizer, problem, cfg.data.system_prompt)
-    out.append(PromptPreview("student", tokenizer.decode(s.ids), len(s.ids), False))
+    # the student's tokenizer renders every preview, with each view's own template options (the run itself
+    # renders an external teacher's view with that teacher's template: io.view_set)
+    s_render = student_renderer(cfg, tokenizer)
+    renders = {t.name: teacher_renderer(cfg, t, tokenizer) for t in cfg.teachers}
+    views = build_views(cfg, [problem], s_render, renders, cfg.data.system_prompt)
+    out = [PromptPreview("student", tokenizer.decode(views.student[0]), len(views.student[0]), False)]
     for t in cfg.teachers:
-        v = teacher_view(tokenizer, problem, t.context, partial_fraction=t.partial_fraction,
-                         system_prompt=t.system_prompt or cfg.data.system_prompt,
-                         max_length=cfg.scoring.max_prompt_length)
-        out.append(PromptPreview(t.name, tokenizer.decode(v.ids), len(v.ids), v.context_truncated))
+        ids = views.teachers[t.name][0]
+        out.append(PromptPreview(t.name, tokenizer.decode(ids), len(ids), views.truncated[t.name][0]))
     return out
 
 

@@ -481,7 +481,8 @@ def test_non_finite_logits_in_the_held_out_evaluation_name_the_student(monkeypat
         raise NonFiniteLogits(0, 3)
 
     monkeypatch.setattr(loop, "evaluate", broken)
-    cfg = SimpleNamespace(student=SimpleNamespace(model="my/student"), base=None, analysis=SimpleNamespace(checker="exact"),
+    cfg = SimpleNamespace(student=SimpleNamespace(model="my/student"), base=None, analysis=SimpleNamespace(checker="exact",
+                                                                                                    truncated="incorrect"),
                           sampling=SimpleNamespace(engine="hf"))
     spec = SimpleNamespace(eval=None, scoring_temperature=1.0)
     st = SimpleNamespace(tc=SimpleNamespace(cfg=cfg, teacher=None, spec=spec),

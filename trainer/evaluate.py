@@ -21,9 +21,9 @@ from opsd_diag.engine import fast_decode
 from opsd_diag.engine.sampling import sample_hf
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.io.config import EvalSpec
-from opsd_diag.io.verify import is_correct
+from opsd_diag.io.thinking import check
 from trainer.roles import Roles
-from trainer.rollouts import ProblemSet, micro_seed
+from trainer.rollouts import ProblemSet, cut, micro_seed
 
 
 @dataclass
@@ -38,17 +38,18 @@ def _chunks(n: int, size: int, world: int, rank: int) -> list[tuple[int, list[in
 
 
 def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, stop_ids, world, rank, salt: int,
-                      engine: str):
+                      engine: str, truncated: str = "incorrect"):
     """[(problem index, n, c)] for this rank's chunks, plus the samples (for the KL check)."""
     per_chunk = max(1, ev.batch_size // ev.num_samples)
     results, samples = [], []
     for c, idx in _chunks(len(ps.problems), per_chunk, world, rank):
         s = ev.settings(micro_seed(ev.seed, salt, c))
-        outs = fast_decode.pick(sample_hf, engine)(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids)
+        outs = cut(tok, ps, fast_decode.pick(sample_hf, engine)(model, tok, [ps.student_prompts[i] for i in idx], s,
+                                                                 stop_ids))
         for i, per_prompt in zip(idx, outs):
             answer = ps.problems[i].get("answer")
-            ok = [answer is not None and is_correct(tok.decode(o.ids, skip_special_tokens=True), answer, checker)
-                  for o in per_prompt]
+            ok = [answer is not None and bool(check(tok, ps.student_prompts[i], o.ids, o.finished, answer, checker,
+                                                    truncated).correct) for o in per_prompt]
             results.append((i, len(ok), int(sum(ok))))
             samples.extend((ps.student_prompts[i], o.ids) for o in per_prompt)
     return results, samples
@@ -103,7 +104,7 @@ def _accuracy(results: list[tuple[int, int, int]], ks: list[int], prefix: str) -
 
 def evaluate(roles: Roles, tok, sets: EvalSets, ev: EvalSpec, *, checker: str, stop_ids: list[int], pad_id: int,
              chunk: int, tau: float, world: int = 1, rank: int = 0, autocast=contextlib.nullcontext,
-             engine: str = "hf") -> dict:
+             engine: str = "hf", truncated: str = "incorrect") -> dict:
     """Every process calls this; the returned metrics are complete on every process."""
     model = roles.student
     was_training = model.training
@@ -113,14 +114,14 @@ def evaluate(roles: Roles, tok, sets: EvalSets, ev: EvalSpec, *, checker: str, s
         with autocast():
             if sets.held_out is not None:
                 res, samples = _sample_and_check(model, tok, sets.held_out, ev, checker, stop_ids, world, rank, 0,
-                                                 engine)
+                                                 engine, truncated)
                 out.update(_accuracy(gather_object(res), ev.pass_k, ""))
                 if ev.kl_to_initial and roles.has_initial:
                     kl = gather_object([_kl_to_initial(roles, samples, pad_id, ev.batch_size, chunk, tau)])
                     out["kl_to_initial"] = sum(t for t, _ in kl) / max(1, sum(n for _, n in kl))
             if sets.regression is not None:
                 reg = sets.regression
-                res, _ = _sample_and_check(model, tok, reg, ev, checker, stop_ids, world, rank, 1, engine)
+                res, _ = _sample_and_check(model, tok, reg, ev, checker, stop_ids, world, rank, 1, engine, truncated)
                 out.update(_accuracy(gather_object(res), [1], "regression_"))
                 mine = [(reg.student_prompts[i], reg.targets[i])
                         for _, idx in _chunks(len(reg.problems), ev.batch_size, world, rank) for i in idx]

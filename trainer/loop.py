@@ -180,6 +180,7 @@ def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None, wrapped=
     try:
         with sharded.full_params(wrapped) if wrapped is not None else contextlib.nullcontext():
             res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
+                           truncated=st.tc.cfg.analysis.truncated,
                            pad_id=st.pad_id, chunk=st.chunk_size, tau=st.tc.spec.scoring_temperature,
                            world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast,
                            engine=st.tc.cfg.sampling.engine)

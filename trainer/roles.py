@@ -31,9 +31,9 @@ def load_trainable(spec: ModelSpec, device: torch.device, source: str | None = N
     independent copy that training may change.
     """
     dtype = "float32" if spec.dtype == "auto" else spec.dtype
-    model = hub.load_model.__wrapped__(source or spec.model, spec.revision, dtype, str(device),
-                                       spec.allow_download, spec.trust_remote_code)
-    return model.train()
+    args = hub.model_args(spec.model_copy(update={"model": source or spec.model,
+                                                  "adapter": None if source else spec.adapter}), str(device), dtype)
+    return hub.load_model.__wrapped__(*args).train()
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -20,11 +20,13 @@ from functools import lru_cache
 
 from opsd_diag.engine import decode as sampler
 from opsd_diag.engine import fast_decode
+from opsd_diag.engine.sampling import cut_at_strings
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.views import encode_text, student_view, teacher_view
+from opsd_diag.io.view_set import build_views
+from opsd_diag.io.views import encode_text
 from opsd_diag.settings import derive_seed
 
 
@@ -36,6 +38,7 @@ class ProblemSet:
     teacher_prompts: list[list[int]] | None
     base_prompts: list[list[int]] | None
     targets: list[list[int]] | None  # reference responses (sft / regression NLL), ending in a stop id
+    stop_strings: tuple[str, ...] = ()  # the student's (a raw Base student): samples end where one is complete
 
 
 @dataclass
@@ -55,27 +58,30 @@ class MicroBatch:
 
 def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
     """The reference response as ids: the template rendered, tokenised as plain text (a special token the
-    solution spells stays text), plus a stop id."""
+    solution spells stays text), plus a stop id (``stop_ids[0]``: the template's end-of-turn token,
+    ``<|eot_id|>`` / ``<end_of_turn>``, where there is one)."""
     fields = templates.context_fields(problem)
     text = templates.render(target_template, fields)
     return encode_text(tok, text) + [stop_id]
 
 
-def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, tok, problems: list[dict], stop_ids: list[int], *,
-                      system: str | None = None, teacher=None, with_targets: bool = False) -> ProblemSet:
-    student = [student_view(tok, p, system).ids for p in problems]
-    teacher_prompts = None
-    if teacher is not None:
-        teacher_prompts = [teacher_view(tok, p, teacher.context, partial_fraction=teacher.partial_fraction,
-                                        system_prompt=teacher.system_prompt or system,
-                                        max_length=cfg.scoring.max_prompt_length).ids for p in problems]
+def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, problems: list[dict],
+                      stop_ids: list[int], *, system: str | None = None, teacher=None,
+                      with_targets: bool = False) -> ProblemSet:
+    """``renderers``: (the student's ``view_set.ViewRenderer``, the teacher's or None), the diagnosis' rule."""
+    s_render, t_render = renderers
+    tok = s_render.tok
+    teachers = {teacher.name: t_render} if teacher is not None else {}
+    views = build_views(cfg, problems, s_render, teachers, system, [teacher] if teacher is not None else [])
+    student = views.student
+    teacher_prompts = views.teachers[teacher.name] if teacher is not None else None
     base_prompts = None
     if cfg.base is not None:
         base_prompts = teacher_prompts if cfg.scoring.base_view == "teacher" and teacher_prompts else student
     targets = None
     if with_targets:
         targets = [reference_ids(tok, p, spec.sft_target, stop_ids[0]) for p in problems]
-    return ProblemSet(problems, student, teacher_prompts, base_prompts, targets)
+    return ProblemSet(problems, student, teacher_prompts, base_prompts, targets, tuple(cfg.student.stop_strings))
 
 
 def load_set(data_spec, key: str) -> list[dict]:
@@ -127,8 +133,15 @@ def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec:
     sample = fast_decode.pick(sampler.sample, engine)  # hf: the row-dropping loop; static: engine.fast_decode
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
         s = spec.sampling_settings(micro_seed(spec.seed, step, first + c))
-        samples += sample(model, tok, [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]], s, stop_ids)
+        prompts = [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]]
+        samples += cut(tok, ps, sample(model, tok, prompts, s, stop_ids))
     return samples
+
+
+def cut(tok, ps: ProblemSet, samples):
+    """The student's stop strings applied to sampled completions (as the diagnosis does)."""
+    return samples if not ps.stop_strings else [[cut_at_strings(tok, c, ps.stop_strings) for c in per]
+                                                for per in samples]
 
 
 def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec,

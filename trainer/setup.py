@@ -18,7 +18,10 @@ from opsd_diag.io import templates
 from opsd_diag.settings import LossSettings
 from trainer.config import TrainConfig
 from trainer.evaluate import EvalSets
-from trainer.roles import Roles, add_lora, frozen_copy, load_lora, load_trainable
+from opsd_diag.io.model_options import teacher_model_spec
+from opsd_diag.io.view_set import student_renderer, teacher_renderer
+from trainer.roles import Roles, add_lora, frozen_copy, load_lora
+from trainer.roles import load_trainable as load_student
 from trainer.rollouts import ProblemSet, build_problem_set, load_set
 from trainer.step import auto_chunk_size
 
@@ -41,15 +44,17 @@ class Setup:
 
 
 def _frozen(spec, device: torch.device):
-    tok = hub.load_tokenizer(spec.model, spec.revision, spec.allow_download, spec.trust_remote_code)
-    model = hub.load_model(spec.model, spec.revision, spec.dtype, str(device), spec.allow_download,
-                           spec.trust_remote_code)
-    return tok, model
+    return hub.load_spec(spec, str(device))
 
 
-def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -> Roles:
+def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -> tuple[Roles, object]:
+    """The roles, and the external teacher's tokenizer (None without one: it renders the teacher's view)."""
     cfg, spec = tc.cfg, tc.spec
     lora = spec.lora is not None
+
+    def load_trainable(model_spec, dev, source=None):  # padded LM-head rows beyond the tokenizer never score
+        return hub.limit_rows(load_student(model_spec, dev, source), len(tok))
+
     student = load_trainable(cfg.student, device, None if (ckpt is None or lora) else str(ckpt))
     named = {"student": (cfg.student.model, tok, student)}
     ref = spec.exopd_reference if spec.method == "exopd" else None
@@ -63,10 +68,9 @@ def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -
     if lora:
         peft_model = load_lora(student, str(ckpt)) if ckpt is not None else add_lora(student, spec.lora)
         student = peft_model.get_base_model()  # the HF model, LoRA layers injected in place
-    teacher, mode = None, "none"
+    teacher, mode, t_tok = None, "none", None
     if tc.teacher is not None and not tc.teacher.is_self:
-        t_spec = cfg.student.model_copy(update={"model": tc.teacher.model, "revision": tc.teacher.revision})
-        t_tok, teacher = _frozen(t_spec, device)
+        t_tok, teacher = _frozen(teacher_model_spec(cfg.student, tc.teacher), device)
         named[f"teacher '{tc.teacher.name}'"] = (tc.teacher.model, t_tok, teacher)
         mode = "external"
     elif tc.teacher is not None:
@@ -79,7 +83,7 @@ def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -
         b_tok, base = _frozen(cfg.base, device)
         named["base"] = (cfg.base.model, b_tok, base)
     hub.check_compatible(named)
-    return Roles(student, peft_model, mode, teacher, base, initial)
+    return Roles(student, peft_model, mode, teacher, base, initial), t_tok
 
 
 def check_inputs(tc: TrainConfig) -> tuple[list[dict], list[dict] | None, list[dict] | None]:
@@ -112,7 +116,8 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
     ev = spec.eval
     tok = hub.load_tokenizer(cfg.student.model, cfg.student.revision, cfg.student.allow_download,
                              cfg.student.trust_remote_code)
-    roles = build_roles(tc, device, ckpt, tok)
+    roles, t_tok = build_roles(tc, device, ckpt, tok)
+    views = (student_renderer(cfg, tok), tc.teacher and teacher_renderer(cfg, tc.teacher, tok, t_tok))
     if spec.gradient_checkpointing:
         # non-reentrant checkpointing works under DDP and with frozen (LoRA) base weights
         enable = getattr(roles.student, "activation_checkpointing_enable", None)  # transformers >= 5.x
@@ -120,8 +125,8 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
             enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             roles.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    stop_ids = hub.stop_token_ids(roles.student, tok)
-    train = build_problem_set(cfg, spec, tok, train_problems, stop_ids, system=spec.data.system_prompt,
+    stop_ids = hub.stop_token_ids(roles.student, tok, cfg.student.prompt_format == "chat")  # end of turn first
+    train = build_problem_set(cfg, spec, views, train_problems, stop_ids, system=spec.data.system_prompt,
                               teacher=tc.teacher, with_targets=spec.method == "sft")
     n_new, key = spec.max_completion_length, "training.max_completion_length"  # prompt + completion fit the models
     hub.check_fits(roles.student, f"the student model '{cfg.student.model}'", train.student_prompts, train.problems,
@@ -139,8 +144,8 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
         hub.check_finite_logits(roles.base, train.base_prompts[0], f"the base model '{cfg.base.model}'",
                                 f"its view of {first}")
     sets = EvalSets(
-        build_problem_set(cfg, spec, tok, held_out, stop_ids, system=ev.data.system_prompt) if held_out else None,
-        build_problem_set(cfg, spec, tok, regression, stop_ids, system=ev.regression.system_prompt,
+        build_problem_set(cfg, spec, views, held_out, stop_ids, system=ev.data.system_prompt) if held_out else None,
+        build_problem_set(cfg, spec, views, regression, stop_ids, system=ev.regression.system_prompt,
                           with_targets=True) if regression else None)
     ref = spec.exopd_reference if spec.method == "exopd" else None
     vocab = roles.student.get_output_embeddings().weight.shape[0]

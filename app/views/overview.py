@@ -26,7 +26,9 @@ st.dataframe(s.headline_frame(), hide_index=True, column_config={
     c: st.column_config.NumberColumn(format="%.4f") for c in ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd")})
 st.caption("Means per token over all scored tokens. sign_agreement: how often a_opd and a_delta share a sign among "
            "the tokens where both are not numerically zero (near_zero_share: the rest); accuracy_gap: teacher with "
-           "its context minus the student.")
+           "its context minus the student; student_truncated / teacher_truncated: share of samples cut at "
+           "max_completion_length or ending inside their thinking block (counted incorrect unless "
+           "analysis.truncated is check).")
 
 
 def verdict_rows(verdicts) -> None:

@@ -174,6 +174,13 @@ def _check_columns(frame: pd.DataFrame, needed: Sequence[str], name: str) -> Non
         raise OpsdError(f"{name} table lacks columns {missing}; re-run scoring to rebuild it")
 
 
+def truncated_share(rollouts: pd.DataFrame) -> float | None:
+    """Share of rollouts cut at max_completion_length or ending inside their thinking block (None: not recorded)."""
+    if "truncated" not in rollouts.columns or not len(rollouts):
+        return None
+    return float(rollouts["truncated"].astype(bool).mean())
+
+
 def summarize(
     tokens: pd.DataFrame,
     rollouts: pd.DataFrame,
@@ -212,10 +219,11 @@ def summarize(
     for config, df in joined.groupby("config", sort=True):
         entry = _config_summary(df, entropy_edges, entropy_quantiles, high_entropy, n_boot, seed,
                                 alpha)
-        entry["teacher_accuracy"] = entry["teacher_minus_student_accuracy"] = None
+        entry["teacher_accuracy"] = entry["teacher_minus_student_accuracy"] = entry["teacher_truncated_share"] = None
         if has_teacher:
             mine = teacher_rollouts[(teacher_rollouts["config"] == config)
                                     & teacher_rollouts["correct"].notna()]
+            entry["teacher_truncated_share"] = truncated_share(teacher_rollouts[teacher_rollouts["config"] == config])
             if len(mine):
                 entry["teacher_accuracy"] = accuracy_ci(mine, n_boot, seed, alpha)
                 entry["teacher_minus_student_accuracy"] = gap_ci(mine, student_known, n_boot,
@@ -225,6 +233,7 @@ def summarize(
     return jsonable({
         "configs": configs,
         "student_accuracy": accuracy_ci(rollouts, n_boot, seed, alpha),
+        "student_truncated_share": truncated_share(rollouts),
         "pass_at_k": {f"pass@{k}": v for k, v in pass_at_k_table(rollouts, ks).items()},
         "settings": {
             "entropy_edges": list(entropy_edges) if entropy_edges is not None else (

@@ -77,11 +77,12 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
     out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **{cache_kwarg: cache},
                 **logits_kw)
     stop = torch.tensor(stop_ids, device=device)
+    rows = getattr(model, "opsd_scored_rows", None)  # a head padded beyond the tokenizer: never sample padding
     tokens = torch.full((b, s.max_new_tokens), pad_id, dtype=torch.long, device=device)  # [b, T]
     alive = torch.arange(b, device=device)  # batch rows still sampling
     last = pos[:, -1]  # [alive] position of each row's latest token
     for t in range(s.max_new_tokens):
-        scores = warp(out.logits[:, -1].float(), s.temperature, s.top_p)  # [alive, V]
+        scores = warp(out.logits[:, -1, :rows].float(), s.temperature, s.top_p)  # [alive, V] token rows only
         bad = torch.isnan(scores).any(-1) | torch.isposinf(scores).any(-1)  # [alive] NaN/inf: nothing to sample
         scores = scores.masked_fill(bad[:, None], 0.0)  # such a row draws something; the run stops below
         nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)  # [alive]

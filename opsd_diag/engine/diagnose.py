@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,23 +24,17 @@ from opsd_diag.core import aggregate
 from opsd_diag.engine import fast_decode, fused_scoring
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
-from opsd_diag.engine.sampling import sample_hf, sample_vllm
+from opsd_diag.engine.sampling import cut_at_strings, sample_hf, sample_vllm
 from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import store, templates
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.models import (
-    check_compatible,
-    check_fits,
-    check_finite_logits,
-    fingerprint,
-    load_model,
-    load_tokenizer,
-    stop_token_ids,
-)
-from opsd_diag.io.verify import extract_answer, is_correct
-from opsd_diag.io.views import student_view, teacher_view
+from opsd_diag.io.model_options import teacher_model_spec
+from opsd_diag.io.models import (check_compatible, check_finite_logits, check_fits, fingerprint, load_spec,
+                                 stop_token_ids)
+from opsd_diag.io.thinking import check
+from opsd_diag.io.view_set import build_views, rendered_text, student_renderer, teacher_renderer, template_notes
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.settings import SamplingSettings, derive_seed
 
@@ -57,6 +52,8 @@ class Prepared:
     teacher_prompts: dict[str, list[list[int]]]
     truncated: dict[str, list[bool]]
     fingerprints: dict[str, str] = field(default_factory=dict)
+    rendered: dict[str, str] = field(default_factory=dict)  # the first problem's views, as text
+    notes: list[str] = field(default_factory=list)  # template warnings
 
     @property
     def n_shards(self) -> int:
@@ -71,13 +68,8 @@ class Prepared:
                                           f"the student model '{self.cfg.student.model}'")
 
 
-def _load(spec: ModelSpec | None, device: str, name: str | None = None):
-    if spec is None:
-        return None, None
-    args = (name or spec.model, spec.revision)
-    tok = load_tokenizer(*args, spec.allow_download, spec.trust_remote_code)
-    model = load_model(*args, spec.dtype, device, spec.allow_download, spec.trust_remote_code)
-    return tok, model
+def _load(spec: ModelSpec | None, device: str):
+    return (None, None) if spec is None else load_spec(spec, device)
 
 
 def check_inputs(cfg: DiagnosisConfig) -> list[dict]:
@@ -103,33 +95,28 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
     named = {"student": (cfg.student.model, tok, student)}
     if base is not None:
         named["base"] = (cfg.base.model, base_tok, base)
-    teacher_models = {}
+    teacher_models, teacher_toks = {}, {}
     for t in cfg.teachers:
         if t.is_self:
             teacher_models[t.name] = student
             continue
-        spec = cfg.student.model_copy(update={"model": t.model, "revision": t.revision})
-        t_tok, teacher_models[t.name] = _load(spec, cfg.device)
-        named[f"teacher '{t.name}'"] = (t.model, t_tok, teacher_models[t.name])
+        teacher_toks[t.name], teacher_models[t.name] = _load(teacher_model_spec(cfg.student, t), cfg.device)
+        named[f"teacher '{t.name}'"] = (t.model, teacher_toks[t.name], teacher_models[t.name])
     check_compatible(named)
-
-    system = cfg.data.system_prompt
-    # All views use the student's tokenizer and chat template (the vocabularies are checked equal):
-    # the rollout is a student completion, and each model scores the same ids after its own prompt.
-    student_prompts = [student_view(tok, p, system).ids for p in problems]
+    # Each model renders its own view (io.view_set) and scores the same completion ids (one vocabulary).
+    s_render = student_renderer(cfg, tok)
+    renders = {t.name: teacher_renderer(cfg, t, tok, teacher_toks.get(t.name)) for t in cfg.teachers}
     n_new, key = cfg.sampling.max_completion_length, "sampling.max_completion_length"
-    for role, (name, _, model) in named.items():  # the question itself must fit every model, context aside
-        check_fits(model, f"the {role} model '{name}'" if role in ("student", "base") else f"{role} (model '{name}')",
-                   student_prompts, problems, n_new, key)
-    teacher_prompts, truncated = {}, {}
+
+    def question_fits(student_prompts):  # the question itself must fit every model, context aside
+        for role, (name, _, model) in named.items():
+            check_fits(model, f"the {role} model '{name}'" if role in ("student", "base") else
+                       f"{role} (model '{name}')", student_prompts, problems, n_new, key)
+    views = build_views(cfg, problems, s_render, renders, cfg.data.system_prompt, check_student=question_fits)
+    student_prompts, teacher_prompts, truncated = views.student, views.teachers, views.truncated
     for t in cfg.teachers:
-        views = [teacher_view(tok, p, t.context, partial_fraction=t.partial_fraction,
-                              system_prompt=t.system_prompt or system, max_length=cfg.scoring.max_prompt_length)
-                 for p in problems]
-        teacher_prompts[t.name] = [v.ids for v in views]
         check_fits(teacher_models[t.name], f"teacher config '{t.name}'", teacher_prompts[t.name], problems, n_new,
                    key, "lower scoring.max_prompt_length (its context is then shortened)")
-        truncated[t.name] = [v.context_truncated for v in views]
     if not cfg.scoring.allow_nonfinite:  # broken weights fail here, before the run directory exists
         first = f"problem '{problems[0]['id']}'"
         check_finite_logits(student, student_prompts[0], f"the student model '{cfg.student.model}'",
@@ -141,17 +128,24 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
                 check_finite_logits(teacher_models[t.name], teacher_prompts[t.name][0],
                                     f"teacher config '{t.name}' (model '{t.model}')", f"its view of {first}")
     fps = {role: fingerprint(m) for role, (_, _, m) in named.items()}
-    return Prepared(cfg, problems, tok, student, base, teacher_models, stop_token_ids(student, tok),
-                    student_prompts, teacher_prompts, truncated, fps)
+    notes = template_notes(cfg, tok, teacher_toks)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    stops = stop_token_ids(student, tok, cfg.student.prompt_format == "chat")
+    return Prepared(cfg, problems, tok, student, base, teacher_models, stops, student_prompts, teacher_prompts,
+                    truncated, fps, rendered_text(views, s_render, renders), notes)
 
 
 def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = ""):
     if prep.cfg.sampling.backend == "vllm":
-        return sample_vllm(model_name, prompts, settings, prep.stop_ids, prep.cfg.student.dtype,
-                           prep.cfg.student.trust_remote_code)
+        s = prep.cfg.student
+        revision = s.revision if model_name == s.model else next(t.revision for t in prep.cfg.teachers
+                                                                 if t.model == model_name)
+        return _cut(prep, sample_vllm(model_name, prompts, settings, prep.stop_ids, s.dtype, s.trust_remote_code,
+                                      revision, prep.cfg.sampling.vllm_gpu_memory_utilization))
     sample = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast_decode
     try:
-        return sample(model, prep.tok, prompts, settings, prep.stop_ids)
+        return _cut(prep, sample(model, prep.tok, prompts, settings, prep.stop_ids))
     except NonFiniteLogits as e:
         raise OpsdError(f"{who or f'model {model_name!r}'} produced non-finite logits (NaN or inf) while sampling, "
                         f"at completion position {e.position}: {NONFINITE_FIX}") from None
@@ -160,12 +154,17 @@ def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingS
 NONFINITE_FIX = "check its weights for NaN/inf and its dtype (float16 overflows: use bfloat16 or float32)"
 
 
-def _checked(prep: Prepared, problem: dict, ids: list[int]) -> tuple[str, str | None, bool | None]:
-    text = prep.tok.decode(ids, skip_special_tokens=True)
-    if problem.get("answer") is None:
-        return text, extract_answer(text, prep.cfg.analysis.checker), None
-    return text, extract_answer(text, prep.cfg.analysis.checker), is_correct(text, problem["answer"],
-                                                                            prep.cfg.analysis.checker)
+def _cut(prep: Prepared, samples):
+    """The student's stop strings (a Base student's raw prompts) applied to every completion."""
+    strings = prep.cfg.student.stop_strings
+    return samples if not strings else [[cut_at_strings(prep.tok, c, strings) for c in per] for per in samples]
+
+
+def _checked(prep: Prepared, problem: dict, prompt: list[int], c) -> dict:
+    a = prep.cfg.analysis
+    r = check(prep.tok, prompt, c.ids, c.finished, problem.get("answer"), a.checker, a.truncated)
+    return {"text": r.text, "answer_pred": r.pred, "correct": r.correct, "truncated": r.truncated,
+            "in_thinking": r.in_thinking}
 
 
 def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataFrame]:
@@ -182,11 +181,10 @@ def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataF
     for i, per_prompt in zip(idx, samples):
         p = prep.problems[i]
         for j, c in enumerate(per_prompt):
-            text, pred, correct = _checked(prep, p, c.ids)
             row = {"rollout_id": i * k + j, "problem_id": p["id"], "problem_index": i, "sample_idx": j,
                    "difficulty": (p.get("meta") or {}).get("difficulty"), "completion_ids": c.ids,
-                   "length": len(c.ids), "finished": c.finished, "text": text, "answer_pred": pred,
-                   "correct": correct, "prompt_ids.student": prep.student_prompts[i]}
+                   "length": len(c.ids), "finished": c.finished,
+                   **_checked(prep, p, prep.student_prompts[i], c), "prompt_ids.student": prep.student_prompts[i]}
             for t in cfg.teachers:
                 row[f"prompt_ids.{t.name}"] = prep.teacher_prompts[t.name][i]
                 row[f"context_truncated.{t.name}"] = prep.truncated[t.name][i]
@@ -205,9 +203,9 @@ def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataF
                        f"teacher config '{t.name}' (model '{model_name}')")
         for i, per_prompt in zip(idx, outs):
             for j, c in enumerate(per_prompt):
-                text, pred, correct = _checked(prep, prep.problems[i], c.ids)
                 teacher_rows.append({"config": t.name, "problem_id": prep.problems[i]["id"], "sample_idx": j,
-                                     "completion_ids": c.ids, "text": text, "answer_pred": pred, "correct": correct})
+                                     "completion_ids": c.ids,
+                                     **_checked(prep, prep.problems[i], prep.teacher_prompts[t.name][i], c)})
 
     if on_scoring is not None:
         on_scoring()
@@ -299,7 +297,9 @@ def manifest(prep: Prepared, status: str, **extra) -> dict:
             "seed": cfg.sampling.seed, "sampling_temperature": cfg.sampling.temperature,
             "scoring_temperature": cfg.scoring_temperature, "centering": cfg.scoring.centering,
             "n_problems": len(prep.problems), "n_shards": prep.n_shards, "shard_size": cfg.shard_size,
-            "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids, **extra}
+            "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids,
+            "rendered_prompts": {"problem_id": prep.problems[0]["id"], **prep.rendered},
+            "template_notes": prep.notes, **extra}
 
 
 def finish(prep: Prepared, out_dir: Path) -> dict:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from opsd_diag.core import signals
-from opsd_diag.engine.scoring import TeacherInput, _hidden, softcap
+from opsd_diag.engine.scoring import TeacherInput, _hidden, logit_softcap, scored_rows, softcap
 from opsd_diag.errors import OpsdError
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.settings import ScoreSettings
@@ -119,7 +119,8 @@ def _head(model):
     head = model.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear):
         return None
-    return head.weight, head.bias, getattr(model.config, "final_logit_softcapping", None) or None
+    rows = scored_rows(model)  # a head padded beyond the tokenizer: its token rows only
+    return head.weight[:rows], None if head.bias is None else head.bias[:rows], logit_softcap(model)
 
 
 def unsupported_reason(student, teachers: dict[str, TeacherInput], s: ScoreSettings, base) -> str | None:

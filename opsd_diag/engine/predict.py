@@ -23,6 +23,7 @@ from opsd_diag.engine.nodes import NodeModels, Sampler, build_jobs, estimate_suc
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
 from opsd_diag.io.config import DiagnosisConfig, IdealSpec, validate
+from opsd_diag.io.thinking import answer_text
 
 ESTIMATOR = ("our estimator (docs/signals.md, the ideal-gradient predictor): m student continuations per "
              "candidate token, checked by the answer checker")
@@ -78,7 +79,7 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
     with tqdm(total=sum(a[3] for a in admitted), desc="ideal continuations", unit="cont",
               disable=not show_progress) as bar:
         estimates = estimate_success(
-            jobs, sampler, lambda ids: models.tok.decode(ids, skip_special_tokens=True), m=spec.m,
+            jobs, sampler, lambda ids: answer_text(models.tok, ids), m=spec.m,
             stop_ids=models.stop_ids, checker=cfg.analysis.checker, temperature=cfg.sampling.temperature,
             top_p=cfg.sampling.top_p, seed=spec.seed, batch_rows=max(cfg.sampling.batch_size, 1),
             on_progress=_reporting(run_dir, bar))

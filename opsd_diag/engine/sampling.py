@@ -30,6 +30,22 @@ def trim_completion(ids: list[int], stop_ids: list[int]) -> tuple[list[int], boo
     return list(ids), False
 
 
+def cut_at_strings(tok, c: Completion, strings) -> Completion:
+    """Cut a completion after the first token that completes one of ``strings`` (a Base model's stop text,
+    e.g. ``"\n\nQuestion:"``); the token is kept, as a stop id is. Bisects on decoded prefixes."""
+    def hit(n: int) -> bool:
+        text = tok.decode(c.ids[:n], skip_special_tokens=False)
+        return any(s in text for s in strings)
+
+    if not strings or not hit(len(c.ids)):
+        return c
+    lo, hi = 0, len(c.ids)  # hit(hi) holds, hit(lo) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if hit(mid) else (mid, hi)
+    return Completion(list(c.ids[:hi]), True)
+
+
 @torch.no_grad()
 def cache_kwarg(params) -> str | None:
     """Name of the forward's KV-cache argument, from ``inspect.signature(model.forward).parameters``."""
@@ -70,10 +86,13 @@ def check_finite(scores: torch.Tensor, position: int) -> None:
 class _FiniteScores:
     """A logits processor for ``generate`` that only checks (it returns the scores unchanged)."""
 
-    def __init__(self, prompt_width: int):
-        self.width = prompt_width
+    def __init__(self, prompt_width: int, rows: int | None = None):
+        self.width, self.rows = prompt_width, rows
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.rows is not None:  # an LM head padded beyond the tokenizer: never sample a padding row
+            scores = scores.clone()
+            scores[:, self.rows:] = float("-inf")
         check_finite(scores, input_ids.shape[1] - self.width)
         return scores
 
@@ -100,7 +119,7 @@ def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_id
             temperature=s.temperature, top_p=s.top_p, top_k=0, min_p=None, typical_p=1.0,
             repetition_penalty=1.0, no_repeat_ngram_size=0, max_new_tokens=s.max_new_tokens,
             eos_token_id=stop_ids, pad_token_id=tok.pad_token_id, num_beams=1,
-            logits_processor=LogitsProcessorList([_FiniteScores(width)]))
+            logits_processor=LogitsProcessorList([_FiniteScores(width, getattr(model, "opsd_scored_rows", None))]))
         for row in gen_ids[:, width:].tolist():
             trimmed, finished = trim_completion(row, stop_ids)
             out.append(Completion(trimmed, finished))
@@ -108,15 +127,17 @@ def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_id
 
 
 def sample_vllm(model_name: str, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int],
-                dtype: str = "auto", trust_remote_code: bool = False) -> list[list[Completion]]:
-    """The same contract on vLLM (GPU machines); prompts are given as token ids, never text."""
+                dtype: str = "auto", trust_remote_code: bool = False, revision: str | None = None,
+                gpu_memory_utilization: float | None = None) -> list[list[Completion]]:
+    """The same contract on vLLM (GPU machines); prompts are given as token ids, never text. One engine
+    per (model, revision, dtype, remote code, memory share): views of one model share it."""
     try:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
     except ImportError:
         raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
                         "or use backend: hf") from None
-    llm = _vllm_engine(model_name, dtype, trust_remote_code, LLM)
+    llm = _vllm_engine((model_name, revision, dtype, trust_remote_code, gpu_memory_utilization), LLM)
     params = SamplingParams(n=s.num_samples, temperature=s.temperature, top_p=s.top_p, top_k=-1,
                             max_tokens=s.max_new_tokens, seed=s.seed, stop_token_ids=stop_ids,
                             skip_special_tokens=False, include_stop_str_in_output=True)
@@ -127,8 +148,10 @@ def sample_vllm(model_name: str, prompts: list[list[int]], s: SamplingSettings, 
 _ENGINES: dict = {}
 
 
-def _vllm_engine(name, dtype, trust_remote_code, llm_cls):
-    key = (name, dtype, trust_remote_code)
+def _vllm_engine(key: tuple, llm_cls):
     if key not in _ENGINES:
-        _ENGINES[key] = llm_cls(model=name, dtype=dtype, trust_remote_code=trust_remote_code)
+        name, revision, dtype, trust_remote_code, memory = key
+        extra = {} if memory is None else {"gpu_memory_utilization": memory}
+        _ENGINES[key] = llm_cls(model=name, revision=revision, dtype=dtype, trust_remote_code=trust_remote_code,
+                                **extra)
     return _ENGINES[key]

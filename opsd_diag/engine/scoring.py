@@ -107,9 +107,22 @@ def completion_hidden(model, prompts: list[list[int]], completions: list[list[in
 
 
 def lm_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """LM head on a chunk of hidden states, float32, with the model's final soft-capping if any."""
-    return softcap(model.get_output_embeddings()(hidden).float(), getattr(model.config, "final_logit_softcapping",
-                                                                          None))  # [n, V]
+    """LM head on a chunk of hidden states, float32, with the model's final soft-capping if any, over the
+    tokenizer's rows only when the head is padded beyond it (``io.models.limit_rows``)."""
+    logits = model.get_output_embeddings()(hidden)[..., :scored_rows(model)]  # [n, V]
+    return softcap(logits.float(), logit_softcap(model))  # [n, V]
+
+
+def scored_rows(model) -> int | None:
+    """How many LM-head rows are tokens (None: all of them)."""
+    return getattr(model, "opsd_scored_rows", None)
+
+
+def logit_softcap(model) -> float | None:
+    """``final_logit_softcapping`` where the model applies it: the text config of a multimodal config (Gemma-4)."""
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    return getattr(text, "final_logit_softcapping", None) or getattr(cfg, "final_logit_softcapping", None) or None
 
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:

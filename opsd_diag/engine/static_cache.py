@@ -140,7 +140,8 @@ class _Engine:
               self.cache_kwarg: cache, **self.logits_kw}
         if self.takes_cache_position:
             kw["cache_position"] = positions
-        return self.model(**kw).logits[:, -1]  # [rows, V]
+        # a head padded beyond the tokenizer (io.models.limit_rows): its token rows only, never a padding row
+        return self.model(**kw).logits[:, -1, :getattr(self.model, "opsd_scored_rows", None)]  # [rows, V]
 
     def prefill(self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         b, W = ids.shape

@@ -20,6 +20,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from opsd_diag import schema
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
+from opsd_diag.io.config_errors import format_error
+from opsd_diag.io.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
 from opsd_diag.io.training_fit import training_teacher
 from opsd_diag.io.yamlfile import read_mapping
 from opsd_diag.settings import LossSettings, SamplingSettings, ScoreSettings
@@ -69,8 +71,9 @@ def centering_k(centering: str) -> int | None:
     return None if centering == "full" else int(centering.split("=")[1])
 
 
-class ModelSpec(Strict):
-    """A model: a hub id or a local directory. Offline unless ``allow_download``."""
+class ModelSpec(Strict, ModelOptions):
+    """A model: a hub id or a local directory. Offline unless ``allow_download``; more options in
+    ``io.model_options``."""
     model: str = Field(description="hub id or local directory")
     revision: str | None = Field(None, description="hub revision")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -79,8 +82,9 @@ class ModelSpec(Strict):
     allow_download: bool = Field(False, description="fetch a hub id that is not in the local cache")
 
 
-class TeacherSpec(Strict):
-    """One teacher configuration: a model (or ``self``: the student's weights) plus a context."""
+class TeacherSpec(Strict, TeacherOptions):
+    """One teacher configuration: a model (or ``self``: the student's weights) plus a context; its own
+    loading and template options are in ``io.model_options``."""
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="config name (letters, digits, `_-.`)")
     model: str = Field("self", description="`self` (the student's weights) or a hub id / directory")
     revision: str | None = Field(None, description="hub revision of the teacher model")
@@ -95,6 +99,8 @@ class TeacherSpec(Strict):
     def _reserved(self) -> TeacherSpec:
         if self.name in schema.RESERVED_NAMES:
             raise ValueError(f"'{self.name}' is reserved (a table column or the student's view): choose another name")
+        if self.is_self:
+            check_self_teacher(self)
         return self
 
     @property
@@ -122,6 +128,8 @@ class SamplingSpec(Strict):
     batch_size: int = Field(32, ge=1, description="rows per generate call")
     teacher_samples: int = Field(1, ge=0, le=1024, description="samples per prompt per teacher view (its accuracy)")
     backend: Literal["hf", "vllm"] = Field("hf", description="`vllm` on GPU machines with vLLM installed")
+    vllm_gpu_memory_utilization: float | None = Field(
+        None, gt=0.0, le=1.0, description="vllm only: share of GPU memory its engine may take (default vLLM's 0.9)")
     engine: Literal["hf", "static"] = Field("hf", description="hf: today's decode loop; static: static KV cache "
                                                               "with CUDA-graph decode steps (engine.fast_decode)")
 
@@ -173,6 +181,9 @@ class AnalysisSpec(Strict):
     pass_k: list[Annotated[int, Field(ge=1)]] | None = Field(
         None, description="k of pass@k (default 1 and 4; a k above num_samples gives n/a)")
     bootstrap: int = Field(1000, ge=10, le=100_000, description="bootstrap replicates (over prompts) of every CI")
+    truncated: Literal["incorrect", "check"] = Field(
+        "incorrect", description="a rollout cut at max_completion_length or ending inside its thinking block: "
+                                 "`incorrect`, or `check` its text like any other")
 
     @model_validator(mode="after")
     def _bins(self) -> AnalysisSpec:
@@ -325,6 +336,8 @@ class DiagnosisConfig(Strict):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"teacher names must be unique; repeated: {', '.join(dup)}")
+        if self.base is not None:
+            check_base(self.base)
         if self.scoring.exopd_reference == "base" and self.base is None:
             raise ValueError("scoring.exopd_reference is 'base' but no base model is configured")
         bad = [k for k in self.analysis.pass_k or () if k > self.sampling.num_samples]
@@ -346,30 +359,6 @@ class DiagnosisConfig(Strict):
 def scoring_temperature(explicit: float | None, sampling: float) -> float:
     """τ_score: the explicit setting, else the temperature the scored samples were drawn at."""
     return explicit if explicit is not None else sampling
-
-
-def format_error(e: ValidationError, source: str, section: str = "") -> str:
-    """One line: the source, the dotted key (under ``section`` when one section was validated) and the fix."""
-    err = e.errors()[0]
-    loc = tuple(str(p) for p in (*section.split(".")[:bool(section)], *err["loc"]))
-    key = ".".join(loc)
-    msg = err["msg"].removeprefix("Value error, ")
-    value = err.get("input")
-    if err["type"] in ("int_type", "float_type") and isinstance(value, bool):
-        msg = (f"{msg}, got the boolean {str(value).lower()} (YAML reads yes/no/on/off/true/false as booleans): "
-               "write a number")
-    elif err["type"] == "string_type" and isinstance(value, (bool, int, float)):
-        msg = (f"{msg}, got the {type(value).__name__} {value!r} (YAML reads yes/no/on/off, true/false and "
-               "numbers such as 1.10 as non-strings): put the value in quotes as you wrote it, e.g. "
-               "name: \"no\" or model: \"1.10\"")
-    elif err["type"] == "extra_forbidden":
-        msg = "unknown key (check its spelling against docs/config.md)"
-    elif err["type"] == "string_pattern_mismatch" and loc[-1:] == ("name",):
-        msg = f"{err['input']!r}: a name may hold only letters, digits, '_', '-' and '.'"
-    elif err["type"] == "literal_error" and loc[-1:] == ("method",):
-        msg = f"unknown method {err['input']!r}: use one of {', '.join(METHODS)}"
-    more = f" (and {len(e.errors()) - 1} more problem(s))" if len(e.errors()) > 1 else ""
-    return f"{source}: {key}: {msg}{more}" if key else f"{source}: {msg}{more}"
 
 
 def validate(model: type[Strict], data, source: str, section: str = ""):

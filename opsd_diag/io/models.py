@@ -1,7 +1,9 @@
 """Load models and tokenizers (hub id or local path), pick device/dtype, check compatibility.
 
-Offline by default: a hub id is only fetched when the spec says ``allow_download``. Remote code
-stays off unless the user turns it on.
+Offline by default: a hub id is only fetched when the spec says ``allow_download``, and while it is
+false ``HF_HUB_OFFLINE`` is set for the load, so transformers and peft never retry the hub. Remote
+code stays off unless the user turns it on. A tokenizer needs no chat template to load (a -Base
+checkpoint as ``base``); the views that render one check for it (``io.views``).
 """
 
 from __future__ import annotations
@@ -64,20 +66,19 @@ def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_
 
 
 @contextlib.contextmanager
-def _offline(offline: bool):
-    """The hub client offline while a load must not download: ``local_files_only`` alone still lets some
-    lookups (chat templates, tokenizer checks) retry the network for a minute on a machine without one."""
-    if not offline:
+def offline(active: bool):
+    """``HF_HUB_OFFLINE=1`` (and huggingface_hub's constant read at import) for the duration of a load."""
+    if not active:
         yield
         return
-    import huggingface_hub.constants as hub_constants
+    from huggingface_hub import constants
 
-    old, old_env = hub_constants.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE")
-    hub_constants.HF_HUB_OFFLINE, os.environ["HF_HUB_OFFLINE"] = True, "1"
+    old_env, old_const = os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE
+    os.environ["HF_HUB_OFFLINE"], constants.HF_HUB_OFFLINE = "1", True
     try:
         yield
     finally:
-        hub_constants.HF_HUB_OFFLINE = old
+        constants.HF_HUB_OFFLINE = old_const
         if old_env is None:
             os.environ.pop("HF_HUB_OFFLINE", None)
         else:
@@ -88,7 +89,7 @@ def _load(loader, name: str, revision, allow_download: bool, trust_remote_code: 
     kwargs = _source_kwargs(name, revision, allow_download, trust_remote_code)
     hint = kwargs.pop("_hint", "check the name and your network access")
     try:
-        with _offline(not allow_download):
+        with offline(not allow_download):
             return loader.from_pretrained(**kwargs, **extra)
     except Exception as e:  # noqa: BLE001 - a user's files: corrupt weights raise SafetensorError, shapes RuntimeError
         first = (str(e).splitlines() or [""])[0][:160]
@@ -107,31 +108,108 @@ def load_tokenizer(name: str, revision: str | None = None, allow_download: bool 
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token  # masks never derive from pad == eos; see views.py
     tok.padding_side = "left"
-    if not getattr(tok, "chat_template", None):
-        raise OpsdError(f"tokenizer of '{name}' has no chat template: use an instruct/chat checkpoint "
-                        "or add a chat_template to its tokenizer_config.json")
     return tok
+
+
+def has_chat_template(tok) -> bool:
+    return bool(getattr(tok, "chat_template", None))
 
 
 @lru_cache(maxsize=4)
 def load_model(name: str, revision: str | None = None, dtype: str = "auto", device: str = "auto",
-               allow_download: bool = False, trust_remote_code: bool = False) -> torch.nn.Module:
-    """A causal LM in eval mode on the chosen device; cached so the app and repeated runs reuse it."""
+               allow_download: bool = False, trust_remote_code: bool = False, device_map=None,
+               attn_implementation: str | None = None, adapter: str | None = None) -> torch.nn.Module:
+    """A causal LM in eval mode on the chosen device (or spread by ``device_map``, a str or a tuple of
+    (module, device) pairs); a LoRA ``adapter`` is merged in. Cached so the app and repeated runs reuse it."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    if dev.type == "cpu" and dt in (torch.float16, torch.bfloat16):
+    if dev.type == "cpu" and dt in (torch.float16, torch.bfloat16) and device_map is None:
         print(f"warning: model '{name}' runs in {str(dt).removeprefix('torch.')} on the CPU: half precision is slow "
               "there and loses accuracy (NaN/inf risk); use dtype: float32 or auto", file=sys.stderr)
-    model = _load(AutoModelForCausalLM, name, revision, allow_download, trust_remote_code, dtype=dt)
-    return model.to(dev).eval()
+    extra = {"dtype": dt}
+    if device_map is not None:
+        extra["device_map"] = dict(device_map) if isinstance(device_map, tuple) else device_map
+    if attn_implementation is not None:
+        extra["attn_implementation"] = attn_implementation
+    model = _load(AutoModelForCausalLM, name, revision, allow_download, trust_remote_code, **extra)
+    if adapter is not None:
+        model = merge_adapter(model, adapter, name, allow_download)
+    return (model if device_map is not None else model.to(dev)).eval()
 
 
-def stop_token_ids(model, tok) -> list[int]:
-    """Every id that ends a completion: the generation config's EOS ids plus the tokenizer's EOS."""
-    ids = model.generation_config.eos_token_id
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    if tok.eos_token_id is not None and tok.eos_token_id not in ids:
-        ids.append(tok.eos_token_id)
+def load_spec(spec, device: str) -> tuple[PreTrainedTokenizerBase, torch.nn.Module]:
+    """(tokenizer, cached eval model) of a ``ModelSpec``; its own ``device`` wins over ``device``."""
+    tok = load_tokenizer(spec.model, spec.revision, spec.allow_download, spec.trust_remote_code)
+    model = load_model(*model_args(spec, device))
+    limit_rows(model, len(tok))
+    return tok, model
+
+
+def model_args(spec, device: str, dtype: str | None = None) -> tuple:
+    """``load_model``'s positional arguments for a ``ModelSpec`` (hashable: a device_map dict becomes pairs)."""
+    dm = spec.device_map
+    dm = tuple(sorted(dm.items())) if isinstance(dm, dict) else dm
+    return (spec.model, spec.revision, dtype or spec.dtype, spec.device or device, spec.allow_download,
+            spec.trust_remote_code, dm, spec.attn_implementation, spec.adapter)
+
+
+def merge_adapter(model, adapter: str, name: str, allow_download: bool = False):
+    """The LoRA adapter directory (peft's ``adapter_config.json``) applied to ``model`` and merged into it."""
+    path = Path(adapter).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        raise OpsdError(f"adapter {adapter} has no adapter_config.json: point to a LoRA adapter directory (e.g. a "
+                        "checkpoint opsd-train wrote with training.lora)")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise OpsdError(f"adapter {adapter} needs peft: pip install 'opsd-diag[peft]'") from None
+    try:
+        with offline(not allow_download):
+            merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+        return merged.requires_grad_(True)  # peft froze the base weights; a loaded model is trainable
+    except Exception as e:  # noqa: BLE001 - a user's adapter: wrong modules or shapes for this model
+        first = (str(e).splitlines() or [""])[0][:160]
+        raise OpsdError(f"cannot apply adapter {adapter} to model '{name}' ({type(e).__name__}: {first}): check "
+                        "that the adapter was trained on this model") from None
+
+
+SCORED_ROWS = "opsd_scored_rows"
+
+
+def limit_rows(model: torch.nn.Module, n_tokens: int) -> torch.nn.Module:
+    """Mark a model whose LM head has padding rows beyond its tokenizer (Qwen2.5 7B: 152,064 rows, 151,665
+    tokens): scoring and sampling then use the first ``n_tokens`` rows only (``engine.scoring.lm_logits``)."""
+    rows = model.get_output_embeddings().weight.shape[0]
+    if rows > n_tokens:
+        setattr(model, SCORED_ROWS, n_tokens)
+    return model
+
+
+def end_of_turn_ids(tok) -> list[int]:
+    """The token(s) the chat template closes an assistant turn with (``<|im_end|>``, ``<|eot_id|>``,
+    ``<end_of_turn>``, ``<turn|>``), found by rendering one turn; [] without a template."""
+    if not has_chat_template(tok):
+        return []
+    mark = "OPSD-END-OF-TURN-PROBE"
+    try:
+        text = tok.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": mark}],
+                                       tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render a turn (roles, ...): no end-of-turn from it
+        return []
+    after = text[text.rfind(mark) + len(mark):] if mark in text else ""
+    ids = tok(after, add_special_tokens=False)["input_ids"] if after.strip() else []
+    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    return ids[:1] if ids and ids[0] in special else []
+
+
+def stop_token_ids(model, tok, use_template: bool = True) -> list[int]:
+    """Every id that ends a completion: the template's end-of-turn token first (SFT targets end with it),
+    then the generation config's EOS ids and the tokenizer's EOS (also without generation_config.json)."""
+    ids = end_of_turn_ids(tok) if use_template else []
+    gen = model.generation_config.eos_token_id
+    for i in ([] if gen is None else [gen] if isinstance(gen, int) else list(gen)) + [tok.eos_token_id]:
+        if i is not None and i not in ids:
+            ids.append(i)
     if not ids:
         raise OpsdError("the model defines no end-of-sequence token: set eos_token_id in its generation_config.json")
     return ids
@@ -144,7 +222,8 @@ def vocab_fingerprint(tok: PreTrainedTokenizerBase) -> str:
 
 
 def check_compatible(named: dict[str, tuple[str, PreTrainedTokenizerBase, torch.nn.Module]]) -> None:
-    """All models score the same token ids, so they must share a vocabulary (and an LM head size)."""
+    """All models score the same token ids, so they must share a vocabulary; LM heads may have padding rows
+    beyond the tokenizer (compared on the tokenizer's rows only, see ``limit_rows``)."""
     ref_role, (ref_name, ref_tok, ref_model) = next(iter(named.items()))
     ref_fp = vocab_fingerprint(ref_tok)
     for role, (name, tok, model) in named.items():
@@ -155,9 +234,11 @@ def check_compatible(named: dict[str, tuple[str, PreTrainedTokenizerBase, torch.
         if vocab_fingerprint(tok) != ref_fp:
             raise OpsdError(f"{role} model '{name}' has a different tokenizer vocabulary from {ref_role} model "
                             f"'{ref_name}': student, teachers and base must share one tokenizer")
-        if model.get_output_embeddings().weight.shape[0] != ref_model.get_output_embeddings().weight.shape[0]:
-            raise OpsdError(f"{role} model '{name}' has an output vocabulary of a different size from {ref_role} "
-                            f"model '{ref_name}': models must share one vocabulary")
+        out_rows = model.get_output_embeddings().weight.shape[0]
+        if out_rows < len(tok):
+            raise OpsdError(f"{role} model '{name}' has {out_rows} LM-head rows but its tokenizer {len(tok)} tokens: "
+                            "the tokenizer does not belong to these weights (check config.json's vocab_size)")
+        limit_rows(model, len(tok))
 
 
 def positions(model: torch.nn.Module) -> int | None:

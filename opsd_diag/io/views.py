@@ -1,12 +1,14 @@
 """Token views: the exact prompt ids each model sees, and the completion spliced in as ids.
 
-Every view goes through the same ``apply_chat_template(..., add_generation_prompt=True)`` call and
-is tokenised with ``add_special_tokens=False`` (the template already holds any BOS), so special
-tokens are never added twice. Completions are spliced as token ids, never re-tokenised text.
+Every view goes through the same ``apply_chat_template(..., add_generation_prompt=True)`` call (with
+the model's ``chat_template_kwargs``) and is tokenised with ``add_special_tokens=False`` (the
+template already holds any BOS), so special tokens are never added twice; a ``raw`` prompt (a Base
+student) is the text with BOS as the tokenizer adds it. Completions are spliced as token ids, never
+re-tokenised text.
 
-Special tokens come only from the chat template: a prompt, system prompt or solution that spells
-``<|im_end|>`` (or any special token of the tokenizer) is encoded as that text, never as the token, so a
-data file cannot forge a turn (``encode_chat``, ``encode_text``).
+Special tokens come only from the chat template (or the tokenizer's own BOS): a prompt, system prompt
+or solution that spells ``<|im_end|>`` (or any special token of the tokenizer) is encoded as that text,
+never as the token, so a data file cannot forge a turn (``encode_chat``, ``encode_text``).
 """
 
 from __future__ import annotations
@@ -58,34 +60,80 @@ def encode_segments(tok, text: str, specials: list[str], literal=lambda part: pa
     return ids
 
 
-def encode_chat(tok, messages: list[dict]) -> list[int]:
-    """The chat template's text as ids; its own special tokens are special, the messages' text is text.
+# What Llama-3.1's template writes when no date is given; Llama-3.2's reads today's date instead, so a
+# prompt would change from day to day (and a resumed run could mix two dates): it gets this one too.
+FIXED_DATE = "26 Jul 2024"
+
+
+@dataclass(frozen=True)
+class Format:
+    """How one model's prompts are rendered: its chat template with options, or ``raw`` text."""
+    kind: str = "chat"  # chat | raw
+    template_kwargs: tuple = ()  # sorted (name, value) pairs passed to the chat template
+    who: str = "the student"  # names the model in errors
+
+    @staticmethod
+    def of(kind: str = "chat", kwargs: dict | None = None, who: str = "the student") -> Format:
+        return Format(kind, tuple(sorted((kwargs or {}).items())), who)
+
+
+def template_options(tok, kwargs: dict) -> dict:
+    """The options a render passes: the user's, plus the fixed date for a template that reads today's."""
+    out = dict(kwargs)
+    if "date_string" not in out and "strftime_now" in (getattr(tok, "chat_template", None) or ""):
+        out["date_string"] = FIXED_DATE
+    return out
+
+
+def render_chat(tok, messages: list[dict], fmt: Format = Format(), where: str = "") -> str:
+    """The chat template's text with the generation prompt; a template's own refusal is one clear error."""
+    from jinja2 import TemplateError
+
+    if not getattr(tok, "chat_template", None):
+        raise OpsdError(f"{fmt.who} has no chat template in its tokenizer: use an instruct/chat checkpoint, add a "
+                        "chat_template to its tokenizer_config.json, or set prompt_format: raw (a -Base student)")
+    try:
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                       **template_options(tok, dict(fmt.template_kwargs)))
+    except TemplateError as e:
+        msg = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        fix = ("this template takes no system prompt: remove data.system_prompt and the teachers' system_prompt"
+               if "system" in msg.lower() else "check the prompt's messages and chat_template_kwargs")
+        raise OpsdError(f"the chat template of {fmt.who} refuses {where or 'the prompt'}: {msg!r}: {fix}") from None
+
+
+def encode_chat(tok, messages: list[dict], fmt: Format = Format(), where: str = "") -> list[int]:
+    """The prompt as ids: the chat template's own special tokens are special, the messages' text is text.
 
     When no message spells a special token (the usual case) this is one plain tokenizer call. Otherwise
     each spelled token is masked with a private-use marker before the template runs, the template's text
-    is split at its special tokens, and the masked spellings are put back as text.
+    is split at its special tokens, and the masked spellings are put back as text. A ``raw`` prompt (a
+    Base model's) is the text as is, after the specials the tokenizer itself adds to a text (its BOS).
     """
+    if fmt.kind == "raw":
+        text = "\n\n".join(m["content"] for m in messages)
+        return tok("", add_special_tokens=True)["input_ids"] + encode_text(tok, text)
     specials = special_tokens(tok)
     spelled = [s for s in specials if any(s in m["content"] for m in messages)]
     if not spelled:
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return tok(text, add_special_tokens=False)["input_ids"]
+        return tok(render_chat(tok, messages, fmt, where), add_special_tokens=False)["input_ids"]
     contents = "".join(m["content"] for m in messages)
     mark = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in contents)  # Unicode private use area
     found = re.compile("|".join(map(re.escape, spelled)))
     masked = [{**m, "content": found.sub(lambda x: f"{mark}{spelled.index(x.group())}{mark}", m["content"])}
               for m in messages]
-    text = tok.apply_chat_template(masked, tokenize=False, add_generation_prompt=True)
+    text = render_chat(tok, masked, fmt, where)
     back = re.compile(f"{mark}(\\d+){mark}")
     return encode_segments(tok, text, specials, lambda part: back.sub(lambda x: spelled[int(x.group(1))], part))
 
 
-def student_view(tok, problem: dict, system_prompt: str | None = None) -> PromptView:
-    return PromptView(encode_chat(tok, _messages(problem, None, system_prompt)))
+def student_view(tok, problem: dict, system_prompt: str | None = None, fmt: Format = Format()) -> PromptView:
+    return PromptView(encode_chat(tok, _messages(problem, None, system_prompt), fmt,
+                                  f"problem '{problem['id']}' (student view)"))
 
 
 def teacher_view(tok, problem: dict, context: str, *, partial_fraction: float = 0.5,
-                 system_prompt: str | None = None, max_length: int = 2048) -> PromptView:
+                 system_prompt: str | None = None, max_length: int = 2048, fmt: Format = Format()) -> PromptView:
     """The teacher's prompt: the question with the privileged context rendered in.
 
     When it is longer than ``max_length`` only the privileged fields are shortened (never the
@@ -97,7 +145,8 @@ def teacher_view(tok, problem: dict, context: str, *, partial_fraction: float = 
     def build(keep: float) -> list[int]:
         cut = {k: (v[:max(1, int(len(v) * keep))] if k in templates.PRIVILEGED and keep < 1 else v)
                for k, v in fields.items()}
-        return encode_chat(tok, _messages(problem, templates.render(template, cut), system_prompt))
+        return encode_chat(tok, _messages(problem, templates.render(template, cut), system_prompt), fmt,
+                           f"problem '{problem['id']}' (teacher view)")
 
     ids = build(1.0)
     if len(ids) <= max_length:

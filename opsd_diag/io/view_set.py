@@ -1,0 +1,97 @@
+"""Which tokenizer and template options render which view: one rule for the diagnosis, the trainer and the app.
+
+- The student's view: the student's tokenizer, its ``chat_template_kwargs`` and ``prompt_format``.
+- A teacher view: the teacher model's own tokenizer and chat template when it has one (a warning
+  says so when that template differs from the student's); a self-teacher, or a teacher without a
+  template (a -Base checkpoint), is shown the student's rendering. Its options are its own
+  ``chat_template_kwargs``, else the student's.
+- The base never renders: it scores the student's or each teacher's view (``scoring.base_view``),
+  so a base needs no chat template.
+
+The vocabularies are checked equal (``io.models.check_compatible``), so ids rendered by one
+tokenizer mean the same text to every model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opsd_diag.io.model_options import view_template_kwargs
+from opsd_diag.io.models import has_chat_template
+from opsd_diag.io.views import Format, student_view, teacher_view
+
+
+@dataclass(frozen=True)
+class ViewRenderer:
+    """The tokenizer and format that render one view."""
+    tok: object
+    fmt: Format
+
+
+def student_renderer(cfg, tok) -> ViewRenderer:
+    s = cfg.student
+    return ViewRenderer(tok, Format.of(s.prompt_format, s.chat_template_kwargs, f"the student model '{s.model}'"))
+
+
+def teacher_renderer(cfg, teacher, student_tok, teacher_tok=None) -> ViewRenderer:
+    """``teacher_tok``: the external teacher's own tokenizer (None for a self-teacher)."""
+    kwargs = view_template_kwargs(cfg.student, teacher)
+    own = teacher_tok is not None and has_chat_template(teacher_tok)
+    if own:
+        return ViewRenderer(teacher_tok, Format.of("chat", kwargs, f"teacher config '{teacher.name}' (model "
+                                                                   f"'{teacher.model}')"))
+    kind = cfg.student.prompt_format
+    return ViewRenderer(student_tok, Format.of(kind, kwargs, f"teacher config '{teacher.name}' (the student's "
+                                                             "template)"))
+
+
+def template_notes(cfg, student_tok, teacher_toks: dict) -> list[str]:
+    """Warnings for teacher views whose template is not the student's (``teacher_toks``: name -> tokenizer)."""
+    notes = []
+    for t in cfg.teachers:
+        tt = teacher_toks.get(t.name)
+        if tt is None:
+            continue
+        if not has_chat_template(tt):
+            notes.append(f"teacher config '{t.name}': model '{t.model}' has no chat template, so its view is "
+                         "rendered with the student's")
+        elif getattr(tt, "chat_template", None) != getattr(student_tok, "chat_template", None):
+            notes.append(f"teacher config '{t.name}': model '{t.model}' has a chat template different from the "
+                         "student's; its view is rendered with its own (docs/recipes.md, which template renders "
+                         "which view)")
+    return notes
+
+
+@dataclass
+class Views:
+    student: list[list[int]]
+    teachers: dict[str, list[list[int]]]
+    truncated: dict[str, list[bool]]
+
+
+def build_views(cfg, problems: list[dict], student: ViewRenderer, teachers: dict[str, ViewRenderer],
+                system: str | None, teacher_specs=None, check_student=None) -> Views:
+    """Every view of every problem as ids (``teacher_specs``: the teacher configs to render, default all).
+
+    ``check_student(ids)`` runs on the student views before any teacher view is built, so a question
+    too long for a model is reported as such rather than as a teacher context over its limit."""
+    s_ids = [student_view(student.tok, p, system, student.fmt).ids for p in problems]
+    if check_student is not None:
+        check_student(s_ids)
+    t_ids, truncated = {}, {}
+    for t in cfg.teachers if teacher_specs is None else teacher_specs:
+        r = teachers[t.name]
+        views = [teacher_view(r.tok, p, t.context, partial_fraction=t.partial_fraction,
+                              system_prompt=t.system_prompt or system, max_length=cfg.scoring.max_prompt_length,
+                              fmt=r.fmt) for p in problems]
+        t_ids[t.name] = [v.ids for v in views]
+        truncated[t.name] = [v.context_truncated for v in views]
+    return Views(s_ids, t_ids, truncated)
+
+
+def rendered_text(views: Views, student: ViewRenderer, teachers: dict[str, ViewRenderer], i: int = 0) -> dict:
+    """The exact text of problem ``i``'s views, special tokens included (what the manifest stores)."""
+    out = {"student": student.tok.decode(views.student[i], skip_special_tokens=False)}
+    for name, ids in views.teachers.items():
+        out[name] = teachers[name].tok.decode(ids[i], skip_special_tokens=False)
+    return out
