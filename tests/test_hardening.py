@@ -499,10 +499,10 @@ def test_written_files_get_the_users_umask_mode_and_a_clean_end_leaves_no_holder
     the next run does not announce a take-over."""
     import pandas as pd
 
-    from opsd_diag.io import store
+    from opsd_diag.io import safe, store
 
-    mask = store._umask()
-    assert mask == store._UMASK  # read at import, unchanged since
+    mask = safe._umask()
+    assert mask == safe._UMASK  # read at import, unchanged since
     store.atomic_write_bytes(tmp_path / "a.bin", b"x")
     store.atomic_write_parquet(tmp_path / "t.parquet", pd.DataFrame({"a": [1]}))
     store.write_shard(tmp_path, 0, {"tokens": pd.DataFrame({"a": [1]})})

@@ -8,6 +8,7 @@ shard index, so the result does not depend on how many processes share the work,
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import platform
 import time
@@ -26,7 +27,7 @@ from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf, sample_vllm
 from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.errors import NonFiniteLogits, OpsdError
-from opsd_diag.io import store, templates
+from opsd_diag.io import safe, store, templates
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.models import (
@@ -292,7 +293,8 @@ def manifest(prep: Prepared, status: str, **extra) -> dict:
             "seed": cfg.sampling.seed, "sampling_temperature": cfg.sampling.temperature,
             "scoring_temperature": cfg.scoring_temperature, "centering": cfg.scoring.centering,
             "n_problems": len(prep.problems), "n_shards": prep.n_shards, "shard_size": cfg.shard_size,
-            "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids, **extra}
+            "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids,
+            "vocab_size": int(prep.student.get_output_embeddings().weight.shape[0]), **extra}
 
 
 def finish(prep: Prepared, out_dir: Path) -> dict:
@@ -377,15 +379,20 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                 run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
                               show_progress=show_progress)
             store.atomic_write_json(out_dir / "manifest.json",
-                                    manifest(prep, "finished", seconds=round(time.time() - started, 2)))
+                                    manifest(prep, "finished", seconds=round(time.time() - started, 2),
+                                             run_id=store.run_id(out_dir)))
             jobs.write_status(out_dir, "finished", stage="done")
         state.wait_for_everyone()
     except BaseException as e:
+        full = safe.resource_error(e, out_dir) if isinstance(e, Exception) else None  # a full disk: one line
         if main and isinstance(e, KeyboardInterrupt):  # Ctrl-C or a stop (SIGTERM): finished shards are kept
             jobs.write_status(out_dir, "stopped", error="interrupted; rerun the same command to resume")
         elif main:
-            jobs.write_status(out_dir, "failed", error=str(e) if isinstance(e, OpsdError) else
-                              f"{type(e).__name__}: {e}")
+            with contextlib.suppress(OpsdError, OSError):  # the failure itself is what must reach the user
+                jobs.write_status(out_dir, "failed", error=str(full or e) if isinstance(full or e, OpsdError)
+                                  else f"{type(e).__name__}: {e}")
+        if full is not None:
+            raise full from None
         raise
     finally:
         if lock is not None:

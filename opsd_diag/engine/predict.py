@@ -101,7 +101,7 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
                 "kl_rev": float(sig["kl_rev"]), "jsd": float(sig["jsd"]),
                 **{a: float(sig[a]) for a in SAMPLED}, **met})
     nodes = pd.DataFrame(rows)
-    store.atomic_write_parquet(run_dir / "nodes.parquet", nodes)
+    store.write_table(run_dir, "nodes", nodes)
     return {"status": "ok", "estimator": ESTIMATOR, "budget": spec.budget, "k": spec.k, "m": spec.m,
             "candidates": spec.candidates,
             "seed": spec.seed, "continuations_used": int(sum(a[3] for a in admitted)),
