@@ -22,6 +22,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
 
 LOCK = ".lock"
+STATUS_WAIT_S = 10.0  # the longest wait for status.json's moment-long lock
 
 
 def process_start_time(pid: int | None) -> int | None:
@@ -171,7 +172,16 @@ def status_lock(run_dir: Path):
         raise safe.resource_error(e, run_dir) or \
             OpsdError(f"cannot write the run directory {run_dir} ({e.strerror}): check that it is writable") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + STATUS_WAIT_S
+        while True:  # bounded: a process that keeps .lock locked cannot hang the CLI or the app
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OpsdError(f"{run_dir / LOCK} has been locked by another process for {STATUS_WAIT_S:.0f} s "
+                                    "(a status update never takes that long): check what holds it") from None
+                time.sleep(0.02)
         yield
     finally:
         os.close(fd)  # closing drops the lock

@@ -526,10 +526,11 @@ CASES: list[Case] = [
          "manifest.json is unreadable or corrupt"),
     diag("out-lock-is-a-link", lambda e: (e.file("victim.txt", "keep me"), (e.tmp / "out").mkdir(),
                                           (e.tmp / "out" / ".lock").symlink_to(e.tmp / "victim.txt"),
-                                          ["run", e.cfg(), "--out", e.out])[-1], "exists and is not a run directory"),
+                                          ["run", e.cfg(), "--out", e.out])[-1], ".lock is a symbolic link, not a "
+         "regular file"),
     diag("out-status-is-a-folder", lambda e: ((e.tmp / "out" / "status.json").mkdir(parents=True),
                                               ["run", e.cfg(), "--out", e.out])[-1],
-         "exists and is not a run directory"),
+         "status.json is a folder, not a regular file"),
     diag("out-in-use", lambda e: ["run", e.cfg(), "--out", e.held(e.tmp / "busy")], "is in use by opsd-diag run pid"),
     diag("out-empty-unwritable", lambda e: ["run", e.cfg(), "--out", unwritable_dir(e)], "cannot write the run "
          "directory"),

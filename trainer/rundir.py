@@ -26,6 +26,9 @@ from opsd_diag.io import safe, store
 from opsd_diag.scoreboard import PREDICTION
 
 
+FILES = ("config.yaml", "command.txt", "metrics.jsonl", PREDICTION, jobs.STATUS, jobs.LOG, jobs.LOCK, jobs.STOP)
+
+
 def default_dir(config_path: str | Path, root: str | Path = "runs") -> Path:
     return store.default_run_dir(config_path, root, prefix="train-")
 
@@ -60,6 +63,7 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
     if (out_dir / "manifest.json").is_file():
         raise OpsdError(f"{out_dir} is a diagnosis run (made by opsd-diag run), not a training run: choose another "
                         "--out" + (" (a training run from it: opsd-train --from-diagnosis)" if not resume else ""))
+    safe.check_run_files(out_dir, FILES, ("checkpoints",))  # nothing here is written through a link or a FIFO
     if is_run_dir(out_dir):
         if not resume:
             raise OpsdError(f"{out_dir} already holds a training run: pass --resume to continue it, or choose "

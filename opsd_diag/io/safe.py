@@ -272,6 +272,23 @@ def append_text(path, text: str) -> None:
             raise resource_error(e, path) or OpsdError(f"cannot write {_show(path)} ({e.strerror})") from None
 
 
+def check_run_files(run_dir, files: Iterable[str], folders: Iterable[str] = ()) -> None:
+    """Each of ``files`` in ``run_dir`` absent or a regular file, each of ``folders`` absent or a real folder
+    (no link, FIFO or device among them): checked before a run writes into a folder it did not make."""
+    run_dir = Path(run_dir)
+    for name in files:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            what = kind(os.lstat(run_dir / name).st_mode)
+            if what is not None:
+                raise OpsdError(f"{_show(run_dir / name)} is {what}, not a regular file: a run never writes through "
+                                "it; remove it, or choose another --out")
+    for name in folders:
+        p = run_dir / name
+        if p.is_symlink() or (os.path.lexists(p) and not p.is_dir()):
+            raise OpsdError(f"{_show(p)} is {'a symbolic link' if p.is_symlink() else 'not a folder'}: a run writes "
+                            "only inside its own folder; remove it, or choose another --out")
+
+
 def real_dir(path, run_dir) -> Path:
     """``path``, a folder inside ``run_dir``: created if absent, refused when it is a link or not inside."""
     path = Path(path)

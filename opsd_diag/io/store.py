@@ -32,6 +32,8 @@ RUN_ID_KEY = b"opsd_run_id"
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
 # What a run directory may hold before the run itself writes: what the job launcher leaves (opsd_diag.jobs)
 JOB_FILES = frozenset({"status.json", "stdout.log", "STOP", ".lock"})
+RUN_FILES = ("manifest.json", "config.yaml", "summary.json", *(f"{t}.parquet" for t in TABLES), "nodes.parquet",
+             *sorted(JOB_FILES))
 
 
 publish_mode = safe.publish_mode
@@ -167,8 +169,10 @@ def read_manifest(run_dir: Path) -> dict:
     return read_json(path)
 
 
-def _read_parquet(path: Path, expected_id: str | None) -> pd.DataFrame:
-    """A parquet file of a run, refused when it is not a regular file or carries another run's id."""
+def _read_parquet(path: Path, expected_id: str | None, columns: dict[str, str] | None = None,
+                  vocab_size=None) -> pd.DataFrame:
+    """A parquet file of a run, refused when it is not a regular file, does not hold ``columns``
+    (``check_table``) or carries another run's id."""
     import pyarrow.parquet as pq
 
     try:
@@ -179,6 +183,8 @@ def _read_parquet(path: Path, expected_id: str | None) -> pd.DataFrame:
         raise
     except Exception as e:  # pyarrow raises several types for a corrupt file
         raise OpsdError(f"{path} is corrupt ({type(e).__name__}): rerun the run into a new --out") from None
+    if columns is not None:
+        frame = check_table(frame, path, columns, vocab_size)
     found = (table.schema.metadata or {}).get(RUN_ID_KEY, b"").decode(errors="replace") or None
     if expected_id is not None and found != expected_id:
         raise OpsdError(f"{path} belongs to another run (run id {found or 'none'}; this run's manifest.json says "
@@ -195,8 +201,8 @@ def read_table(run_dir: Path, name: str, optional: bool = False) -> pd.DataFrame
             return pd.DataFrame()
         raise OpsdError(f"{path} is missing: the run is incomplete or damaged; rerun the diagnosis into a new --out")
     manifest = read_manifest(run_dir)
-    frame = _read_parquet(path, manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else None)
-    return check_table(frame, path, TABLE_COLUMNS.get(name, {}), manifest.get("vocab_size"))
+    return _read_parquet(path, manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else None,
+                         TABLE_COLUMNS.get(name, {}), manifest.get("vocab_size"))
 
 
 def check_table(frame: pd.DataFrame, path: Path, columns: dict[str, str], vocab_size=None) -> pd.DataFrame:
@@ -257,6 +263,7 @@ def check_run_dir(out_dir: Path, config: dict) -> None:
     """A new or empty folder, or a run of this same config (resume), that can be written; anything else
     is refused."""
     out_dir = Path(out_dir)
+    safe.check_run_files(out_dir, RUN_FILES, ("shards",))  # nothing here is written through a link or a FIFO
     if os.path.lexists(out_dir / "manifest.json"):
         if read_manifest(out_dir).get("config") != config:
             raise OpsdError(f"{out_dir} holds a run of a different config: choose another --out to start a new run")
