@@ -134,6 +134,10 @@ def _cmd_predict(args) -> None:
     from opsd_diag.engine.predict import run_predictor
 
     jobs.check_free(run_dir)  # another process writes this run: say so before the models load
+    from opsd_diag.io import safe, store
+
+    safe.check_run_files(run_dir, store.RUN_FILES)  # no link or FIFO where predict writes
+    run.table("rollouts"), run.table("tokens")  # damaged or foreign tables: said before the models load
     if note:
         print(f"opsd-diag: {note}", file=sys.stderr)
     prep = prepare(cfg)
