@@ -28,6 +28,7 @@ from opsd_diag.io import safe
 from opsd_diag.schema import TABLE_COLUMNS
 
 RUN_ID_KEY = b"opsd_run_id"
+SPACE_PROBE = 64 << 10  # bytes written once to prove the run directory's disk has room
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
 # What a run directory may hold before the run itself writes: what the job launcher leaves (opsd_diag.jobs)
@@ -252,8 +253,9 @@ def check_writable(out_dir: Path) -> None:
     if not parent.is_dir():
         raise OpsdError(f"--out {out_dir}: {parent} is a file, not a directory: choose another --out")
     try:
-        with tempfile.NamedTemporaryFile(dir=parent):
-            pass
+        with tempfile.NamedTemporaryFile(dir=parent) as f:  # some data too: a full disk is said now, not mid-run
+            f.write(b"\0" * SPACE_PROBE)
+            f.flush()
     except OSError as e:
         raise safe.resource_error(e, out_dir) or \
             OpsdError(f"cannot write the run directory {out_dir} ({e.strerror}): choose a writable --out") from None
