@@ -266,6 +266,7 @@ def test_a_stale_lock_whose_pid_was_reused_is_named_as_such(tmp_path, capsys):
     assert "which is no longer running" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fifos_in_a_run_directory_never_hang_the_app_or_the_cli(finished, tmp_path):
     """What the app calls on every page (status, log tail, metrics, the run list) and the CLI's readers
     return at once on a run whose files are FIFOs (a child process, so a hang fails instead of blocking)."""
@@ -361,6 +362,7 @@ def test_a_full_disk_at_start_is_one_line_and_leaves_nothing(world, tmpfs, tmp_p
     assert sorted(os.listdir(fs)) == before
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_mid_run_fails_the_run_cleanly_and_it_resumes(world, tmpfs, tmp_path, monkeypatch,
                                                                         capsys):
     from opsd_diag.io import store

@@ -377,7 +377,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
             if cfg.ideal is not None and cfg.ideal.enabled:
                 jobs.write_status(out_dir, stage="predictor")
                 run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
-                              show_progress=show_progress)
+                              show_progress=show_progress, status=lambda **f: jobs.write_status(out_dir, **f))
             store.atomic_write_json(out_dir / "manifest.json",
                                     manifest(prep, "finished", seconds=round(time.time() - started, 2),
                                              run_id=store.run_id(out_dir)))
