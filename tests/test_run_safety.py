@@ -420,3 +420,74 @@ def test_a_full_disk_at_a_training_checkpoint_fails_the_run_cleanly(world, tmpfs
     assert st["status"] == "failed" and "ENOSPC" in st["error"]
     assert debris(run) == [] and not list((run / "checkpoints").glob("*"))
     assert [json.loads(ln)["step"] for ln in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+# ------------------------------------------------------------------------------------ the safe write itself
+
+def test_a_write_cut_short_leaves_no_temp_file_on_any_exit_path(tmp_path):
+    from opsd_diag.io import safe
+
+    target = tmp_path / "summary.json"
+    target.write_text("old")
+
+    def interrupted(f):
+        f.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        safe.write_file(target, interrupted, own_run=True)
+    with pytest.raises(ValueError):
+        safe.write_file(target, lambda f: (f.write(b"half"), int("x")), own_run=True)
+    assert target.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["summary.json"]
+
+
+@pytest.mark.parametrize("code, words", [(errno.ENOSPC, "no space (or no free inodes) left on its file system"),
+                                         (errno.EDQUOT, "the disk quota is used up"),
+                                         (errno.EMFILE, "too many open files in this process"),
+                                         (errno.ENFILE, "too many open files on this machine")])
+def test_resource_errors_are_one_line_naming_the_file(tmp_path, monkeypatch, code, words):
+    from opsd_diag.io import safe
+
+    def failing(f):
+        f.write(b"x")
+        raise OSError(code, os.strerror(code))
+
+    with pytest.raises(OpsdError) as e:
+        safe.write_file(tmp_path / "t.parquet", failing, own_run=True)
+    assert str(e.value).startswith(f"cannot write {tmp_path / 't.parquet'}: {words} ({errno.errorcode[code]})")
+    assert "\n" not in str(e.value) and os.listdir(tmp_path) == []
+
+
+def test_status_is_still_marked_failed_when_no_temp_file_fits(tmp_path, monkeypatch):
+    """On a disk too full for a temp file, status.json is overwritten in place (its blocks are reused)."""
+    import tempfile
+
+    from opsd_diag.io import safe
+
+    run = tmp_path / "run"
+    run.mkdir()
+    jobs.write_status(run, "running", kind="diagnosis")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    jobs.write_status(run, "failed", error="the disk is full")
+    assert jobs.read_status(run)["status"] == "failed"
+    with pytest.raises(OpsdError, match="no space"):  # any other file: the error, not a torn file
+        safe.write_file(run / "x.json", b"{}", own_run=True)
+    assert not (run / "x.json").exists()
+
+
+def test_the_path_check_names_each_impossible_path(tmp_path):
+    from opsd_diag.io import safe
+
+    loop = tmp_path / "a"
+    loop.symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(loop)
+    for path, words in (("x\0y", "contains a NUL character"), (str(tmp_path / ("n" * 256)), "256 bytes, over"),
+                        ("/".join(["d" * 100] * 41), "over the limit of 4095"),
+                        (str(loop / "run"), "goes through a loop of symbolic links")):
+        with pytest.raises(OpsdError, match=words):
+            safe.check_path(path, "--out")
+    assert safe.check_path(str(tmp_path / ("n" * 255)), "--out") == tmp_path / ("n" * 255)  # the limit itself is fine

@@ -115,7 +115,9 @@ def commit(run_dir: Path, tmp: Path, step: int, state: dict, limit: int | None, 
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "time": time.time(), **info}, indent=2,
                                                        default=str))
     final = step_dir(run_dir, step)
-    if final.exists():  # a re-save of the same step (stop right after a periodic save)
+    if final.is_symlink():  # never followed: only the link goes
+        final.unlink()
+    elif final.exists():  # a re-save of the same step (stop right after a periodic save)
         shutil.rmtree(final)
     os.replace(tmp, final)
     if limit:

@@ -6,9 +6,9 @@ so every read and write of a run's files, and every output a command writes, goe
 - reads open regular files only, never through a final symbolic link and never blocking on a FIFO,
   and are bounded in size (JSON also in nesting depth);
 - writes go to a temp file beside the target, renamed over it; the target must be absent or a
-  regular file (never a link, FIFO, device or folder), and is never an input of the command or a
-  file of a run unless the caller writes its own run (``own_run``); the temp file goes on every
-  exit path (an exception, Ctrl-C);
+  regular file (never a link, FIFO, device or folder), and is never a file of a run unless the
+  caller writes its own run (``own_run``); the temp file goes on every exit path (an exception,
+  Ctrl-C);
 - a full disk, no inodes or no file descriptors is one OpsdError naming the file;
 - ``check_path`` turns a NUL, an over-long name or a symbolic-link loop into one error.
 """
@@ -189,9 +189,9 @@ def run_of(path) -> Path | None:
     return None
 
 
-def check_target(path, *, inputs: Iterable = (), own_run: bool = False) -> None:
-    """``path`` may be written: absent or a regular file, not one of ``inputs``, not a file of a run
-    unless the caller writes its own run (``own_run``)."""
+def check_target(path, *, own_run: bool = False) -> None:
+    """``path`` may be written: absent or a regular file, and not a file of a run unless the caller writes
+    its own run (``own_run``: the one way to ask for it)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -199,16 +199,12 @@ def check_target(path, *, inputs: Iterable = (), own_run: bool = False) -> None:
     what = kind(st.st_mode)
     if what is not None:
         raise OpsdError(f"{_show(path)} is {what}: it is never replaced by a file; choose another path")
-    for other in inputs:
-        with contextlib.suppress(OSError):
-            if os.path.samestat(st, os.stat(other)):
-                raise OpsdError(f"{_show(path)} is an input of this command ({_show(other)}): choose another path")
     if not own_run and (run := run_of(Path(path).parent)) is not None:
         raise OpsdError(f"{_show(path)} is a file of the run {_show(run)}: a command never replaces another's files; "
                         "choose a path outside the run directory")
 
 
-def write_file(path, data: bytes | Callable[[BinaryIO], None], *, inputs: Iterable = (), own_run: bool = False,
+def write_file(path, data: bytes | Callable[[BinaryIO], None], *, own_run: bool = False,
                in_place_fallback: bool = False) -> None:
     """Write ``data`` (bytes, or a function writing into a binary file) to ``path`` atomically: a temp file
     beside it, renamed over it; readers see the old file or the new one, never part of either.
@@ -216,15 +212,14 @@ def write_file(path, data: bytes | Callable[[BinaryIO], None], *, inputs: Iterab
     ``in_place_fallback``: when the disk is too full for a temp file, overwrite the existing regular file
     in place (status.json must still say ``failed`` on a full disk)."""
     path = Path(path)
-    inputs = list(inputs)
-    check_target(path, inputs=inputs, own_run=own_run)
+    check_target(path, own_run=own_run)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         publish_mode(tmp)
         with os.fdopen(fd, "wb") as f:
             data(f) if callable(data) else f.write(data)
-        check_target(path, inputs=inputs, own_run=own_run)  # again: it may have changed while we wrote
+        check_target(path, own_run=own_run)  # again: it may have changed while we wrote
         os.replace(tmp, path)
         tmp = None
     except BaseException as e:
