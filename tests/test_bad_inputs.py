@@ -392,7 +392,7 @@ def resuming_run(change: Callable[[Path], None]) -> Callable[[Env], list[str]]:
 
 
 LONG = "n" * 256  # one byte over a file name's limit
-
+# --- end of issue 19 (helpers) ---
 
 # ------------------------------------------------------------------------------------------ the rows
 
@@ -897,6 +897,7 @@ CASES: list[Case] = [
          "belongs to another run (run id none"),
     diag("i19-predict-rollouts-of-another-run", corrupt_run(restamp("rollouts", "f" * 32), cmd="predict"),
          "rollouts.parquet belongs to another run"),
+    # --- end of issue 19 ---
 ]
 
 
@@ -1018,6 +1019,7 @@ APP_CASES: list[AppCase] = [
             "belongs to another run"),
     AppCase("i19-app-tokens-wrong-dtype", _open_run(same_stamp("tokens", lambda f: f.assign(pos="x"))),
             "views/signals.py", "column 'pos' holds"),
+    # --- end of issue 19 ---
 ]
 
 
