@@ -30,6 +30,16 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argp
         return None, e.code if isinstance(e.code, int) else 2
 
 
+def check_paths(args: argparse.Namespace, names: dict[str, str]) -> None:
+    """Every path argument (``names``: attribute -> how the message names it) through ``io.safe.check_path``."""
+    from opsd_diag.io.safe import check_path
+
+    for attr, what in names.items():
+        value = getattr(args, attr, None)
+        if isinstance(value, str) and value:
+            check_path(value, what)
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 

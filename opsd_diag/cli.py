@@ -10,11 +10,13 @@ import os
 import sys
 from pathlib import Path
 
-from opsd_diag.argparser import Parser, parse, stop_as_interrupt
+from opsd_diag.argparser import Parser, check_paths, parse, stop_as_interrupt
 from opsd_diag.errors import OpsdError, printable
 
 MODELS_DIR = Path("sample_data/models")
 PROBLEMS_DIR = Path("sample_data/problems")
+PATHS = {"config": "the config file", "out": "--out", "run_dir": "the run directory", "root": "the runs folder",
+         "problems_dir": "--problems-dir"}
 
 
 def _cmd_run(args) -> None:
@@ -95,15 +97,27 @@ def _cmd_export(args) -> None:
         if c not in run.configs:
             raise OpsdError(f"unknown config '{c}': this run has {', '.join(run.configs)}")
     out = Path(args.out) if args.out else Path(f"{run.path.name}-rollout{args.rollout}-{args.signal}.{args.format}")
+    from opsd_diag.io import safe
+
+    _check_output(out, args.format)  # before the heatmap is made: a refusal costs nothing
     data = run.export_heatmap(args.rollout, configs, args.signal, args.format,
                               run.tokenizer() if args.format == "html" else None, scale=args.scale)
-    from opsd_diag.io import store
-
     try:
-        store.atomic_write_bytes(out, data)
+        safe.write_file(out, data)
     except OSError as e:
         raise OpsdError(f"cannot write {out} ({e.strerror}): choose another --out") from None
     print(f"heatmap of rollout {args.rollout} ({', '.join(configs)}, {args.signal}) written to {out}")
+
+
+def _check_output(out: Path, fmt: str) -> None:
+    """An export replaces only what could be an earlier export: a regular file outside any run directory,
+    with the format's suffix (a data file, a config or a run's summary.json is never overwritten)."""
+    from opsd_diag.io import safe
+
+    safe.check_target(out)
+    if out.exists() and out.suffix.lower() != f".{fmt}":
+        raise OpsdError(f"--out {out} exists and is not a .{fmt} file: an export only replaces an earlier export; "
+                        "choose another --out")
 
 
 def _cmd_predict(args) -> None:
@@ -112,7 +126,7 @@ def _cmd_predict(args) -> None:
 
     run_dir = Path(args.run_dir)
     run = Run.load(run_dir)  # a finished run, or a clear error
-    cfg = run.config
+    cfg, note = run.config_for_models(args.trust_remote_code)  # the user's flag decides, never the manifest
     if run.summary.ranking and not args.replace:  # its verdicts are not thrown away unasked
         raise OpsdError(f"{run_dir} has verdicts already: pass --replace to replace them with a new predictor run "
                         "(they are not kept), or copy the run directory first")
@@ -124,6 +138,12 @@ def _cmd_predict(args) -> None:
     from opsd_diag.engine.predict import run_predictor
 
     jobs.check_free(run_dir)  # another process writes this run: say so before the models load
+    from opsd_diag.io import safe, store
+
+    safe.check_run_files(run_dir, store.RUN_FILES)  # no link or FIFO where predict writes
+    run.table("rollouts"), run.table("tokens")  # damaged or foreign tables: said before the models load
+    if note:
+        print(f"opsd-diag: {note}", file=sys.stderr)
     prep = prepare(cfg)
     lock = jobs.acquire_lock(run_dir, "opsd-diag predict")  # one writer per run directory
     try:
@@ -203,6 +223,8 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--k", type=int, help="top-k candidates per model at each node")
     pr.add_argument("--m", type=int, help="continuations per candidate")
     pr.add_argument("--replace", action="store_true", help="replace the verdicts the run already has")
+    pr.add_argument("--trust-remote-code", action="store_true",
+                    help="let the run's models run their own code (off: a run directory never enables it)")
     pr.set_defaults(func=_cmd_predict)
 
     sb = sub.add_parser("scoreboard", help="predicted vs realised for every training run started from a diagnosis")
@@ -242,8 +264,14 @@ def _main(args) -> int:
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
     hf_logging.set_verbosity_error()
+    from opsd_diag.io import safe
+
     try:
-        args.func(args)
+        check_paths(args, PATHS)  # a NUL, an over-long name, a link loop: one line before any work
+        try:
+            args.func(args)
+        except OSError as e:  # a write that met a full disk outside io.safe (a library's own file)
+            raise safe.resource_error(e, getattr(args, "out", None) or getattr(args, "run_dir", None) or ".") or e
     except OpsdError as e:
         print(f"opsd-diag: error: {e}", file=sys.stderr)
         if getattr(args, "out", None) and args.command == "run":

@@ -11,14 +11,15 @@ is in ``RUN_DIR/status.json``, written by the launcher and by the run itself::
     error       the one-line message of a failure
     pid, start_time, pgid, leader_start_time, argv, started, updated
 
-A run holds ``RUN_DIR/.lock`` (an flock) while it writes: one writer per run directory, taken over
-from a killed holder. Stop signals only a group provably this run's (``ours``). docs/design.md.
+A run holds the run directory's lock (``opsd_diag.lock``: an flock on the folder, its holder named in
+``.lock``) while it writes: one writer per run directory, taken over from a killed holder. Stop
+signals only a group provably this run's (``ours``). Every file here is opened through ``io.safe``
+(no link followed, no FIFO waited on). docs/design.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -30,12 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import store
+from opsd_diag.io import safe
+from opsd_diag.lock import LOCK, acquire_lock, check_free, holders, process_start_time, release_lock, status_lock
+
+__all__ = ["LOCK", "acquire_lock", "check_free", "release_lock", "process_start_time"]  # the protocol's names
 
 STATUS = "status.json"
 LOG = "stdout.log"
 STOP = "STOP"
-LOCK = ".lock"
 ACTIVE = ("starting", "running")
 ARGV_ENV = "OPSD_JOB_ARGV"  # the launcher's exact argv (JSON), recorded by the run
 DIR_ENV = "OPSD_JOB_DIR"  # the run directory (resolved) a launched process was started for
@@ -67,18 +70,6 @@ def training_command(config: str | Path, out_dir: str | Path, *, num_processes: 
 # ------------------------------------------------------------------------------- processes
 
 
-def process_start_time(pid: int | None) -> int | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), or None when it is not running."""
-    if not pid:
-        return None
-    try:
-        with open(f"/proc/{int(pid)}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, ValueError):
-        return None
-    return None if fields[0] == "Z" else int(fields[19])  # a zombie has finished
-
-
 def alive(pid: int | None, start_time: int | None) -> bool:
     """The process ``pid`` runs and is the one that started at ``start_time`` (not a reused pid)."""
     now = process_start_time(pid)
@@ -88,23 +79,19 @@ def alive(pid: int | None, start_time: int | None) -> bool:
 # -------------------------------------------------------------------------------- status
 
 
-@contextlib.contextmanager
-def _status_lock(run_dir: Path):
-    """Serialise read-modify-write of status.json between the launcher and the run (an flock on the folder)."""
-    fd = os.open(run_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing drops the lock
-
-
 def read_status(run_dir: str | Path) -> dict | None:
+    """status.json, or None when it is absent, damaged, huge, deep, a link or a FIFO (never blocks)."""
     try:
-        data = json.loads((Path(run_dir) / STATUS).read_text())
-    except (OSError, ValueError):
+        data = safe.read_json(Path(run_dir) / STATUS, 1 << 20)
+    except (OSError, ValueError, OpsdError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _write(run_dir: Path, rec: dict) -> None:
+    """status.json atomically; on a full disk in place, so a failure is still recorded as one."""
+    data = (json.dumps(rec, indent=2, allow_nan=False, default=str) + "\n").encode()
+    safe.write_file(run_dir / STATUS, data, own_run=True, in_place_fallback=True)
 
 
 def write_status(run_dir: str | Path, status: str | None = None, *, owner: bool = True, **fields) -> dict:
@@ -114,7 +101,7 @@ def write_status(run_dir: str | Path, status: str | None = None, *, owner: bool 
     launcher writes ``starting`` with ``owner=False``).
     """
     run_dir = Path(run_dir)
-    with _status_lock(run_dir):
+    with status_lock(run_dir):
         rec = {**(read_status(run_dir) or {}), **fields, "updated": time.time()}
         if status is not None:
             rec["status"] = status
@@ -122,7 +109,7 @@ def write_status(run_dir: str | Path, status: str | None = None, *, owner: bool 
                 rec.pop("error", None)
         if owner:
             rec.update(pid=os.getpid(), start_time=process_start_time(os.getpid()))
-        store.atomic_write_json(run_dir / STATUS, rec)
+        _write(run_dir, rec)
     return rec
 
 
@@ -132,7 +119,8 @@ def fail(run_dir: str | Path, error: str, status: str = "failed") -> None:
     st = read_status(run_dir)
     launched = os.environ.get(ARGV_ENV) is not None and json.loads(os.environ[ARGV_ENV]) == (st or {}).get("argv")
     if st is not None and st.get("status") in ACTIVE and (st.get("pid") == os.getpid() or launched):
-        write_status(run_dir, status, error=error)
+        with contextlib.suppress(OpsdError, OSError):  # the error being reported matters more than this record
+            write_status(run_dir, status, error=error)
 
 
 STOPPED_EARLY = "stopped while loading, before any new work: start it again to continue"
@@ -146,80 +134,6 @@ def status(run_dir: str | Path) -> dict:
     if st["status"] in ACTIVE and not st["alive"]:  # ended without a word: on a stop (its STOP file), or not
         st["status"] = "stopped" if (Path(run_dir) / STOP).exists() else "died"
     return st
-
-
-# ---------------------------------------------------------------------------------- lock
-
-
-def _open_nofollow(path: Path, flags: int, mode: str):
-    """``open`` that refuses a symbolic link (a crafted run folder's ``.lock`` -> a file elsewhere is never
-    truncated, appended to or read)."""
-    return os.fdopen(os.open(path, flags | os.O_NOFOLLOW, 0o644), mode)
-
-
-def _in_use(run_dir: Path, f) -> OpsdError:
-    f.seek(0)
-    holder = f.read().strip() or "another process"
-    return OpsdError(f"{run_dir} is in use by {holder}: wait for it to end, stop it, or choose another --out")
-
-
-def check_free(run_dir: str | Path) -> None:
-    """An OpsdError naming the holder when a live process holds ``RUN_DIR/.lock``; creates nothing.
-
-    Called before the models load, so a second run on a busy directory fails at once (``acquire_lock``
-    still decides, later). Not for a process that holds the lock itself: its own lock reads as busy.
-    """
-    run_dir = Path(run_dir)
-    try:
-        f = _open_nofollow(run_dir / LOCK, os.O_RDONLY, "r")
-    except OSError:
-        return  # no lock file: nothing ever wrote here, or it is not ours to read
-    with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _in_use(run_dir, f) from None
-        except OSError:
-            return
-
-
-def acquire_lock(run_dir: str | Path, what: str = "run"):
-    """Hold ``RUN_DIR/.lock`` for the life of this process (one writer per run directory).
-
-    Returns the open lock file (keep it referenced). A live holder is an OpsdError naming its pid;
-    a dead holder's lock is free again (the kernel released it) and is taken over with a message.
-    """
-    run_dir = Path(run_dir)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        f = _open_nofollow(run_dir / LOCK, os.O_RDWR | os.O_CREAT, "r+")
-    except OSError as e:
-        raise OpsdError(f"cannot write the run directory {run_dir} ({e.strerror}): choose a writable --out") from None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        err = _in_use(run_dir, f)
-        f.close()
-        raise err from None
-    f.seek(0)
-    old = f.read().strip()
-    if old:
-        print(f"opsd: taking over {run_dir} from {old}, which is no longer running", file=sys.stderr)
-    f.seek(0)
-    f.truncate()
-    f.write(f"{what} pid {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})")
-    f.flush()
-    return f
-
-
-def release_lock(f) -> None:
-    """Let go of ``acquire_lock``'s file after a normal end: emptied first, so the next run does not read a
-    holder to take over from (the kernel drops the flock itself when a process dies)."""
-    with contextlib.suppress(OSError):
-        f.seek(0)
-        f.truncate()
-        f.flush()
-    f.close()
 
 
 # ------------------------------------------------------------------------------ launch
@@ -241,7 +155,7 @@ def start(argv: list[str], run_dir: str | Path, kind: str, *, cwd: str | Path | 
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / STOP).unlink(missing_ok=True)  # a stop of an earlier segment is not a stop of this one
         write_status(run_dir, "starting", owner=False, kind=kind, argv=argv, started=time.time(), stage="starting")
-        log_file = _open_nofollow(run_dir / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab")
+        log_file = safe.open_append(run_dir / LOG)
         with log_file as log:  # the child keeps its own descriptor
             proc = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
@@ -250,10 +164,10 @@ def start(argv: list[str], run_dir: str | Path, kind: str, *, cwd: str | Path | 
     except OSError as e:
         raise OpsdError(f"cannot start the {kind} in {run_dir} ({e.strerror}): check that it is writable") from None
     # the leader's identity, so stop() can prove the group is ours; status stays whatever the run wrote
-    with _status_lock(run_dir):
+    with status_lock(run_dir):
         rec = {**(read_status(run_dir) or {}), "pgid": proc.pid, "leader_start_time": process_start_time(proc.pid)}
         rec.setdefault("pid", proc.pid)
-        store.atomic_write_json(run_dir / STATUS, rec)
+        _write(run_dir, rec)
     return Job(run_dir, proc.pid, argv)
 
 
@@ -264,7 +178,7 @@ def stop(run_dir: str | Path, *, grace_s: float = 0.0, poll_s: float = 0.2) -> d
     run's lock or launch environment); anything else gets no signal at all.
     """
     run_dir = Path(run_dir)
-    (run_dir / STOP).touch()
+    os.close(safe.open_regular(run_dir / STOP, os.O_WRONLY | os.O_CREAT))  # never through a link
     deadline = time.time() + grace_s
     while time.time() < deadline and status(run_dir)["status"] in ACTIVE:
         time.sleep(poll_s)
@@ -294,20 +208,11 @@ def ours(run_dir: Path, pgid, leader_start) -> bool:
 
 
 def _group_holds_lock(run_dir: Path, pgid: int) -> bool:
-    """A process of group ``pgid`` holds the flock on ``RUN_DIR/.lock`` (read from /proc/locks)."""
-    try:
-        st = os.stat(run_dir / LOCK, follow_symlinks=False)
-        with open("/proc/locks") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return False
-    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in lines:  # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"; waiters carry "->"
-        f = line.split()
-        if len(f) >= 6 and f[1] == "FLOCK" and f[5] == key:
-            with contextlib.suppress(OSError, ValueError):
-                if os.getpgid(int(f[4])) == pgid:
-                    return True
+    """A process of group ``pgid`` holds the run directory's lock (read from /proc/locks)."""
+    for pid in holders(run_dir):
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pgid:
+                return True
     return False
 
 
@@ -329,12 +234,12 @@ def stop_requested(run_dir: str | Path) -> bool:
 
 def log_tail(run_dir: str | Path, n_lines: int = 40) -> str:
     """The last lines of the run's output (tqdm's carriage-return redraws split into lines)."""
-    path = Path(run_dir) / LOG
-    if not path.is_file():
+    try:
+        with os.fdopen(safe.open_regular(Path(run_dir) / LOG), "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 16_000))
+            text = f.read().decode("utf-8", errors="replace")
+    except (OSError, OpsdError):  # absent, a link, a FIFO: nothing of this run's to show
         return ""
-    with open(path, "rb") as f:
-        f.seek(max(0, f.seek(0, 2) - 16_000))
-        text = f.read().decode("utf-8", errors="replace")
     lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
     return "\n".join(lines[-n_lines:])
 
@@ -344,7 +249,8 @@ def find_runs(root: str | Path = "runs", kind: str | None = None, skipped: list 
     out = []
     for p in Path(root).iterdir() if Path(root).is_dir() else ():
         try:
-            k = ((read_status(p) if p.is_dir() else None) or {}).get("kind") or (
+            status = safe.read_json(p / STATUS, 1 << 20) if p.is_dir() and (p / STATUS).exists() else {}  # or raises
+            k = (status.get("kind") if isinstance(status, dict) else None) or (
                 "diagnosis" if (p / "manifest.json").is_file() else "training" if (p / "metrics.jsonl").is_file() else None)
             if k is not None and (kind is None or k == kind):
                 out.append((p.stat().st_mtime, p.resolve()))
@@ -356,17 +262,17 @@ def find_runs(root: str | Path = "runs", kind: str | None = None, skipped: list 
 
 def read_jsonl(path: str | Path, offset: int = 0) -> tuple[list[dict], int]:
     """(complete records after byte ``offset``, the offset to continue from); a torn last line waits."""
-    path = Path(path)
-    if not path.is_file():
+    try:
+        with os.fdopen(safe.open_regular(Path(path)), "rb") as f:
+            f.seek(offset)
+            data = f.read(64 << 20)  # bounded: a huge file is read on over several polls
+    except (OSError, OpsdError):
         return [], offset
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
     records, used = [], 0
     for line in data.split(b"\n")[:-1]:  # the part after the last newline is not complete yet
         used += len(line) + 1
-        with contextlib.suppress(ValueError):
-            records.append(json.loads(line))
+        with contextlib.suppress(ValueError, OpsdError):  # a damaged or hostile line is skipped, never fatal
+            records.append(safe.parse_json(line, path))
     return records, offset + used
 
 
@@ -379,7 +285,7 @@ class Follower:
         self.records: list[dict] = []
 
     def poll(self) -> list[dict]:
-        if self.path.is_file() and self.path.stat().st_size < self.offset:
+        if self.path.is_file() and self.path.lstat().st_size < self.offset:
             self.offset, self.records = 0, []  # rewritten by a resume: read it again from the start
         new, self.offset = read_jsonl(self.path, self.offset)
         self.records += new

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import store
+from opsd_diag.io import safe, store, trust
 from opsd_diag.io.config import DiagnosisConfig, from_dict
 from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
 from opsd_diag.schema import SIGNAL_COLUMNS
@@ -62,7 +62,17 @@ class Run:
     # -------------------------------------------------------------------------------- data
     @cached_property
     def config(self) -> DiagnosisConfig:
-        return from_dict(self.manifest.get("config") or {}, f"{self.path / 'manifest.json'} config")
+        """The run's config with remote code off, whatever the manifest says (``io.trust``)."""
+        return from_dict(trust.without_code(self.manifest.get("config") or {})[0],
+                         f"{self.path / 'manifest.json'} config")
+
+    def config_for_models(self, trust_remote_code: bool = False) -> tuple[DiagnosisConfig, str | None]:
+        """(the config to load the run's models with, remote code only as the user's own flag says; the one-line
+        note when the manifest asked for remote code, else None)."""
+        stored = self.manifest.get("config") or {}
+        _, asked = trust.without_code(stored)
+        cfg = from_dict(trust.with_code(stored, trust_remote_code), f"{self.path / 'manifest.json'} config")
+        return cfg, trust.note(self.path / "manifest.json", asked, trust_remote_code)
 
     @property
     def configs(self) -> list[str]:
@@ -72,7 +82,7 @@ class Run:
         if name not in TABLES:
             raise OpsdError(f"unknown table '{name}': choose one of {', '.join(TABLES)}")
         if name not in self._tables:  # read once (setdefault would read the file on every access)
-            self._tables[name] = store.read_table(self.path, name)
+            self._tables[name] = store.read_table(self.path, name, optional=name == "nodes")
         return self._tables[name]
 
     rollouts = property(lambda self: self.table("rollouts"))
@@ -273,10 +283,14 @@ class Run:
         if figure_format not in ("html", *export.IMAGE_FORMATS):
             raise OpsdError(f"unknown figure format '{figure_format}': use html, png or svg")
         out_dir = Path(out_dir)
+        if (run := safe.run_of(out_dir)) is not None:
+            raise OpsdError(f"{out_dir} is inside the run directory {run}: exports go outside any run (a run's files "
+                            "are never replaced); choose another folder")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise OpsdError(f"cannot write to {out_dir} ({e.strerror}): choose a writable directory") from None
+            raise safe.resource_error(e, out_dir) or \
+                OpsdError(f"cannot write to {out_dir} ({e.strerror}): choose a writable directory") from None
         files = {f"{name}.{table_format}": export.table_bytes(frame, table_format)
                  for name, frame in self.tables().items()}
         for name, fig in self.figures(signal).items():
@@ -284,5 +298,5 @@ class Run:
                                                 else export.figure_image(fig, figure_format))
         files["report.html"] = self.report_html(signal, tokenizer=self.tokenizer()).encode()
         for name, data in files.items():
-            store.atomic_write_bytes(out_dir / name, data)
+            safe.write_file(out_dir / name, data)
         return [out_dir / name for name in files]

@@ -72,3 +72,16 @@ def markdown_table() -> str:
     rows += [f"| `{c.name}` | {c.formula} | {c.meaning}{' (NaN without a base model)' if c.needs_base else ''} |"
              for c in SIGNALS]
     return "\n".join(rows)
+
+
+# What each stored table must hold, checked on every read (io.store.read_table): column -> kind
+# (i integer, f number, s text, b flag, l list of token ids). Other columns may follow.
+TABLE_COLUMNS: dict[str, dict[str, str]] = {
+    "rollouts": {"rollout_id": "i", "problem_index": "i", "sample_idx": "i", "completion_ids": "l", "length": "i",
+                 "finished": "b", "text": "s", "correct": "b"},
+    "tokens": {"rollout_id": "i", "config": "s", "pos": "i", "token_id": "i", "token": "s",
+               **{c: "f" for c in SIGNAL_COLUMNS}},
+    "topk": {"rollout_id": "i", "pos": "i", "role": "s", "config": "s", "rank": "i", "token_id": "i", "logprob": "f"},
+    "teacher_rollouts": {"config": "s", "sample_idx": "i", "correct": "b"},
+    "nodes": {"node_id": "i", "config": "s", "rollout_id": "i", "pos": "i", "token_id": "i", "cand_ids": "l"},
+}

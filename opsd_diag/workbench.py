@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import store
+from opsd_diag.io import safe, store
 from opsd_diag.io.config import DataSpec, DiagnosisConfig, from_dict, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.templates import BUILTIN, context_fields, placeholders, resolve
@@ -57,7 +57,7 @@ def save_config(cfg: DiagnosisConfig, path: str | Path, overwrite: bool = False)
         raise OpsdError(f"{path} exists and holds another config: choose another name, or tick 'replace'")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        store.atomic_write_text(path, text)
+        safe.write_file(path, text.encode())
     except OSError as e:
         raise OpsdError(f"cannot write {path} ({e.strerror}): choose a writable place") from None
     return path

@@ -211,8 +211,9 @@ def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path
     at.run()
     assert not at.exception
     assert any("no_such_model does not exist" in e.value for e in at.error), [e.value for e in at.error]
-    # the job directory holds only the job's own files: status and log, no half-written run
-    assert sorted(p.name for p in run_dir.iterdir()) == ["status.json", "stdout.log"]
+    # the job directory holds only the job's own files: status, log and the (empty) lock file, no half-written run
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "status.json", "stdout.log"]
+    assert (run_dir / ".lock").read_text() == ""
 
 
 def test_new_run_opens_a_finished_job(runs_root):

@@ -273,7 +273,7 @@ def test_a_run_reads_each_table_once(run, monkeypatch):
     fresh = type(run).load(run.path)
     calls = []
     real = store.read_table
-    monkeypatch.setattr(store, "read_table", lambda path, name: calls.append(name) or real(path, name))
+    monkeypatch.setattr(store, "read_table", lambda path, name, **kw: calls.append(name) or real(path, name, **kw))
     for _ in range(3):
         fresh.tokens, fresh.topk
         fresh.heatmap(0, ["teacher"], "r_opd")

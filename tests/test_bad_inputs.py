@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,6 +158,8 @@ def tree(root: Path) -> dict[str, str]:
             out[rel] = "link"
         elif p.is_dir():
             out[rel] = "dir"
+        elif not p.is_file():  # a FIFO or a device: never read (it would block or never end)
+            out[rel] = "special"
         else:
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
@@ -298,6 +301,99 @@ def no_package(name: str) -> tuple[str, ...]:
     """The packages a row hides (as if not installed), so the row runs whether or not they are here."""
     return (name,)
 
+
+# --- issue 19: run directories, writes, locks, limits (helpers) ---
+
+def fifo(path: Path) -> str:
+    """A named pipe at ``path`` (in place of a file, if one is there): opening it to read would block."""
+    Path(path).unlink(missing_ok=True)
+    os.mkfifo(path)
+    return str(path)
+
+
+def replace_with_fifo(name: str) -> Callable[[Path], None]:
+    return lambda run: fifo(run / name)
+
+
+def device_node(e: Env) -> str:
+    """A character device like /dev/null, made in the test folder (root only): never overwritten."""
+    path = e.tmp / "null.html"
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return str(path)
+
+
+def not_root() -> str | None:
+    return None if os.geteuid() == 0 else "making a device node needs root (CI runs as root)"
+
+
+def link_loop(e: Env) -> Path:
+    a, b = e.tmp / "loop_a", e.tmp / "loop_b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    return a
+
+
+def deep(n: int, obj: bool = False) -> str:
+    return ('{"a": ' * n + "1" + "}" * n) if obj else "[" * n + "]" * n
+
+
+def restamp(name: str, run_id: str | None, change: Callable[[pd.DataFrame], pd.DataFrame] = lambda f: f):
+    """Rewrite a run's table (changed by ``change``) stamped with ``run_id``: a table from another run."""
+    def apply(run: Path) -> None:
+        from opsd_diag.io import store
+        frame = change(pd.read_parquet(run / f"{name}.parquet"))
+        with open(run / f"{name}.parquet", "wb") as f:
+            store._write_parquet(f, frame, run_id)
+    return apply
+
+
+def same_stamp(name: str, change: Callable[[pd.DataFrame], pd.DataFrame]):
+    """Change a run's table keeping its own run id (only the content is wrong)."""
+    def apply(run: Path) -> None:
+        restamp(name, json.loads((run / "manifest.json").read_text())["run_id"], change)(run)
+    return apply
+
+
+def resumable_with(e: Env, change: Callable[[Path], None]) -> list[str]:
+    """``resumable_run`` whose run directory is then changed by ``change`` (a link or a FIFO put in)."""
+    argv = resumable_run(e)
+    change(Path(argv[2]))
+    return argv
+
+
+def link_to_victim(name: str) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        victim = run.parent / "victim.txt"
+        victim.write_text("keep me")
+        (run / name).unlink(missing_ok=True)
+        (run / name).symlink_to(victim)
+    return apply
+
+
+def outside_checkpoint(root: bool) -> Callable[[Path], None]:
+    """The run's checkpoint (or its whole checkpoints folder) moved out of the run and linked back in."""
+    def apply(run: Path) -> None:
+        elsewhere = run.parent / "elsewhere"
+        if root:
+            shutil.move(run / "checkpoints", elsewhere)
+            (run / "checkpoints").symlink_to(elsewhere)
+        else:
+            shutil.move(run / "checkpoints" / "step-000001", elsewhere)
+            (run / "checkpoints" / "step-000001").symlink_to(elsewhere)
+    return apply
+
+
+def resuming_run(change: Callable[[Path], None]) -> Callable[[Env], list[str]]:
+    """``opsd-diag run`` resuming a copy of the finished run (made unfinished), changed by ``change``."""
+    def make(e: Env) -> list[str]:
+        run = e.run_copy(set_manifest(status="running"))
+        change(run)
+        return ["run", e.cfg(), "--out", str(run)]
+    return make
+
+
+LONG = "n" * 256  # one byte over a file name's limit
+# --- end of issue 19 (helpers) ---
 
 # ------------------------------------------------------------------------------------------ the rows
 
@@ -528,10 +624,11 @@ CASES: list[Case] = [
          "manifest.json is unreadable or corrupt"),
     diag("out-lock-is-a-link", lambda e: (e.file("victim.txt", "keep me"), (e.tmp / "out").mkdir(),
                                           (e.tmp / "out" / ".lock").symlink_to(e.tmp / "victim.txt"),
-                                          ["run", e.cfg(), "--out", e.out])[-1], "exists and is not a run directory"),
+                                          ["run", e.cfg(), "--out", e.out])[-1], ".lock is a symbolic link, not a "
+         "regular file"),
     diag("out-status-is-a-folder", lambda e: ((e.tmp / "out" / "status.json").mkdir(parents=True),
                                               ["run", e.cfg(), "--out", e.out])[-1],
-         "exists and is not a run directory"),
+         "status.json is a folder, not a regular file"),
     diag("out-in-use", lambda e: ["run", e.cfg(), "--out", e.held(e.tmp / "busy")], "is in use by opsd-diag run pid"),
     diag("out-empty-unwritable", lambda e: ["run", e.cfg(), "--out", unwritable_dir(e)], "cannot write the run "
          "directory"),
@@ -699,6 +796,110 @@ CASES: list[Case] = [
               "training.eval.data.path: data file held.jsonl not found"),
     from_diag("fd-models-gone", ["--config", "teacher", "--signal", "r_opd"], "model directory /gone/t does not",
               change=manifest_config(teachers=[{"name": "teacher", "model": "/gone/t"}])),
+    # --- issue 19: run directories, writes, locks, limits ---
+    # outputs never clobber: export --out onto what is not an earlier export
+    diag("i19-export-onto-fifo", lambda e: ["export", str(e.run), "--out", fifo(e.tmp / "pipe.html")],
+         "is a named pipe (FIFO): it is never replaced"),
+    diag("i19-export-onto-device", lambda e: ["export", str(e.run), "--out", device_node(e)],
+         "is a device: it is never replaced", skip=not_root),
+    diag("i19-export-onto-run-summary", lambda e: ["export", str(r := e.run_copy()), "--out", str(r / "summary.json")],
+         "is a file of the run"),
+    diag("i19-export-onto-shard-table", lambda e: ["export", str(r := e.run_copy()), "--format", "svg", "--out",
+                                                    str(r / "shards" / "00000" / "tokens.parquet")],
+         "is a file of the run"),
+    diag("i19-export-onto-data-file", lambda e: ["export", str(e.run), "--out", e.file("train.jsonl", jsonl(GOOD))],
+         "exists and is not a .html file"),
+    diag("i19-export-onto-folder", lambda e: ((e.tmp / "x.html").mkdir(), ["export", str(e.run), "--out",
+                                                                         str(e.tmp / "x.html")])[-1], "is a folder"),
+    diag("i19-export-onto-link", lambda e: ((e.tmp / "x.html").symlink_to(e.file("victim.html", "keep")),
+                                            ["export", str(e.run), "--out", str(e.tmp / "x.html")])[-1],
+         "is a symbolic link: it is never replaced"),
+    # writes never follow links (or block on FIFOs) inside run directories: refused before anything is written
+    train("i19-resume-command-is-a-link", lambda e: resumable_with(e, link_to_victim("command.txt")),
+          "command.txt is a symbolic link, not a regular file"),
+    train("i19-resume-log-is-a-link", lambda e: resumable_with(e, link_to_victim("stdout.log")),
+          "stdout.log is a symbolic link"),
+    train("i19-resume-metrics-is-a-fifo", lambda e: resumable_with(e, replace_with_fifo("metrics.jsonl")),
+          "metrics.jsonl is a named pipe (FIFO)"),
+    train("i19-resume-status-is-a-link", lambda e: resumable_with(e, link_to_victim("status.json")),
+          "status.json is a symbolic link"),
+    train("i19-resume-checkpoint-from-outside", lambda e: resumable_with(e, outside_checkpoint(root=False)),
+          "step-000001 is a symbolic link: a run resumes only from what it saved itself"),
+    train("i19-resume-checkpoints-folder-linked", lambda e: resumable_with(e, outside_checkpoint(root=True)),
+          "checkpoints is a symbolic link: a run writes only inside its own folder"),
+    diag("i19-run-resume-status-is-a-link", resuming_run(link_to_victim("status.json")),
+         "status.json is a symbolic link, not a regular file"),
+    diag("i19-run-resume-shards-linked", resuming_run(lambda r: (shutil.move(r / "shards", r.parent / "s"),
+                                                                 (r / "shards").symlink_to(r.parent / "s"))),
+         "shards is a symbolic link"),
+    # no FIFO can hang a command
+    diag("i19-report-summary-is-a-fifo", corrupt_run(replace_with_fifo("summary.json")),
+         "summary.json is a named pipe (FIFO), not a regular file"),
+    diag("i19-report-manifest-is-a-fifo", corrupt_run(replace_with_fifo("manifest.json")),
+         "manifest.json is a named pipe (FIFO)"),
+    diag("i19-show-tokens-is-a-fifo", corrupt_run(replace_with_fifo("tokens.parquet"), cmd="show"),
+         "tokens.parquet is a named pipe (FIFO)"),
+    diag("i19-predict-lock-is-a-fifo", corrupt_run(replace_with_fifo(".lock"), cmd="predict"),
+         ".lock is a named pipe (FIFO)"),
+    diag("i19-run-out-lock-is-a-fifo", lambda e: ((e.tmp / "out").mkdir(), fifo(e.tmp / "out" / ".lock"),
+                                                  ["run", e.cfg(), "--out", e.out])[-1], ".lock is a named pipe"),
+    train("i19-train-out-log-is-a-fifo", lambda e: ((e.tmp / "out").mkdir(), fifo(e.tmp / "out" / "stdout.log"),
+                                                    [e.train_cfg(), "--out", e.out])[-1], "stdout.log is a named pipe"),
+    # paths no file system call can take: one line in every command
+    diag("i19-report-name-too-long", lambda e: ["report", str(e.tmp / LONG)], "over the file system's limit of 255"),
+    diag("i19-run-out-name-too-long", lambda e: ["run", e.cfg(), "--out", str(e.tmp / LONG / "run")],
+         "is 256 bytes, over the file system's limit of 255"),
+    diag("i19-run-config-name-too-long", lambda e: ["run", str(e.tmp / (LONG + ".yaml"))], "limit of 255"),
+    diag("i19-export-out-name-too-long", lambda e: ["export", str(e.run), "--out", str(e.tmp / LONG)],
+         "--out: the name"),
+    diag("i19-scoreboard-root-too-long", lambda e: ["scoreboard", str(e.tmp / LONG)], "the runs folder: the name"),
+    diag("i19-report-path-too-long", lambda e: ["report", "/".join(["d" * 200] * 25)], "over the limit of 4095"),
+    train("i19-train-out-name-too-long", lambda e: [e.train_cfg(), "--out", str(e.tmp / LONG)], "limit of 255"),
+    train("i19-fd-run-name-too-long", lambda e: ["--from-diagnosis", str(e.tmp / LONG), "--config", "teacher",
+                                                 "--signal", "r_opd"], "--from-diagnosis: the name"),
+    diag("i19-report-link-loop", lambda e: ["report", str(link_loop(e))], "goes through a loop of symbolic links"),
+    diag("i19-run-config-link-loop", lambda e: ["run", str(link_loop(e)), "--out", e.out], "loop of symbolic links"),
+    diag("i19-run-out-under-link-loop", lambda e: ["run", e.cfg(), "--out", str(link_loop(e) / "run")],
+         "loop of symbolic links"),
+    train("i19-train-out-link-loop", lambda e: [e.train_cfg(), "--out", str(link_loop(e))], "loop of symbolic links"),
+    train("i19-fd-run-link-loop", lambda e: ["--from-diagnosis", str(link_loop(e)), "--config", "teacher",
+                                             "--signal", "r_opd"], "loop of symbolic links"),
+    diag("i19-report-nul", lambda e: ["report", "runs/a\0b"], "the run directory contains a NUL character"),
+    diag("i19-run-out-nul", lambda e: ["run", e.cfg(), "--out", "out\0put"], "--out contains a NUL character"),
+    train("i19-train-out-nul", lambda e: [e.train_cfg(), "--out", "o\0"], "--out contains a NUL character"),
+    train("i19-train-eval-data-nul", lambda e: [e.train_cfg(), "--eval-data", "d\0.jsonl"], "--eval-data contains"),
+    # bounded JSON: deep nesting is one line, never a RecursionError
+    diag("i19-report-summary-deep-list", corrupt_run(write("summary.json", deep(200_000))),
+         "summary.json nests deeper than 64 levels"),
+    diag("i19-report-summary-deep-object", corrupt_run(write("summary.json", deep(70, obj=True))),
+         "summary.json nests deeper than 64 levels"),
+    diag("i19-report-manifest-deep", corrupt_run(write("manifest.json", deep(50_000, obj=True))),
+         "manifest.json nests deeper than 64 levels"),
+    from_diag("i19-fd-summary-deep", ["--config", "teacher", "--signal", "r_opd"], "nests deeper than",
+              change=write("summary.json", deep(100_000))),
+    # every table read is checked: present, its columns and dtypes, token ids, and that it is this run's
+    diag("i19-show-without-tokens", corrupt_run(remove("tokens.parquet"), cmd="show"), "tokens.parquet is missing"),
+    diag("i19-show-without-rollouts", corrupt_run(remove("rollouts.parquet"), cmd="show"),
+         "rollouts.parquet is missing"),
+    diag("i19-show-token-ids-as-text", corrupt_run(same_stamp("tokens", lambda f: f.assign(
+        token_id=f["token_id"].astype(str))), cmd="show"), "column 'token_id' holds"),
+    diag("i19-show-signal-as-text", corrupt_run(same_stamp("tokens", lambda f: f.assign(
+        r_opd="high")), cmd="show"), "tokens.parquet: column 'r_opd' holds"),
+    diag("i19-show-rollout-ids-float", corrupt_run(same_stamp("rollouts", lambda f: f.assign(
+        rollout_id=f["rollout_id"] + 0.5)), cmd="show"), "rollouts.parquet: column 'rollout_id' holds"),
+    diag("i19-show-token-id-beyond-vocabulary", corrupt_run(same_stamp("tokens", lambda f: f.assign(
+        token_id=f["token_id"] + 10**6)), cmd="show"), "'token_id' holds token ids outside the vocabulary"),
+    diag("i19-export-topk-negative-ids", corrupt_run(same_stamp("topk", lambda f: f.assign(token_id=-1)),
+                                                     "--out", "h.html", cmd="export"), "topk.parquet: column"),
+    diag("i19-show-completion-ids-beyond-vocabulary", corrupt_run(same_stamp("rollouts", lambda f: f.assign(
+        completion_ids=[[10**7]] * len(f))), cmd="show"), "'completion_ids' holds token ids outside"),
+    diag("i19-show-tokens-of-another-run", corrupt_run(restamp("tokens", "0123456789abcdef"), cmd="show"),
+         "tokens.parquet belongs to another run (run id 0123456789abcdef"),
+    diag("i19-show-tokens-unstamped", corrupt_run(restamp("tokens", None), cmd="show"),
+         "belongs to another run (run id none"),
+    diag("i19-predict-rollouts-of-another-run", corrupt_run(restamp("rollouts", "f" * 32), cmd="predict"),
+         "rollouts.parquet belongs to another run"),
+    # --- end of issue 19 ---
 ]
 
 
@@ -962,6 +1163,18 @@ APP_CASES: list[AppCase] = [
                out=lambda e: e.file("out", "x")),
     train_page("app-train-out-in-use", lambda e: e.cfg(training={}), "is in use by",
                out=lambda e: e.held(e.tmp / "busy")),
+    # --- issue 19: run directories, writes, locks, limits ---
+    AppCase("i19-app-summary-is-a-fifo", _open_run(replace_with_fifo("summary.json")), "views/overview.py",
+            "summary.json is a named pipe (FIFO)"),
+    AppCase("i19-app-summary-deep", _open_run(write("summary.json", deep(100_000))), "views/overview.py",
+            "nests deeper than 64 levels"),
+    AppCase("i19-app-tokens-missing", _open_run(remove("tokens.parquet")), "views/tokens.py",
+            "tokens.parquet is missing"),
+    AppCase("i19-app-tokens-of-another-run", _open_run(restamp("tokens", "a" * 32)), "views/tokens.py",
+            "belongs to another run"),
+    AppCase("i19-app-tokens-wrong-dtype", _open_run(same_stamp("tokens", lambda f: f.assign(pos="x"))),
+            "views/signals.py", "column 'pos' holds"),
+    # --- end of issue 19 ---
 ]
 
 

@@ -182,11 +182,11 @@ def test_a_lock_or_log_that_is_a_link_is_never_followed(tmp_path):
     out.mkdir()
     (out / jobs.LOCK).symlink_to(victim)
     jobs.check_free(out)  # not read through the link either
-    with pytest.raises(OpsdError, match="cannot write the run directory"):
+    with pytest.raises(OpsdError, match=r"\.lock is a symbolic link: a run's files are never followed"):
         jobs.acquire_lock(out)
     (out / jobs.LOCK).unlink()
     (out / jobs.LOG).symlink_to(victim)
-    with pytest.raises(OpsdError, match="cannot start"):
+    with pytest.raises(OpsdError, match=r"stdout\.log is a symbolic link"):
         jobs.start([sys.executable, "-c", "print('appended')"], out, "diagnosis")
     assert victim.read_text() == "keep me"
 
@@ -212,12 +212,12 @@ def test_stop_signals_only_the_group_it_started(tmp_path):
 def test_stop_needs_the_lock_or_the_launch_not_just_a_matching_status_file(tmp_path):
     """A crafted status.json naming a live group with its exact leader start time (both world-readable in
     /proc) gets no signal; a group that holds the run's lock, or that ``start`` launched for this folder, does."""
-    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('locked', flush=True); time.sleep(60)")
+    hold = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(60)")  # the run lock: an flock on the folder itself
     bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
     other = tmp_path / "other"
     other.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(other / jobs.LOCK)], start_new_session=True,
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(other)], start_new_session=True,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -500,10 +500,10 @@ def test_written_files_get_the_users_umask_mode_and_a_clean_end_leaves_no_holder
     the next run does not announce a take-over."""
     import pandas as pd
 
-    from opsd_diag.io import store
+    from opsd_diag.io import safe, store
 
-    mask = store._umask()
-    assert mask == store._UMASK  # read at import, unchanged since
+    mask = safe._umask()
+    assert mask == safe._UMASK  # read at import, unchanged since
     store.atomic_write_bytes(tmp_path / "a.bin", b"x")
     store.atomic_write_parquet(tmp_path / "t.parquet", pd.DataFrame({"a": [1]}))
     store.write_shard(tmp_path, 0, {"tokens": pd.DataFrame({"a": [1]})})

@@ -31,7 +31,8 @@ def fake_run(root, with_base: bool = True, configs=("teacher", "self_ctx"), n_pr
             rid = p * n_samples + j
             ids = rng.integers(0, 50, size=length).tolist()
             correct = None if rid == 1 else bool(rid % 3 == 0)
-            rollouts.append({"rollout_id": rid, "problem_id": f"p{p}", "sample_idx": j, "completion_ids": ids,
+            rollouts.append({"rollout_id": rid, "problem_id": f"p{p}", "problem_index": p, "sample_idx": j,
+                             "completion_ids": ids,
                              "length": length, "finished": True, "text": "".join(words), "answer_pred": "1",
                              "correct": correct, "difficulty": 1})
             for c in configs:

@@ -297,7 +297,8 @@ def test_user_error_in_a_launched_job_is_reported_in_status(world, tmp_path, mon
     assert cli.main([str(cfg), "--out", str(out)]) == 2
     st = jobs.read_status(out)
     assert st["status"] == "failed" and "no-such-model" in st["error"]
-    assert sorted(os.listdir(out)) == ["status.json", "stdout.log"]
+    assert sorted(os.listdir(out)) == [".lock", "status.json", "stdout.log"]  # .lock: status updates lock it
+    assert (out / ".lock").read_text() == ""
 
 
 def test_the_bundled_training_example_resolves():

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
 
 STATE = "trainer_state.pt"
 _NAME = re.compile(r"step-(\d{6,})")
@@ -34,13 +35,27 @@ def step_dir(run_dir: Path, step: int) -> Path:
 
 
 def latest(run_dir: Path) -> Path | None:
-    """The most advanced complete checkpoint, or None."""
+    """The most advanced complete checkpoint, or None; a checkpoint that is (or holds) a symbolic link, or
+    lies outside the run directory, is refused: a resume loads only what the run itself saved."""
     root = ckpt_root(run_dir)
+    if root.is_symlink():
+        raise OpsdError(f"{root} is a symbolic link: a run resumes only from checkpoints inside its own folder; "
+                        "replace the link with the folder itself")
     if not root.is_dir():
         return None
     done = [(int(m.group(1)), p) for p in root.iterdir()
             if (m := _NAME.fullmatch(p.name)) and (p / STATE).is_file()]
-    return max(done)[1] if done else None
+    if not done:
+        return None
+    best = max(done)[1]
+    linked = [best, *(Path(d) / n for d, dirs, files in os.walk(best) for n in dirs + files)]
+    link = next((p for p in linked if p.is_symlink()), None)
+    if link is not None or not best.resolve().is_relative_to(Path(run_dir).resolve()):
+        what = ("is a symbolic link" if link == best else f"holds the symbolic link {link}" if link is not None
+                else "lies outside the run")
+        raise OpsdError(f"checkpoint {best} {what}: a run resumes only from what it saved itself; remove it to "
+                        "resume from an earlier checkpoint, or start a new --out")
+    return best
 
 
 def rng_state() -> dict:
@@ -71,8 +86,11 @@ def temp_dir(run_dir: Path, step: int) -> Path:
 def begin(run_dir: Path, step: int) -> Path:
     """Main process: an empty temp folder for the checkpoint of ``step``."""
     tmp = temp_dir(run_dir, step)
+    safe.real_dir(ckpt_root(run_dir), run_dir)
+    if tmp.is_symlink():
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp.mkdir()
     return tmp
 
 
@@ -97,7 +115,9 @@ def commit(run_dir: Path, tmp: Path, step: int, state: dict, limit: int | None, 
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "time": time.time(), **info}, indent=2,
                                                        default=str))
     final = step_dir(run_dir, step)
-    if final.exists():  # a re-save of the same step (stop right after a periodic save)
+    if final.is_symlink():  # never followed: only the link goes
+        final.unlink()
+    elif final.exists():  # a re-save of the same step (stop right after a periodic save)
         shutil.rmtree(final)
     os.replace(tmp, final)
     if limit:
@@ -109,9 +129,9 @@ def commit(run_dir: Path, tmp: Path, step: int, state: dict, limit: int | None, 
 
 def clean_temp(run_dir: Path) -> None:
     root = ckpt_root(run_dir)
-    if root.is_dir():
+    if root.is_dir() and not root.is_symlink():
         for p in root.glob(".tmp-*"):
-            shutil.rmtree(p, ignore_errors=True)
+            p.unlink() if p.is_symlink() else shutil.rmtree(p, ignore_errors=True)
 
 
 def _damaged(ckpt: Path, what: str) -> OpsdError:

@@ -16,8 +16,12 @@ import sys
 from pathlib import Path
 
 from opsd_diag import jobs
-from opsd_diag.argparser import Parser, parse, stop_as_interrupt
+from opsd_diag.argparser import Parser, check_paths, parse, stop_as_interrupt
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
+
+PATHS = {"config_file": "the config file", "out": "--out", "from_diagnosis": "--from-diagnosis",
+         "eval_data": "--eval-data"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--from-diagnosis", metavar="RUN_DIR", help="a finished diagnosis run directory")
     d.add_argument("--config", help="one of its teacher configs")
     d.add_argument("--signal", help="the diagnosed signal to train on (r_opd, jsd, rev_kl, fwd_kl, a_d2, a_ex)")
+    d.add_argument("--trust-remote-code", action="store_true",
+                   help="let the diagnosis' models run their own code (off: a run directory never enables it)")
     d = p.add_argument_group("change the training section (with CONFIG or --from-diagnosis; --resume needs the same)")
     d.add_argument("--max-steps", type=int, help="training.max_steps")
     d.add_argument("--learning-rate", type=float, help="training.learning_rate")
@@ -58,10 +64,13 @@ def _load(args):
         raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL, and no config file")
     from trainer.from_diagnosis import from_diagnosis
 
-    cfg, predicted = from_diagnosis(args.from_diagnosis, args.config, args.signal, **overrides)
+    cfg, predicted, note = from_diagnosis(args.from_diagnosis, args.config, args.signal,
+                                          trust_remote_code=args.trust_remote_code, **overrides)
     source = f"training from {args.from_diagnosis}"
     tc = config.resolve_training(cfg, source)
     config.check_environment(tc.spec, source)
+    if note and _is_main():
+        print(f"opsd-train: {note}", file=sys.stderr)
     return tc, predicted, f"{args.config}-{args.signal}"
 
 
@@ -95,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args, argv) -> int:
-    run_dir = Path(args.out) if args.out else None
+    run_dir = None
     try:
+        check_paths(args, PATHS)  # a NUL, an over-long name, a link loop: one line before any work
+        run_dir = Path(args.out) if args.out else None
         if run_dir is not None:
             jobs.check_free(run_dir)  # another run writes there: say so at once, before the heavy imports
         tc, predicted, name = _load(args)  # a config mistake is reported before torch is imported
@@ -112,7 +123,9 @@ def _main(args, argv) -> int:
         run_dir = run_dir or rundir.default_dir(name)
         _logging()
         status = loop.run(tc, run_dir, resume=args.resume, argv=_command(argv), prediction=predicted)
-    except OpsdError as e:
+    except (OpsdError, OSError) as e:
+        if isinstance(e, OSError) and (e := safe.resource_error(e, run_dir or ".")) is None:
+            raise
         if _is_main():
             print(f"opsd-train: error: {e}", file=sys.stderr)
             if run_dir is not None:

@@ -41,11 +41,13 @@ def method_for(cfg: DiagnosisConfig, config: str, signal: str) -> dict:
     return {"teacher": config, **table[signal]}
 
 
-def training_config(run: Run, config: str, signal: str, **overrides) -> DiagnosisConfig:
+def training_config(run: Run, config: str, signal: str, *, trust_remote_code: bool = False,
+                    **overrides) -> DiagnosisConfig:
     """The diagnosis config with a training section for (config, signal); the config's own training
-    section (when it has one) supplies the defaults, ``overrides`` (None values ignored) the rest."""
-    return with_training(run.config, {**method_for(run.config, config, signal), **overrides},
-                         f"training from {run.path}")
+    section (when it has one) supplies the defaults, ``overrides`` (None values ignored) the rest.
+    Remote code is on only when the user says so (``trust_remote_code``), never because the run does."""
+    cfg, _ = run.config_for_models(trust_remote_code)
+    return with_training(cfg, {**method_for(cfg, config, signal), **overrides}, f"training from {run.path}")
 
 
 def prediction(run: Run, config: str, signal: str) -> dict:
@@ -65,7 +67,10 @@ def prediction(run: Run, config: str, signal: str) -> dict:
     }
 
 
-def from_diagnosis(run_dir: str | Path, config: str, signal: str, **overrides) -> tuple[DiagnosisConfig, dict]:
-    """(the training config, the prediction record) of (config, signal) of the finished run in ``run_dir``."""
+def from_diagnosis(run_dir: str | Path, config: str, signal: str, *, trust_remote_code: bool = False,
+                   **overrides) -> tuple[DiagnosisConfig, dict, str | None]:
+    """(the training config, the prediction record, the trust rule's note or None) of (config, signal) of the
+    finished run in ``run_dir``; remote code only as ``trust_remote_code`` (the user's flag) says."""
     run = Run.load(run_dir)
-    return training_config(run, config, signal, **overrides), prediction(run, config, signal)
+    cfg = training_config(run, config, signal, trust_remote_code=trust_remote_code, **overrides)
+    return cfg, prediction(run, config, signal), run.config_for_models(trust_remote_code)[1]

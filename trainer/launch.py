@@ -14,6 +14,7 @@ from pathlib import Path
 
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
 from trainer import config as train_config
 from trainer import rundir
 
@@ -42,10 +43,10 @@ def _check_data(tc) -> None:
 def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_dir: str | Path, *,
                            max_steps: int | None = None, learning_rate: float | None = None,
                            batch_size: int | None = None, seed: int | None = None,
-                           eval_data: str | Path | None = None) -> list[str]:
+                           eval_data: str | Path | None = None, trust_remote_code: bool = False) -> list[str]:
     """The argv of ``opsd-train --from-diagnosis RUN --config C --signal S --out DIR [overrides]``."""
     argv = [sys.executable, "-m", "trainer", "--from-diagnosis", str(run_dir), "--config", config, "--signal", signal,
-            "--out", str(out_dir)]
+            "--out", str(out_dir), *(["--trust-remote-code"] if trust_remote_code else [])]
     for flag, value in (("--max-steps", max_steps), ("--learning-rate", learning_rate), ("--batch-size", batch_size),
                         ("--seed", seed), ("--eval-data", eval_data)):
         if value is not None and value != "":
@@ -54,9 +55,11 @@ def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_di
 
 
 def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir: str | Path | None = None, *,
-                         runs_root: str | Path = "runs", env: dict | None = None, **overrides) -> jobs.Job:
+                         runs_root: str | Path = "runs", env: dict | None = None, trust_remote_code: bool = False,
+                         **overrides) -> jobs.Job:
     """Train (config, signal) of a finished diagnosis as a job; its prediction goes into the run's
-    ``prediction.json`` (the track record). Everything is checked here first: a mistake is one error."""
+    ``prediction.json`` (the track record). Everything is checked here first: a mistake is one error.
+    Remote code only with ``trust_remote_code`` (the user's own setting), never from the diagnosis."""
     from trainer.from_diagnosis import from_diagnosis
 
     names = {"max_steps": "max_steps", "learning_rate": "learning_rate", "batch_size": "per_device_train_batch_size",
@@ -64,13 +67,13 @@ def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir:
     cfg_over = {names[k]: v for k, v in overrides.items() if k in names and v is not None}
     if overrides.get("eval_data"):
         cfg_over["eval"] = {"data": {"path": str(overrides["eval_data"])}}
-    cfg, _ = from_diagnosis(run_dir, config, signal, **cfg_over)
+    cfg, _, _ = from_diagnosis(run_dir, config, signal, trust_remote_code=trust_remote_code, **cfg_over)
     tc = train_config.resolve_training(cfg, f"training from {run_dir}")
     train_config.check_environment(tc.spec, f"training from {run_dir}")
     _check_data(tc)
     out = Path(out_dir) if out_dir else rundir.default_dir(f"{config}-{signal}", runs_root)
     rundir.check(out, tc.to_yaml(), False)
-    argv = from_diagnosis_command(run_dir, config, signal, out, **overrides)
+    argv = from_diagnosis_command(run_dir, config, signal, out, trust_remote_code=trust_remote_code, **overrides)
     return jobs.start(argv, out, "training", env=env)
 
 
@@ -84,7 +87,23 @@ def resume(run_dir: str | Path, env: dict | None = None) -> jobs.Job:
         raise OpsdError(f"{run_dir} has finished: start a new run to train further")
     argv = st.get("argv")
     if not argv and (run_dir / "command.txt").is_file():
-        argv = shlex.split((run_dir / "command.txt").read_text().splitlines()[0])
+        argv = shlex.split(safe.read_bytes(run_dir / "command.txt", 1 << 20).decode(errors="replace").splitlines()[0])
     if not argv or not rundir.is_run_dir(run_dir):
         raise OpsdError(f"{run_dir} is not a training run that can be resumed (no config.yaml or command)")
-    return jobs.start([*[a for a in argv if a != "--resume"], "--resume"], run_dir, "training", env=env)
+    return jobs.start(resume_command(argv, run_dir), run_dir, "training", env=env)
+
+
+def resume_command(stored, run_dir: Path) -> list[str]:
+    """The stored command of a run, checked to be opsd-train's on this very run (it is read from the run
+    directory, which may come from anywhere: it never names another program), plus ``--resume``.
+    Remote code is the user's to allow: a stored ``--trust-remote-code`` is dropped."""
+    heads = ([sys.executable, "-m", "trainer"], [sys.executable, "-m", "accelerate.commands.launch"])
+    ok = (isinstance(stored, list) and all(isinstance(a, str) for a in stored) and "trainer" in stored
+          and any(stored[:len(h)] == h for h in heads) and "--out" in stored[:-1])
+    if ok:
+        out = Path(stored[stored.index("--out") + 1])
+        ok = out == Path(run_dir) or out.resolve() == Path(run_dir).resolve()
+    if not ok:
+        raise OpsdError(f"{run_dir}: its stored command is not opsd-train's on this run directory (made elsewhere, "
+                        "or edited): start it again from its config with the Train page or opsd-train --resume")
+    return [*[a for a in stored if a not in ("--resume", "--trust-remote-code")], "--resume"]

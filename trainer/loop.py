@@ -21,6 +21,7 @@ from accelerate import Accelerator
 
 from opsd_diag import jobs
 from opsd_diag.errors import NonFiniteLogits, OpsdError
+from opsd_diag.io import safe
 from trainer import checkpoint, rundir, sharded
 from trainer.config import TrainConfig, trackers
 from trainer.evaluate import evaluate
@@ -229,11 +230,16 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     try:
         return _train(acc, st, run_dir, ckpt, resumed)
     except BaseException as e:
+        full = safe.resource_error(e, run_dir) if isinstance(e, Exception) else None  # a full disk: one line
         if acc.is_main_process and isinstance(e, KeyboardInterrupt):  # a stop before the graceful handler
             jobs.write_status(run_dir, "stopped", error=jobs.STOPPED_EARLY)
         elif acc.is_main_process:
-            error = str(e) if isinstance(e, OpsdError) else f"{type(e).__name__}: {e}"
-            jobs.write_status(run_dir, "failed", error=error)
+            checkpoint.clean_temp(run_dir)  # a checkpoint cut short never stays behind
+            error = str(full or e) if isinstance(full or e, OpsdError) else f"{type(e).__name__}: {e}"
+            with contextlib.suppress(OpsdError, OSError):  # the failure itself is what must reach the user
+                jobs.write_status(run_dir, "failed", error=error)
+        if full is not None:
+            raise full from None
         raise
     finally:
         acc.end_training()

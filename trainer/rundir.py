@@ -7,8 +7,9 @@
     status.json     the job protocol's status (opsd_diag.jobs)      checkpoints/ step-NNNNNN/ (see checkpoint.py)
     STOP            touch to stop gracefully                       .lock        held while the run writes
 
-Only the main process writes here. Small files are replaced atomically; metrics are appended one
-line at a time, and on resume the lines after the checkpoint's step are dropped.
+Only the main process writes here, through ``opsd_diag.io.safe`` (never through a link, never into a
+FIFO). Small files are replaced atomically; metrics are appended one line at a time, and on resume
+the lines after the checkpoint's step are dropped.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from pathlib import Path
 
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import store
+from opsd_diag.io import safe, store
 from opsd_diag.scoreboard import PREDICTION
+
+
+FILES = ("config.yaml", "command.txt", "metrics.jsonl", PREDICTION, jobs.STATUS, jobs.LOG, jobs.LOCK, jobs.STOP)
 
 
 def default_dir(config_path: str | Path, root: str | Path = "runs") -> Path:
@@ -30,7 +34,7 @@ def default_dir(config_path: str | Path, root: str | Path = "runs") -> Path:
 
 
 def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "config.yaml").is_file()
+    return os.path.lexists(Path(path) / "config.yaml")
 
 
 def attach_log_file(run_dir: Path, logger_name: str = "opsd-train") -> None:
@@ -39,13 +43,14 @@ def attach_log_file(run_dir: Path, logger_name: str = "opsd-train") -> None:
 
     log_file = Path(run_dir) / jobs.LOG
     try:
-        same = log_file.exists() and os.path.samestat(os.fstat(1), os.stat(log_file))
+        same = log_file.exists() and os.path.samestat(os.fstat(1), os.lstat(log_file))
     except OSError:
         same = False
     logger = logging.getLogger(logger_name)
-    if same or any(isinstance(h, logging.FileHandler) for h in logger.handlers):
+    if same or any(getattr(h, "opsd_log", False) for h in logger.handlers):
         return
-    handler = logging.FileHandler(log_file)
+    handler = logging.StreamHandler(safe.open_append(log_file))  # a link or FIFO as stdout.log is refused
+    handler.opsd_log = True
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logger.addHandler(handler)
 
@@ -58,11 +63,12 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
     if (out_dir / "manifest.json").is_file():
         raise OpsdError(f"{out_dir} is a diagnosis run (made by opsd-diag run), not a training run: choose another "
                         "--out" + (" (a training run from it: opsd-train --from-diagnosis)" if not resume else ""))
+    safe.check_run_files(out_dir, FILES, ("checkpoints",))  # nothing here is written through a link or a FIFO
     if is_run_dir(out_dir):
         if not resume:
             raise OpsdError(f"{out_dir} already holds a training run: pass --resume to continue it, or choose "
                             "another --out")
-        if (out_dir / "config.yaml").read_bytes() != config_yaml.encode():  # bytes: a damaged file just differs
+        if _stored_config(out_dir) != config_yaml.encode():  # bytes: a damaged file just differs
             raise OpsdError(f"{out_dir} holds a run of a different config: resume with its own config.yaml "
                             f"({out_dir / 'config.yaml'}) or choose another --out")
     elif resume and not out_dir.exists():
@@ -72,6 +78,13 @@ def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
     elif out_dir.exists() and not store.is_job_dir(out_dir):
         raise OpsdError(f"{out_dir} exists and is not empty: choose a new or empty --out")
     store.check_writable(out_dir)
+
+
+def _stored_config(out_dir: Path) -> bytes:
+    try:
+        return safe.read_bytes(out_dir / "config.yaml", 16 << 20)
+    except OSError as e:
+        raise OpsdError(f"cannot read {out_dir / 'config.yaml'} ({e.strerror}): resume a run you can read") from None
 
 
 def create(out_dir: Path, config_yaml: str, argv: list[str], prediction: dict | None = None) -> None:
@@ -87,9 +100,8 @@ def create(out_dir: Path, config_yaml: str, argv: list[str], prediction: dict | 
         if prediction is not None:
             store.atomic_write_json(out_dir / PREDICTION, prediction)
         store.atomic_write_text(out_dir / "config.yaml", config_yaml)
-    else:
-        with open(out_dir / "command.txt", "a") as f:  # a resume: keep every command that ran here
-            f.write(shlex.join(argv) + "\n")
+    else:  # a resume: keep every command that ran here
+        safe.append_text(out_dir / "command.txt", shlex.join(argv) + "\n")
 
 
 def _clean(value):
@@ -106,13 +118,11 @@ class MetricsLog:
 
     def write(self, record: dict) -> None:
         line = json.dumps({k: _clean(v) for k, v in record.items()}, allow_nan=False)
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
-            f.flush()
+        safe.append_text(self.path, line + "\n")
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (and a torn last line), atomically."""
-        if not self.path.is_file():
+        if not os.path.lexists(self.path):
             return
         keep = [r for r in jobs.read_jsonl(self.path)[0] if r.get("step", 0) <= step]
         store.atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))

@@ -8,8 +8,8 @@ shard index, so the result does not depend on how many processes share the work,
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,15 +19,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from opsd_diag import __version__, jobs
+from opsd_diag import jobs
 from opsd_diag.core import aggregate
 from opsd_diag.engine import fast_decode, fused_scoring
+from opsd_diag.engine.manifest import manifest
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import cut_at_strings, sample_hf, sample_vllm
 from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.errors import NonFiniteLogits, OpsdError
-from opsd_diag.io import store, templates
+from opsd_diag.io import safe, store, templates
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.model_options import teacher_model_spec
@@ -284,24 +285,6 @@ def cache_token_names(tok):
     return name
 
 
-def _versions() -> dict:
-    import accelerate
-    import transformers
-    return {"opsd_diag": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "accelerate": accelerate.__version__, "python": platform.python_version()}
-
-
-def manifest(prep: Prepared, status: str, **extra) -> dict:
-    cfg = prep.cfg
-    return {"status": status, "config": cfg.model_dump(mode="json"), "versions": _versions(),
-            "seed": cfg.sampling.seed, "sampling_temperature": cfg.sampling.temperature,
-            "scoring_temperature": cfg.scoring_temperature, "centering": cfg.scoring.centering,
-            "n_problems": len(prep.problems), "n_shards": prep.n_shards, "shard_size": cfg.shard_size,
-            "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids,
-            "rendered_prompts": {"problem_id": prep.problems[0]["id"], **prep.rendered},
-            "template_notes": prep.notes, **extra}
-
-
 def finish(prep: Prepared, out_dir: Path) -> dict:
     """Merge shards and aggregate them into summary.json."""
     tables = store.merge_shards(out_dir, prep.n_shards)
@@ -382,17 +365,22 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
             if cfg.ideal is not None and cfg.ideal.enabled:
                 jobs.write_status(out_dir, stage="predictor")
                 run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
-                              show_progress=show_progress)
+                              show_progress=show_progress, status=lambda **f: jobs.write_status(out_dir, **f))
             store.atomic_write_json(out_dir / "manifest.json",
-                                    manifest(prep, "finished", seconds=round(time.time() - started, 2)))
+                                    manifest(prep, "finished", seconds=round(time.time() - started, 2),
+                                             run_id=store.run_id(out_dir)))
             jobs.write_status(out_dir, "finished", stage="done")
         state.wait_for_everyone()
     except BaseException as e:
+        full = safe.resource_error(e, out_dir) if isinstance(e, Exception) else None  # a full disk: one line
         if main and isinstance(e, KeyboardInterrupt):  # Ctrl-C or a stop (SIGTERM): finished shards are kept
             jobs.write_status(out_dir, "stopped", error="interrupted; rerun the same command to resume")
         elif main:
-            jobs.write_status(out_dir, "failed", error=str(e) if isinstance(e, OpsdError) else
-                              f"{type(e).__name__}: {e}")
+            with contextlib.suppress(OpsdError, OSError):  # the failure itself is what must reach the user
+                jobs.write_status(out_dir, "failed", error=str(full or e) if isinstance(full or e, OpsdError)
+                                  else f"{type(e).__name__}: {e}")
+        if full is not None:
+            raise full from None
         raise
     finally:
         if lock is not None:

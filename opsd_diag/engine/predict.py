@@ -10,12 +10,12 @@ success with student continuations, computes the per-node maths (``core.ideal``)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from opsd_diag import jobs as job_status
 from opsd_diag.core import verdict
 from opsd_diag.core.ideal import SAMPLED, aggregate_nodes, node_metrics
 from opsd_diag.core.stats import jsonable
@@ -34,12 +34,14 @@ def skipped(reason: str, **extra) -> dict:
 
 
 def run_predictor(run_dir: Path, cfg: DiagnosisConfig, problems: list[dict], models: NodeModels, sampler: Sampler,
-                  spec: IdealSpec | None = None, *, write_summary: bool = True, show_progress: bool = False) -> dict:
+                  spec: IdealSpec | None = None, *, write_summary: bool = True, show_progress: bool = False,
+                  status: Callable[..., object] | None = None) -> dict:
     """The predictor on the finished run in ``run_dir`` (made from ``cfg`` and ``problems``).
 
     Returns the result (per-config aggregates with bootstrap CIs over prompts); with
     ``write_summary`` it and the verdicts/ranking are stored in ``summary.json`` under ``ideal``,
-    ``verdicts`` and ``ranking``.
+    ``verdicts`` and ``ranking``. ``status``: a status.json writer (``jobs.write_status`` of the run) for
+    the predictor stage's progress, when a diagnosis runs it.
     """
     spec = validate(IdealSpec, (spec or cfg.ideal or IdealSpec()).model_dump(), "predictor settings", "ideal")
     run_dir = Path(run_dir)
@@ -52,7 +54,7 @@ def run_predictor(run_dir: Path, cfg: DiagnosisConfig, problems: list[dict], mod
     elif rollouts["correct"].notna().sum() == 0 or all(p.get("answer") is None for p in problems):
         result = skipped("no answers to check (the data set has no answer field)")
     else:
-        result = _analyse(run_dir, cfg, problems, models, sampler, spec, rollouts, tokens, show_progress)
+        result = _analyse(run_dir, cfg, problems, models, sampler, spec, rollouts, tokens, show_progress, status)
     if result["status"] != "ok":  # never leave nodes of an earlier analysis next to a skipped one
         (run_dir / "nodes.parquet").unlink(missing_ok=True)
     if write_summary:
@@ -61,7 +63,7 @@ def run_predictor(run_dir: Path, cfg: DiagnosisConfig, problems: list[dict], mod
 
 
 def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, sampler: Sampler, spec: IdealSpec,
-             rollouts: pd.DataFrame, tokens: pd.DataFrame, show_progress: bool) -> dict:
+             rollouts: pd.DataFrame, tokens: pd.DataFrame, show_progress: bool, status=None) -> dict:
     configs = [t.name for t in cfg.teachers]
     plan = plan_nodes(tokens[tokens["config"] == configs[0]], rollouts[rollouts["correct"].notna()])
     max_len = cfg.sampling.max_completion_length
@@ -82,7 +84,7 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
             jobs, sampler, lambda ids: answer_text(models.tok, ids), m=spec.m,
             stop_ids=models.stop_ids, checker=cfg.analysis.checker, temperature=cfg.sampling.temperature,
             top_p=cfg.sampling.top_p, seed=spec.seed, batch_rows=max(cfg.sampling.batch_size, 1),
-            on_progress=_reporting(run_dir, bar))
+            on_progress=_reporting(status, bar))
     tok_idx = tokens.set_index(["config", "rollout_id", "pos"])[["kl_rev", "jsd", *SAMPLED]].sort_index()
     rows = []
     for n_id, ((node, r, job, cost, s_lp, t_lps, own), (s_hat, n_used, _)) in enumerate(zip(admitted, estimates)):
@@ -102,7 +104,7 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
                 "kl_rev": float(sig["kl_rev"]), "jsd": float(sig["jsd"]),
                 **{a: float(sig[a]) for a in SAMPLED}, **met})
     nodes = pd.DataFrame(rows)
-    store.atomic_write_parquet(run_dir / "nodes.parquet", nodes)
+    store.write_table(run_dir, "nodes", nodes)
     return {"status": "ok", "estimator": ESTIMATOR, "budget": spec.budget, "k": spec.k, "m": spec.m,
             "candidates": spec.candidates,
             "seed": spec.seed, "continuations_used": int(sum(a[3] for a in admitted)),
@@ -113,19 +115,18 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
             "configs": aggregate_nodes(nodes, n_boot=cfg.analysis.bootstrap, seed=cfg.sampling.seed)}
 
 
-def _reporting(run_dir: Path, bar):
-    """The progress bar's update, also written to status.json (at most once a second) while a
-    diagnosis is in its predictor stage, so the app can show the phase's progress and ETA."""
+def _reporting(status, bar):
+    """The progress bar's update, also written to status.json (at most once a second) through ``status``
+    while a diagnosis is in its predictor stage, so the app can show the phase's progress and ETA."""
     last = [0.0]
-    report = (job_status.read_status(run_dir) or {}).get("stage") == "predictor"
-    if report:
-        job_status.write_status(run_dir, done=0, total=int(bar.total or 0), stage_started=time.time())
+    if status is not None:
+        status(done=0, total=int(bar.total or 0), stage_started=time.time())
 
     def update(n: int) -> None:
         bar.update(n)
-        if report and (time.time() - last[0] > 1.0 or bar.n >= (bar.total or 0)):
+        if status is not None and (time.time() - last[0] > 1.0 or bar.n >= (bar.total or 0)):
             last[0] = time.time()
-            job_status.write_status(run_dir, done=int(bar.n), total=int(bar.total or 0))
+            status(done=int(bar.n), total=int(bar.total or 0))
     return update
 
 

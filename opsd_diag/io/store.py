@@ -17,64 +17,78 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.schema import SIGNAL_COLUMNS, TOKEN_KEYS
+from opsd_diag.io import safe
+from opsd_diag.schema import TABLE_COLUMNS
+
+RUN_ID_KEY = b"opsd_run_id"
+SPACE_PROBE = 64 << 10  # bytes written once to prove the run directory's disk has room
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
 # What a run directory may hold before the run itself writes: what the job launcher leaves (opsd_diag.jobs)
 JOB_FILES = frozenset({"status.json", "stdout.log", "STOP", ".lock"})
+RUN_FILES = ("manifest.json", "config.yaml", "summary.json", *(f"{t}.parquet" for t in TABLES), "nodes.parquet",
+             *sorted(JOB_FILES))
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+publish_mode = safe.publish_mode
 
 
-_UMASK = _umask()  # read once, at import (os.umask can only be read by setting it)
+def atomic_write_bytes(path: Path, data: bytes, *, own_run: bool = True) -> None:
+    """Write a file of a run this process writes: a temp file beside ``path``, then a rename (readers see
+    the old file or the new one). Through ``io.safe.write_file``: a link, FIFO, device or folder in the
+    way is refused. A command's outputs use ``safe.write_file`` with ``own_run=False``."""
+    safe.write_file(path, data, own_run=own_run)
 
 
-def publish_mode(path: str | Path, directory: bool = False) -> None:
-    """Give a temp file or folder (mkstemp/mkdtemp make them private, 0600/0700) the mode an ordinary
-    file or folder gets under the user's umask, before it is renamed into place: a shared run stays
-    readable by whoever could read the user's other files."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~_UMASK)
+def atomic_write_text(path: Path, text: str, *, own_run: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), own_run=own_run)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write into a temp file beside ``path``, then rename: readers see the old file or the new one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def atomic_write_json(path: Path, obj, *, own_run: bool = True) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n", own_run=own_run)
+
+
+def _arrow(frame: pd.DataFrame, run_id: str | None):
+    """The frame as an Arrow table stamped with the run's id (a table copied in from another run is caught)."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if run_id:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_ID_KEY: run_id.encode()})
+    return table
+
+
+def _write_parquet(f, frame: pd.DataFrame, run_id: str | None) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(_arrow(frame, run_id), f)
+
+
+def atomic_write_parquet(path: Path, frame: pd.DataFrame, *, own_run: bool = True) -> None:
+    safe.write_file(path, lambda f: _write_parquet(f, frame, None), own_run=own_run)
+
+
+def write_table(run_dir: Path, name: str, frame: pd.DataFrame) -> None:
+    """``RUN/<name>.parquet``, atomically, stamped with the run's id."""
+    run_dir = Path(run_dir)
+    rid = run_id(run_dir)
+    safe.write_file(run_dir / f"{name}.parquet", lambda f: _write_parquet(f, frame, rid), own_run=True)
+
+
+def run_id(run_dir: Path) -> str | None:
+    """The id the manifest gives this run (None for a run of an earlier version, or without a manifest)."""
     try:
-        publish_mode(tmp)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
-
-
-def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    publish_mode(tmp)
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+        rid = read_json(Path(run_dir) / "manifest.json").get("run_id")
+    except OpsdError:
+        return None
+    return rid if isinstance(rid, str) else None
 
 
 def shard_dir(run_dir: Path, index: int) -> Path:
@@ -86,14 +100,26 @@ def shard_done(run_dir: Path, index: int) -> bool:
 
 
 def write_shard(run_dir: Path, index: int, tables: dict[str, pd.DataFrame]) -> None:
-    """Write a shard's tables into a temp folder, then rename it into place in one step."""
+    """Write a shard's tables into a temp folder, then rename it into place in one step (the temp folder
+    goes on any failure: a full disk leaves nothing half-written)."""
     final = shard_dir(run_dir, index)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
-    publish_mode(tmp, directory=True)
-    for name, frame in tables.items():
-        frame.to_parquet(tmp / f"{name}.parquet", index=False)
-    os.replace(tmp, final)
+    safe.real_dir(final.parent, run_dir)
+    rid = run_id(run_dir)
+    tmp = None
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
+        publish_mode(tmp, directory=True)
+        for name, frame in tables.items():
+            with open(tmp / f"{name}.parquet", "xb") as f:  # a new file in our own new folder
+                _write_parquet(f, frame, rid)
+        os.replace(tmp, final)
+    except BaseException as e:
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        err = safe.resource_error(e, final) if isinstance(e, Exception) else None
+        if err is None:
+            raise
+        raise err from None
 
 
 def merge_shards(run_dir: Path, n_shards: int) -> dict[str, pd.DataFrame]:
@@ -101,26 +127,27 @@ def merge_shards(run_dir: Path, n_shards: int) -> dict[str, pd.DataFrame]:
     run_dir = Path(run_dir)
     merged = {}
     for name in TABLES:
-        parts = [pd.read_parquet(p) for i in range(n_shards)
+        parts = [_read_parquet(p, run_id(run_dir)) for i in range(n_shards)
                  if (p := shard_dir(run_dir, i) / f"{name}.parquet").is_file()]
         merged[name] = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-        atomic_write_parquet(run_dir / f"{name}.parquet", merged[name])
+        write_table(run_dir, name, merged[name])
     return merged
 
 
 def clean_temp(run_dir: Path) -> None:
     """Remove half-written shard folders left by a killed run."""
     shards = Path(run_dir) / "shards"
-    if shards.is_dir():
+    if shards.is_dir() and not shards.is_symlink():
         for p in shards.glob(".*"):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
 
 
 def read_json(path: Path) -> dict:
-    """A JSON object written by this tool, or an OpsdError naming the file (missing or corrupt)."""
+    """A JSON object written by this tool, or an OpsdError naming the file (missing, corrupt, a link or a
+    FIFO, too large or too deeply nested: ``io.safe``)."""
     path = Path(path)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = safe.read_json(path)
     except FileNotFoundError:
         raise OpsdError(f"{path} is missing: the run is incomplete; rerun it with the same --out to resume") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -133,7 +160,7 @@ def read_json(path: Path) -> dict:
 
 def read_manifest(run_dir: Path) -> dict:
     path = Path(run_dir) / "manifest.json"
-    if not path.is_file():
+    if not os.path.lexists(path):
         if not Path(run_dir).exists():
             raise OpsdError(f"{run_dir} does not exist: pass a folder made by 'opsd-diag run'")
         if any((Path(run_dir) / name).exists() for name in ("config.yaml", "metrics.jsonl", "checkpoints")):
@@ -143,20 +170,72 @@ def read_manifest(run_dir: Path) -> dict:
     return read_json(path)
 
 
-def read_table(run_dir: Path, name: str) -> pd.DataFrame:
-    """One stored table of a run (empty when the run has none), or an OpsdError for a corrupt file."""
-    path = Path(run_dir) / f"{name}.parquet"
-    if not path.is_file():
-        return pd.DataFrame()
+def _read_parquet(path: Path, expected_id: str | None, columns: dict[str, str] | None = None,
+                  vocab_size=None) -> pd.DataFrame:
+    """A parquet file of a run, refused when it is not a regular file, does not hold ``columns``
+    (``check_table``) or carries another run's id."""
+    import pyarrow.parquet as pq
+
     try:
-        frame = pd.read_parquet(path)
+        with os.fdopen(safe.open_regular(path), "rb") as f:
+            table = pq.read_table(f)
+            frame = table.to_pandas()
+    except OpsdError:
+        raise
     except Exception as e:  # pyarrow raises several types for a corrupt file
         raise OpsdError(f"{path} is corrupt ({type(e).__name__}): rerun the run into a new --out") from None
-    missing = [c for c in (TOKEN_KEYS + SIGNAL_COLUMNS if name == "tokens" else ()) if c not in frame.columns]
-    if missing:
-        raise OpsdError(f"{path} lacks the columns {missing[:5]} (written by another version?): rerun the diagnosis "
-                        "into a new --out")
+    if columns is not None:
+        frame = check_table(frame, path, columns, vocab_size)
+    found = (table.schema.metadata or {}).get(RUN_ID_KEY, b"").decode(errors="replace") or None
+    if expected_id is not None and found != expected_id:
+        raise OpsdError(f"{path} belongs to another run (run id {found or 'none'}; this run's manifest.json says "
+                        f"{expected_id}): tables were copied between runs; rerun the diagnosis into a new --out")
     return frame
+
+
+def read_table(run_dir: Path, name: str, optional: bool = False) -> pd.DataFrame:
+    """One stored table of a run, checked against its schema (``schema.TABLE_COLUMNS``) and the run's
+    vocabulary; a missing file is an OpsdError unless ``optional`` (then an empty table)."""
+    path = Path(run_dir) / f"{name}.parquet"
+    if not os.path.lexists(path):
+        if optional:
+            return pd.DataFrame()
+        raise OpsdError(f"{path} is missing: the run is incomplete or damaged; rerun the diagnosis into a new --out")
+    manifest = read_manifest(run_dir)
+    return _read_parquet(path, manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else None,
+                         TABLE_COLUMNS.get(name, {}), manifest.get("vocab_size"))
+
+
+def check_table(frame: pd.DataFrame, path: Path, columns: dict[str, str], vocab_size=None) -> pd.DataFrame:
+    """The table with its required ``columns`` (name -> kind: i integer, f number, s text, b flag, l list),
+    or an OpsdError naming the file and the first bad column; token ids must lie in the vocabulary."""
+    from pandas.api import types
+
+    if frame.empty and not len(frame.columns):  # a run with no rows of this kind stores an empty table
+        return pd.DataFrame({c: pd.Series(dtype=_EMPTY[k]) for c, k in columns.items()})
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise OpsdError(f"{path} lacks the columns {missing[:5]} (written by another version, or damaged): rerun the "
+                        "diagnosis into a new --out")
+    ok = {"i": types.is_integer_dtype, "f": lambda s: types.is_numeric_dtype(s) and not types.is_bool_dtype(s),
+          "s": lambda s: types.is_string_dtype(s) or types.is_object_dtype(s),
+          "b": lambda s: types.is_bool_dtype(s) or types.is_object_dtype(s), "l": types.is_object_dtype}
+    for c, k in columns.items():
+        if not ok[k](frame[c]):
+            raise OpsdError(f"{path}: column '{c}' holds {frame[c].dtype}, not {_KIND_NAMES[k]} (damaged, or written "
+                            "by another tool): rerun the diagnosis into a new --out")
+    if isinstance(vocab_size, int) and vocab_size > 0:
+        for c in (c for c in ("token_id", "completion_ids", "cand_ids") if c in frame.columns and len(frame)):
+            ids = frame[c] if c == "token_id" else frame[c].explode().dropna()
+            ids = pd.to_numeric(ids, errors="coerce")
+            if ids.isna().any() or len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+                raise OpsdError(f"{path}: column '{c}' holds token ids outside the vocabulary (0 to {vocab_size - 1}) "
+                                "of the run's models: the table does not belong to this run; rerun the diagnosis")
+    return frame
+
+
+_KIND_NAMES = {"i": "integers", "f": "numbers", "s": "text", "b": "true/false flags", "l": "lists"}
+_EMPTY = {"i": "int64", "f": "float64", "s": "object", "b": "object", "l": "object"}
 
 
 def default_run_dir(config_path: str | Path, root: str | Path = "runs", prefix: str = "") -> Path:
@@ -174,17 +253,20 @@ def check_writable(out_dir: Path) -> None:
     if not parent.is_dir():
         raise OpsdError(f"--out {out_dir}: {parent} is a file, not a directory: choose another --out")
     try:
-        with tempfile.NamedTemporaryFile(dir=parent):
-            pass
+        with tempfile.NamedTemporaryFile(dir=parent) as f:  # some data too: a full disk is said now, not mid-run
+            f.write(b"\0" * SPACE_PROBE)
+            f.flush()
     except OSError as e:
-        raise OpsdError(f"cannot write the run directory {out_dir} ({e.strerror}): choose a writable --out") from None
+        raise safe.resource_error(e, out_dir) or \
+            OpsdError(f"cannot write the run directory {out_dir} ({e.strerror}): choose a writable --out") from None
 
 
 def check_run_dir(out_dir: Path, config: dict) -> None:
     """A new or empty folder, or a run of this same config (resume), that can be written; anything else
     is refused."""
     out_dir = Path(out_dir)
-    if (out_dir / "manifest.json").is_file():
+    safe.check_run_files(out_dir, RUN_FILES, ("shards",))  # nothing here is written through a link or a FIFO
+    if os.path.lexists(out_dir / "manifest.json"):
         if read_manifest(out_dir).get("config") != config:
             raise OpsdError(f"{out_dir} holds a run of a different config: choose another --out to start a new run")
     elif out_dir.exists() and not out_dir.is_dir():
@@ -213,6 +295,7 @@ def open_run_dir(out_dir: Path, config_yaml: str, manifest: dict) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise OpsdError(f"cannot create run directory {out_dir} ({e.strerror}): choose a writable --out") from None
+        raise safe.resource_error(e, out_dir) or \
+            OpsdError(f"cannot create run directory {out_dir} ({e.strerror}): choose a writable --out") from None
     atomic_write_text(out_dir / "config.yaml", config_yaml)
-    atomic_write_json(out_dir / "manifest.json", manifest)
+    atomic_write_json(out_dir / "manifest.json", {**manifest, "run_id": uuid.uuid4().hex})
