@@ -44,10 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from bench_scoring import add_model_args, machine, make_model, param_bytes  # noqa: E402
 from reference import pack  # noqa: E402
 
-from opsd_diag import (
-    fused_scoring,  # noqa: E402
-    signals,  # noqa: E402
-)
+from opsd_diag.core import signals  # noqa: E402
+from opsd_diag.engine import fused_scoring  # noqa: E402
 from opsd_diag.engine.scoring import TeacherInput, score_batch  # noqa: E402
 from opsd_diag.io.config import ScoringSpec  # noqa: E402
 from opsd_diag.settings import ScoreSettings  # noqa: E402

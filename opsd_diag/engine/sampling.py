@@ -30,7 +30,6 @@ def trim_completion(ids: list[int], stop_ids: list[int]) -> tuple[list[int], boo
     return list(ids), False
 
 
-@torch.no_grad()
 def cache_kwarg(params) -> str | None:
     """Name of the forward's KV-cache argument, from ``inspect.signature(model.forward).parameters``."""
     for name in ("cache", "past_key_values"):  # transformers >= 5.x renamed past_key_values to cache
