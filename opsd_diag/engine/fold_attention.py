@@ -18,6 +18,7 @@ to the model's own implementation unchanged.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -74,7 +75,8 @@ def _eager_reference(module):
     return getattr(sys.modules[type(module).__module__], "eager_attention_forward")
 
 
-def _register() -> None:
+@functools.cache
+def _register() -> None:  # once, on first use (no import-time side effect)
     from transformers import AttentionInterface
 
     AttentionInterface.register(NAMES["sdpa"], sdpa_folded)
