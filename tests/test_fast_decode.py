@@ -265,6 +265,9 @@ def test_key_length_buckets_are_geometric_and_buffers_shrink_when_unused():
         assert (eng.rows_cap, eng.len_cap) == (8, 768)  # not yet: a bigger call may come back
     eng.reserve(4, 384, 0)
     assert (eng.rows_cap, eng.len_cap) == (4, 384) and eng.mask.shape == (4, 1, 1, 384)
+    for _ in range(2 * static_cache.SHRINK_AFTER):
+        eng.reserve(4, 256, 0)  # more than half of both used: no shrink, no dropped graphs
+    assert (eng.rows_cap, eng.len_cap) == (4, 384)
     eng.reserve(16, 256, 0)  # growth is at once, keeping the other dimension
     assert (eng.rows_cap, eng.len_cap) == (16, 384)
     # and sampling through shrunk buffers still draws what the reference loop draws

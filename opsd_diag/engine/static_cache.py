@@ -10,8 +10,8 @@ What a GPU pays for and a CPU test cannot time, and how each is kept small:
 - Buckets: rows to powers of two; the buffer length and the key length a step attends to are
   geometric (``bucket``: 256, 384, 512, 768, 1024, ... two per doubling, at most 1.5x padding), so
   an 8k context needs 11 key-length graphs per row bucket, not 32. The buffers grow to what a call
-  needs and shrink again after ``SHRINK_AFTER`` calls in a row that needed less (every reallocation
-  drops the graphs that point at the old buffers).
+  needs and shrink again after ``SHRINK_AFTER`` calls in a row that used at most half of them (every
+  reallocation drops the graphs that point at the old buffers).
 - Under autocast (the trainer's float32 student in bf16) a replay would re-cast every Linear weight
   at every step; instead the engine keeps autocast-dtype copies of the Linear weights (the casts
   autocast itself would make, so the logits are bitwise the same) and feeds them to the model with
@@ -150,13 +150,15 @@ class _Engine:
 
     # -- buffers
     def reserve(self, rows: int, length: int, pad_id: int) -> None:
-        """Room for ``rows`` rows x ``length`` positions (bucketed); shrinks after ``SHRINK_AFTER`` smaller calls."""
+        """Room for ``rows`` rows x ``length`` positions (bucketed); shrinks when ``SHRINK_AFTER`` calls in a row used
+        at most half of the rows or of the length."""
         if rows > self.rows_cap or length > self.len_cap:
             self.recent = []
             return self._allocate(max(rows, self.rows_cap), max(length, self.len_cap), pad_id)
         self.recent = [*self.recent[1 - SHRINK_AFTER:], (rows, length)]
         fit = (max(r for r, _ in self.recent), max(n for _, n in self.recent))
-        if len(self.recent) == SHRINK_AFTER and fit != (self.rows_cap, self.len_cap):
+        # at most half of a dimension used: a call that comes back one bucket bigger must not drop every graph
+        if len(self.recent) == SHRINK_AFTER and (2 * fit[0] <= self.rows_cap or 2 * fit[1] <= self.len_cap):
             self.recent = []
             self._allocate(*fit, pad_id)
 
