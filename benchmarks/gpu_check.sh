@@ -61,7 +61,7 @@ NAMES=(decode train-scale scoring-reference scoring-fused scoring-compiled quick
 if [[ $MODE == smoke ]]; then
   APPEND=${APPEND:-0}
   # a shared 2-core CPU, whose load varies tenfold: the smoke checks that every part runs to the end, not its time
-  BUDGET=${SMOKE_BUDGET:-5400}
+  BUDGET=${SMOKE_BUDGET:-7200}
   NEED_GIB=1
   COMMON=(--device cpu --dtype float32 --hidden 64 --layers 2 --heads 2 --kv-heads 1 --head-dim 32
           --intermediate 128)
@@ -69,7 +69,7 @@ if [[ $MODE == smoke ]]; then
   SCORING=(--vocab 2048 --batch 2 --prompt-len 16 --context-len 16 --completion-len 32 --chunk-size 16
            --warmup 1 --repeats 2)
   MEMORY=(--vocab 4096 --rollouts 2 --completion-len 64 --chunk-sizes 16 --engines reference,fused)
-  CAPS=(600 600 600 600 600 600 600 600)
+  CAPS=(600 600 600 600 600 1800 600 600)
 else
   APPEND=${APPEND:-1}
   NEED_GIB=16  # two 1.7B bf16 models on disk (7 GiB) and room to spare; no checkpoint is written
@@ -275,9 +275,9 @@ import yaml
 mode = sys.argv[1]
 dev = "cuda" if mode == "cuda" else "cpu"
 cuda = mode == "cuda"
-runs = [("cpu", "today's engines", "cpu", "hf", "reference", 45 if cuda else 280),  # caps: the part's, split
+runs = [("cpu", "today's engines", "cpu", "hf", "reference", 45 if cuda else 850),  # caps: the part's, split
         (dev, "today's engines", dev, "hf", "reference", 30),
-        (dev, "static sampler, fused scoring", dev, "static", "fused", 20 if cuda else 280)]
+        (dev, "static sampler, fused scoring", dev, "static", "fused", 20 if cuda else 850)]
 if not cuda:
     runs = [runs[0], runs[2]]
 seconds = {}
