@@ -342,7 +342,8 @@ run train-methods "$PY" -c "$TRAIN" "$MODE" methods
   echo "## gpu_check done in $((SECONDS - START)) s; log: $LOG"
   if ((${#FAILED[@]})); then echo "FAILED parts: ${FAILED[*]}"; else echo "every part exited 0"; fi
 } | tee -a "$LOG"
-grep -h "^RESULT\|^check:\|^engine:\|^### .*: exit\|TIMED OUT\|SKIPPED\|^FAILED parts\|^every part\|^INJECTED" "$LOG" |
+grep -h "^RESULT\|^check:\|^engine:\|^quickstart on\|^### .*: exit\|TIMED OUT\|SKIPPED\|^FAILED parts\|^every part\|^INJECTED" \
+  "$LOG" |
   tee "$LOG.summary"
 
 if [[ $APPEND == 1 ]]; then
