@@ -56,7 +56,8 @@ def test_the_preflight_refuses_wheels_for_another_python(tmp_path):
 
 @pytest.mark.slow
 def test_an_injected_failure_is_listed_and_the_other_parts_still_run(tmp_path):
-    """--smoke with two parts, the first made to fail: the second runs to the end, the summary lists both (~30 s)."""
+    """--smoke with two parts, the first made to fail: the second runs to the end, the summary lists both
+    (~30 s on an idle 2-core CPU)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "out"
