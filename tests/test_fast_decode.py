@@ -316,3 +316,11 @@ def test_autocast_weight_copies_are_refreshed_in_place_after_an_optimizer_step(m
         opt.zero_grad()
     assert static_cache.engine_for(model) is eng and eng.stats["weight_refreshes"] > 0
     assert {n: t.data_ptr() for n, t in eng.cast.items()} == ptrs  # refreshed in place: graphs stay valid
+    # a bf16 model under autocast has nothing to cast: it runs with its own weights, and no call drops the graphs
+    model.to(torch.bfloat16)
+    eng = static_cache.engine_for(model)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert eng.sampling_weights() is None
+        eng.graphs[("sentinel",)] = None
+        assert eng.sampling_weights() is None and eng.sampling_weights() is None
+    assert ("sentinel",) in eng.graphs

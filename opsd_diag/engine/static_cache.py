@@ -132,6 +132,7 @@ class _Engine:
         self.graphs_ok = self.device.type == "cuda" and os.environ.get(GRAPHS_ENV, "1") != "0"
         self.pool = None
         self.cast: dict[str, torch.Tensor] = {}  # Linear weight name -> its autocast-dtype copy
+        self.cast_dtype: torch.dtype | None = None  # the dtype of those copies
         self.cast_src: list = []  # (name, source parameter, its version when copied)
         self.weights: dict[str, torch.Tensor] | None = None  # what this call's forwards run with (None: the model's)
         self.fingerprint = self._fingerprint()
@@ -193,7 +194,8 @@ class _Engine:
         dtype = autocast_dtype(self.device)
         if dtype is None:
             return None
-        if not self.cast or next(iter(self.cast.values())).dtype != dtype:
+        if self.cast_dtype != dtype:
+            self.cast_dtype = dtype
             with torch.inference_mode(False), torch.no_grad():  # plain tensors: refreshed in and out of inference mode
                 self.cast, self.cast_src = {}, []
                 for name, module in self.model.named_modules():
@@ -203,7 +205,8 @@ class _Engine:
                                 self.cast[pname] = p.detach().to(dtype)
                                 self.cast_src.append((pname, p, p._version))
             self.graphs.clear()  # they read the old copies
-            return self.cast
+        if not self.cast:  # no float32 Linear weight (a bf16 model): autocast casts nothing
+            return None
         for i, (name, p, version) in enumerate(self.cast_src):
             if p._version != version:  # an optimizer step (or any in-place write) changed it
                 with torch.no_grad():
