@@ -86,12 +86,20 @@ def test_switch_default_and_fallback(world):
 
 
 @pytest.mark.slow
-def test_compiled_equals_score_batch(world):
-    """torch.compile(fullgraph=True) of the chunk function: no graph break, the same numbers (~30 s on CPU)."""
-    comps, sp, teachers = _inputs(world)
+@pytest.mark.parametrize("s,with_base,base_view_teacher", [(SETTINGS[0], True, True), (SETTINGS[1], False, False)])
+def test_compiled_equals_score_batch_for_every_signal_and_compiles_once(world, s, with_base, base_view_teacher):
+    """torch.compile(fullgraph=True) of the chunk function: every column and the top-k equal the reference, and one
+    graph serves every chunk of a run and a second run of another length (counted by dynamo; one compile per case)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
     pad = world["tok"].pad_token_id
-    s = SETTINGS[0]
-    ref = score_batch(world["student"], comps, sp, teachers, s, pad, base=world["base"], base_prompts=sp)
-    got = fused_scoring.pick(score_batch, "compiled")(world["student"], comps, sp, teachers, s, pad,
-                                                      base=world["base"], base_prompts=sp)
-    _assert_same(got, ref)
+    compiled = fused_scoring.pick(score_batch, "compiled")
+    for lengths in ((5, 9, 1, 7), (3, 12, 6, 2)):  # 22 and 23 tokens: 6 chunks each, the last one padded
+        comps, sp, teachers = _inputs(world, lengths=lengths, base_view_teacher=base_view_teacher)
+        kw = {"base": world["base"], "base_prompts": sp} if with_base else {}
+        assert -(-sum(lengths) // s.chunk_size) > 1
+        ref = score_batch(world["student"], comps, sp, teachers, s, pad, **kw)
+        _assert_same(compiled(world["student"], comps, sp, teachers, s, pad, **kw), ref)
+        assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])  # no recompile across chunks or runs

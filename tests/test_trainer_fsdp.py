@@ -120,3 +120,32 @@ def test_deepspeed_and_fsdp1_are_refused_with_the_fix(kind, version, refused):
         with pytest.raises(OpsdError, match=refused) as e:
             sharded.check_supported(acc)
         assert "sample_data/accelerate/fsdp2.yaml" in str(e.value)
+
+
+def test_the_private_fsdp2_internals_are_guarded_by_the_torch_version():
+    from types import SimpleNamespace
+
+    from opsd_diag.errors import OpsdError
+
+    sharded.check_fsdp_torch()  # this torch is in range
+    sharded.check_fsdp_torch("2.6.0")
+    with pytest.raises(OpsdError, match=r"FSDP2 training needs torch >= 2.6 \(this is 2.5.1\)"):
+        sharded.check_fsdp_torch("2.5.1")
+    g = object()
+    assert sharded._param_groups(SimpleNamespace(_fsdp_param_groups=[g, g])) == [g, g]  # torch >= 2.9
+    assert sharded._param_groups(SimpleNamespace(_fsdp_param_group=g)) == [g]  # torch 2.6-2.8
+    assert sharded._param_groups(SimpleNamespace(_fsdp_param_group=None)) == []
+    with pytest.raises(OpsdError, match="FSDP2 internals changed"):
+        sharded._param_groups(SimpleNamespace())
+
+
+def test_fsdp2_students_sample_with_the_reference_loop_and_a_documented_reason(world):
+    """The static engine refuses an FSDP2 unit (its hooks and re-allocated gathered weights defeat CUDA graphs: see
+    engine.fast_decode) and hands it to the reference sampler."""
+    from opsd_diag.engine import fast_decode
+
+    st = prepare(resolve(world, method="opd"), torch.device("cpu"))
+    unit = type("FSDPQwen3ForCausalLM", (type(st.roles.student),), {})  # what fully_shard renames the class to
+    st.roles.student.__class__ = unit
+    assert "FSDP" in fast_decode.unsupported_reason(st.roles.student)
+    assert "Why not FSDP2 students" in fast_decode.__doc__

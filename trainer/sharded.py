@@ -42,6 +42,27 @@ from trainer.roles import Roles
 from trainer.rollouts import MicroBatch
 
 CPU_ENV = "OPSD_FSDP2_CPU"
+# full_params reaches into FSDP2's private state (the lazy root init, the param groups' post-forward mesh): present
+# from torch 2.6, where fully_shard became public; 2.6-2.8 keep one param group per state, later ones a list
+FSDP2_MIN_TORCH = "2.6"
+
+
+def check_fsdp_torch(version: str | None = None) -> None:
+    """OpsdError when this torch is older than the FSDP2 internals ``full_params`` uses."""
+    v = torch.torch_version.TorchVersion(version or torch.__version__)
+    if v < FSDP2_MIN_TORCH:
+        raise OpsdError(f"FSDP2 training needs torch >= {FSDP2_MIN_TORCH} (this is {v}): upgrade torch or train "
+                        "without FSDP (DDP or one process)")
+
+
+def _param_groups(state) -> list:
+    """The FSDP param groups of one unit's state, across the torch versions that name them differently."""
+    if hasattr(state, "_fsdp_param_groups"):  # torch >= 2.9: a list
+        return list(state._fsdp_param_groups)
+    if hasattr(state, "_fsdp_param_group"):  # torch 2.6-2.8: one group or None
+        return [state._fsdp_param_group] if state._fsdp_param_group is not None else []
+    raise OpsdError(f"FSDP2 internals changed in torch {torch.__version__} (no param groups on the FSDP state): "
+                    "train without FSDP, or with a torch version opsd-train supports (docs/training.md)")
 
 
 def _fsdp_module_cls():
@@ -70,6 +91,8 @@ def check_supported(acc) -> None:
     if acc.distributed_type == DistributedType.FSDP and getattr(plugin, "fsdp_version", 1) != 2:
         raise OpsdError("FSDP version 1 is not supported by opsd-train: set fsdp_config.fsdp_version: 2 in the "
                         "accelerate config (sample_data/accelerate/fsdp2.yaml)")
+    if fsdp_requested(acc):
+        check_fsdp_torch()
 
 
 def fsdp_requested(acc) -> bool:
@@ -151,12 +174,12 @@ def full_params(model: nn.Module):
     if not units:
         yield
         return
+    check_fsdp_torch()
     # the outermost unit must initialise as the root before any inner unit runs a forward of its own
     units[0]._get_fsdp_state()._lazy_init()
     saved = []
     for m in units:
-        state = m._get_fsdp_state()
-        saved.append([(g, g.post_forward_mesh_info) for g in state._fsdp_param_groups])
+        saved.append([(g, g.post_forward_mesh_info) for g in _param_groups(m._get_fsdp_state())])
     units[0].set_reshard_after_forward(False, recurse=True)
     for m in units:
         m.unshard()

@@ -104,6 +104,7 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
     return [Completion(*trim_completion(row, stop_ids)) for row in tokens.tolist()]
 
 
+@torch.inference_mode()
 def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int]) -> list[list[Completion]]:
     """``s.num_samples`` completions per prompt, the contract of ``sample_hf``; deterministic for a seed."""
     if not supported(model):

@@ -14,21 +14,34 @@ GPU work):
 - The KV cache is one set of preallocated buffers per model, ``[rows, kv_heads, length, head_dim]``
   per layer (``SlotCache``, a ``transformers`` ``Cache`` whose every step writes one slot in place),
   so a decode step has fixed tensor addresses and can be replayed as a CUDA graph.
-- Shapes are bucketed: rows to powers of two, the key length a step attends to up to a multiple of
-  ``KV_BUCKET``. One graph per (row bucket, key-length bucket) is captured on first use and reused
-  by every later call with the same buckets (the trainer's steps, the predictor's continuations).
+- Shapes are bucketed: rows to powers of two, the key length a step attends to geometrically
+  (``static_cache.bucket``: 256, 384, 512, 768, ...). One graph per (row bucket, key-length bucket) is
+  captured on first use and reused by every later call with the same buckets (the trainer's steps,
+  the predictor's continuations).
 - Finished rows are dropped at bucket granularity: a finished row stops drawing at once; when the
   rows still sampling fit a smaller row bucket they are moved to the front of the buffers (cache,
   mask, positions) and the smaller bucket's graph runs from then on.
 - Every step attends with an explicit 4-D mask (boolean for SDPA, additive for eager attention)
   passed as the model's per-layer-type mask mapping, so HF's mask construction is skipped and a
-  decode step has no host synchronisation inside it.
+  decode step has no host synchronisation inside it; outside it, one per step (``static_cache``).
+- Each token is drawn as ``torch.multinomial(probs, 1)`` draws it (ATen's single-sample path:
+  the argmax of ``probs / E`` with ``E ~ Exp(1)`` from the same generator), without the validity
+  check whose ``.item()`` would be a second host synchronisation per step: non-finite scores are
+  caught by the step's one synchronisation instead.
 
 On CPU (or with ``OPSD_CUDA_GRAPHS=0``) the same static-cache loop runs eagerly: that is what the
 CPU tests compare against the reference. Models whose generation needs more than a full-attention
 KV cache (sliding-window or linear-attention layers, encoder-decoders, a custom
 ``prepare_inputs_for_generation``, attention other than SDPA or eager, FSDP-sharded parameters)
 go to the reference sampler unchanged.
+
+Why not FSDP2 students (yet): ``fully_shard`` installs forward hooks on every unit (all-gather,
+reshard and stream bookkeeping) that run at every forward and cannot be captured in a CUDA graph, and
+each unshard allocates the gathered parameters anew, so the addresses a graph captured go stale at
+the next step. Sampling an FSDP2 student fast needs a plain (unwrapped) replica of the gathered
+weights, refreshed in place after each step, which costs a full copy of the model on every process,
+the memory FSDP exists to save. Until that trade is measured, the trainer samples such a student
+with the reference loop inside ``trainer.sharded.full_params`` (every unit gathered once per step).
 
 Selection: ``pick(reference, engine)`` returns the sampler to call for the config's ``sampling.engine``
 (``hf``: today's path, the default; ``static``: this engine). The buffers, graphs and cache live in
@@ -43,9 +56,8 @@ import logging
 
 import torch
 
-from opsd_diag.engine.sampling import Completion, cache_kwarg, check_finite, layer_types, trim_completion, warp
+from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, trim_completion, warp
 from opsd_diag.engine.static_cache import engine_for
-from opsd_diag.errors import NonFiniteLogits
 from opsd_diag.settings import SamplingSettings
 
 log = logging.getLogger(__name__)
@@ -94,13 +106,15 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
+def draw(probs: torch.Tensor) -> torch.Tensor:
+    """[n, V] probabilities -> [n] ids, exactly ``torch.multinomial(probs, 1).squeeze(1)`` for the same RNG state
+    (its single-sample algorithm), without the ``.item()`` of its validity check."""
+    return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
+
+
 def multinomial_chooser(temperature: float, top_p: float):
-    def choose(scores, rows, t):
-        try:  # NaN/+inf cannot be sampled from (and on CUDA would trip a device assert)
-            check_finite(scores, t)
-        except NonFiniteLogits as e:
-            raise NonFiniteLogits(int(rows[e.row]), t) from None  # the batch row, not the slot
-        return torch.multinomial(warp(scores, temperature, top_p).softmax(dim=-1), num_samples=1).squeeze(1)
+    def choose(scores, rows, t):  # finite scores: the engine checks them in its one sync per step
+        return draw(warp(scores, temperature, top_p).softmax(dim=-1))
     return choose
 
 

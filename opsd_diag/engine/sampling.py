@@ -46,7 +46,6 @@ def cut_at_strings(tok, c: Completion, strings) -> Completion:
     return Completion(list(c.ids[:hi]), True)
 
 
-@torch.no_grad()
 def cache_kwarg(params) -> str | None:
     """Name of the forward's KV-cache argument, from ``inspect.signature(model.forward).parameters``."""
     for name in ("cache", "past_key_values"):  # transformers >= 5.x renamed past_key_values to cache
