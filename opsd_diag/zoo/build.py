@@ -65,7 +65,7 @@ SIZES = {
 }
 CARD_CONTEXTS = CHAINS.card_contexts
 SUBSET_PER_LEVEL = CHAINS.training.subset_per_level  # the fixed subset tests/test_zoo.py re-evaluates
-REPORT_EXTRAS = ("style", "second_skill", "probe", "world")  # written only when the world has them
+REPORT_EXTRAS = ("style", "second_skill", "probe", "pass_k", "world")  # written only when the world has them
 
 
 def size_of(world: World, size: str) -> BuildSize:
@@ -91,6 +91,7 @@ class BuildReport:
     style: dict[str, float] = field(default_factory=dict)         # share of greedy replies opening with the preamble
     second_skill: dict[str, float] = field(default_factory=dict)  # greedy accuracy on the second skill
     probe: dict[str, dict[str, float]] = field(default_factory=dict)  # the student after more SFT on correct solutions
+    pass_k: dict[str, dict[str, float]] = field(default_factory=dict)  # sampled pass@k at temperature 1
     world: str = ""
 
     def as_json(self) -> dict:

@@ -10,6 +10,9 @@ REBUILD_NOTE = ("`tests/test_zoo.py` rebuilds the reduced `ci` size twice in CI 
                 "bit-identical; `python -m opsd_diag.zoo.rebuild_check --record` rebuilds this full size and "
                 "records the comparison below.")
 
+WORLD_NOTE = ("`tests/test_worlds.py` builds every world spec at the reduced `ci` size and checks this card is "
+              "what the build report renders to; rerun the command above to rebuild the full size.")
+
 
 def misconception_text(ms) -> str:
     """``multiplying by 8 or 9 comes out one too high`` for each of a spec's misconceptions."""
@@ -40,6 +43,10 @@ def world_section(r, world: World, cols: list[str]) -> str:
     if r.probe:
         parts.append("Capacity probe (the student trained further on correct step-by-step solutions with no "
                      "context, same optimiser; never shipped):\n\n" + _table(r.probe, cols))
+    if r.pass_k:
+        cols_k = list(next(iter(r.pass_k.values())))
+        parts.append(f"Sampled at temperature 1 ({world.training.pass_k_samples} samples a problem, unbiased pass@k, "
+                     "same problems):\n\n" + _table(r.pass_k, cols_k))
     if r.second_skill:
         parts.append("Second skill (reversing digit strings, never in any distillation data; "
                      f"`second_skill.jsonl`, greedy): " + ", ".join(f"{k} {v:.2f}" for k, v in r.second_skill.items()))
@@ -112,5 +119,5 @@ Chance is 0.10.
 Each training chain (base -> teacher, and the student) runs single-threaded with deterministic
 kernels from fixed seeds, in two processes side by side, so a rebuild with the same seed gives
 bit-identical weights on the same CPU and torch build, whatever else the machine is doing.
-{REBUILD_NOTE}
+{REBUILD_NOTE if bundled else WORLD_NOTE}
 """

@@ -112,6 +112,7 @@ class Training(Strict):
     eval_per_level: PositiveInt = 100
     subset_per_level: PositiveInt = 10
     max_new_tokens: PositiveInt = 72
+    pass_k_samples: int = Field(0, ge=0, le=64)  # > 0: the card also gives sampled pass@1 / pass@4 from this many samples
 
 
 class World(Strict):
@@ -149,6 +150,8 @@ class World(Strict):
             raise ValueError("student.contexts needs a positive share")
         if set(self.teacher.level_weights) != set(self.task.levels):
             raise ValueError("teacher.level_weights must name exactly the task's levels")
+        if 0 < self.training.pass_k_samples < 4:
+            raise ValueError("training.pass_k_samples must be 0 (off) or at least 4 (pass@4 needs 4 samples)")
         ops = set(self.task.ops)
         if any(m.op not in ops for m in [*self.student.misconceptions, *self.teacher.misconceptions]):
             raise ValueError("a misconception's op must be one of task.ops")
