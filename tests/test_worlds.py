@@ -173,3 +173,33 @@ def test_every_world_feature_builds_reproducibly(tmp_path):
     card = (tmp_path / "a" / "MODEL_CARD.md").read_text()
     assert card == model_card(build.BuildReport(**report), build.size_of(w, "ci"), w)
     assert "## What this world shows" in card and "Capacity probe" in card and "Second skill" in card
+
+
+# ------------------------------------------------------------------ the pre-registered worlds plan
+
+def test_worlds_plan_resolves_with_every_required_arm():
+    sys.path.insert(0, str(REPO))
+    from benchmarks.validity.worlds import run_worlds
+
+    plans = run_worlds.load("default")
+    assert len(plans["order"]) >= 5 and set(plans["order"]) <= set(plans["worlds"])
+    signals = {m["name"]: m["signal"] for ms in plans["common"]["methods"].values() for m in ms}
+    assert signals == {"opd": "r_opd", "jsd": "jsd", "opd2": "a_d2", "exopd": "a_ex",
+                       "opsd_opd": "r_opd", "opsd_jsd": "jsd"}
+    assert [m["training"]["method"] for m in plans["common"]["reference"]] == ["sft"]
+    names = {p["name"] for p in plans["common"]["analysis"]["predictors"]}
+    assert {"verdict", "score", "teacher_advantage", "alignment", "accuracy_gap", "mean_rev_kl", "mean_jsd",
+            "opd2_sign_agreement", "teachability", "topk_overlap", "high_entropy_share"} <= names
+    assert plans["common"]["evaluation"]["pass_k"][-1] >= 4
+    for name in plans["order"]:
+        plan = run_worlds.resolve(plans, name)
+        assert len(plan["configurations"]) >= 8 and len(plan["training"]["seeds"]) >= 2
+        assert {c["name"] for c in plan["configurations"]} >= {"teacher", "teacher_full", "self_full", "self_wrong",
+                                                               "base_teacher", "self_other"}
+        for c in plan["configurations"]:  # a world's own context arrives as its template text
+            assert c.get("context") is None or "{" not in c["context"] or "{prompt}" in c["context"]
+    rule = run_worlds.resolve(plans, "rule_vs_instance")
+    assert any(c.get("context_name") == "rule" and "Rule:" in c["context"] for c in rule["configurations"])
+    assert run_worlds.resolve(plans, "forgetting")["regression_file"]["file"] == "second_skill.jsonl"
+    quick = run_worlds.load("quick")
+    assert len(quick["order"]) >= 2 and quick["common"]["training"]["seeds"] == [0]
