@@ -203,3 +203,24 @@ def test_worlds_plan_resolves_with_every_required_arm():
     assert run_worlds.resolve(plans, "forgetting")["regression_file"]["file"] == "second_skill.jsonl"
     quick = run_worlds.load("quick")
     assert len(quick["order"]) >= 2 and quick["common"]["training"]["seeds"] == [0]
+
+
+def test_worlds_layout_writes_valid_configs_for_every_arm(tmp_path):
+    """The default plan laid out on the bundled world (no model is run): every training config is one the
+    trainer accepts, the delta methods get the base, the base-as-teacher has no delta run, sft is there."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.validity.worlds import run_worlds
+    from opsd_diag.io.config import load_config
+    from trainer.config import resolve_training
+
+    assert run_worlds.main(["--worlds", "chains", "--layout-only", "--out", str(tmp_path)]) == 0
+    configs = sorted((tmp_path / "chains" / "configs" / "train").glob("*.yaml"))
+    names = {p.stem.rsplit("__", 1)[0] for p in configs}
+    assert len(configs) == 2 * len(names) and len(names) >= 20
+    assert {"teacher__opd2", "teacher__exopd", "demonstrations__sft", "self_wrong__opsd_jsd"} <= names
+    assert not {"base_teacher__opd2", "base_teacher__exopd"} & names
+    for p in configs:
+        cfg = load_config(p)
+        spec = resolve_training(cfg, str(p)).spec
+        assert spec.max_steps == 40 and spec.seed in (0, 1)
+        assert (cfg.base is not None) == (spec.method in ("opd2", "exopd")), p.name

@@ -84,6 +84,8 @@ def layout_world(plan: dict, out: Path) -> dict:
     layout = run_study.build(plan, out)
     models = (REPO / plan["world"]["models"]).resolve()
     keep = {n: p for n, p in layout["trainings"].items() if not _skip(plan, n)}
+    for n in set(layout["trainings"]) - set(keep):  # written by prepare, not part of this plan
+        Path(layout["trainings"][n]).unlink(missing_ok=True)
     for n, path in keep.items():
         if n.split("__")[1] in NEEDS_BASE:
             cfg = yaml.safe_load(Path(path).read_text())
