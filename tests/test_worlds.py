@@ -37,7 +37,7 @@ def test_every_spec_loads_and_chains_is_the_bundled_zoo():
     assert {"chains", "capacity", "rule_vs_instance", "forgetting", "diversity", "style"} <= names
     for p in SPECS:
         w = world.load(p)
-        assert w.name == p.stem and world.is_bundled(w) == (p.stem == "chains")
+        assert w.name == p.stem and w.is_bundled() == (p.stem == "chains")
     chains = world.load(WORLDS / "chains.yaml")
     models, problems = world.folders(chains, WORLDS / "chains.yaml")
     assert models.resolve() == ZOO.resolve() and problems.resolve() == (REPO / "sample_data/problems").resolve()

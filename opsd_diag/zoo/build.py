@@ -31,7 +31,7 @@ from opsd_diag.zoo.card import model_card
 from opsd_diag.zoo.evaluate import (  # noqa: F401  (the zoo's evaluation, as tests/test_zoo.py uses it)
     MAX_NEW_TOKENS, accuracy_by_level, eval_problems, evaluate, greedy_correct, user_texts)
 from opsd_diag.zoo.tokenizer import IM_END, train_tokenizer
-from opsd_diag.zoo.world import World, is_bundled
+from opsd_diag.zoo.world import World
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,7 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
         check_writable(Path(problems_dir))
     cfg = size_of(world, size)
     t0 = time.time()
-    report = BuildReport(seed=seed, size=size, world="" if is_bundled(world) else world.name)
+    report = BuildReport(seed=seed, size=size, world="" if world.is_bundled() else world.name)
     wt = world.task
 
     splits = task.make_splits(wt.splits, wt.levels, wt.ops)

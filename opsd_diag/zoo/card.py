@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from opsd_diag.zoo.world import World, is_bundled
-
 OP_WORDS = {"+": "adding", "-": "subtracting", "*": "multiplying by"}
 
 REBUILD_NOTE = ("`tests/test_zoo.py` rebuilds the reduced `ci` size twice in CI and checks the weights are "
@@ -30,7 +28,7 @@ def _table(accs: dict, cols: list[str]) -> str:
                              for name, acc in accs.items())
 
 
-def world_section(r, world: World, cols: list[str]) -> str:
+def world_section(r, world, cols: list[str]) -> str:
     """What a world (other than the bundled one) is built to show, with the numbers that show it."""
     acc = r.accuracy
     alone = acc["student"]
@@ -58,9 +56,9 @@ def world_section(r, world: World, cols: list[str]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def model_card(r, cfg, world: World, *, command: str = "") -> str:
-    """MODEL_CARD.md of a build (``r``: its BuildReport, ``cfg``: its BuildSize, ``world``: its spec)."""
-    bundled = is_bundled(world)
+def model_card(r, cfg, world, *, command: str = "") -> str:
+    """MODEL_CARD.md of a build (``r``: its BuildReport, ``cfg``: its BuildSize, ``world``: its ``zoo.world.World``)."""
+    bundled = world.is_bundled()
     levels = [f"level {lv}" for lv in world.task.levels] + ["all"]
     shapes = {"base": cfg.big, "teacher": cfg.big, "student": cfg.small}
     models = "\n".join(

@@ -157,15 +157,14 @@ class World(Strict):
             raise ValueError("a misconception's op must be one of task.ops")
         return self
 
+    def is_bundled(self) -> bool:
+        """Is this the bundled zoo (every field the default; where it is written does not count)?"""
+        where = {"out", "problems"}
+        return self.model_dump(exclude=where) == World().model_dump(exclude=where)
+
     def template(self, context: str) -> str:
         """The template text of a context name (built-in or the world's own)."""
         return templates.resolve(self.contexts.get(context, context))
-
-
-def is_bundled(world: World) -> bool:
-    """Is this the bundled zoo (every field the default; where it is written does not count)?"""
-    where = {"out", "problems"}
-    return world.model_dump(exclude=where) == World().model_dump(exclude=where)
 
 
 def load(path: str | Path) -> World:
