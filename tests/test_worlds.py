@@ -2,6 +2,7 @@
 the task variants they add, and the built worlds under sample_data/worlds/."""
 
 import hashlib
+import math
 import json
 import random
 import subprocess
@@ -224,3 +225,29 @@ def test_worlds_layout_writes_valid_configs_for_every_arm(tmp_path):
         spec = resolve_training(cfg, str(p)).spec
         assert spec.max_steps == 40 and spec.seed in (0, 1)
         assert (cfg.base is not None) == (spec.method in ("opd2", "exopd")), p.name
+
+
+@pytest.mark.parametrize("seed, k", [(0, 5), (1, 3), (2, 20)])
+def test_teachability_and_topk_overlap_against_float64_loops(seed, k):
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    from benchmarks.validity.worlds.compat import compat_columns
+
+    g = torch.Generator().manual_seed(seed)
+    n, vocab = 7, 11
+    logp = torch.log_softmax(torch.randn(n, vocab, generator=g) * 3, -1)
+    logq = torch.log_softmax(torch.randn(n, vocab, generator=g) * 3, -1)
+    got = compat_columns(logp, logq, k)
+    kk = min(k, vocab)
+    for i in range(n):
+        p = [float(x) for x in logp[i].double()]
+        q = [float(x) for x in logq[i].double()]
+        top_p = sorted(range(vocab), key=lambda v: -p[v])[:kk]
+        top_q = sorted(range(vocab), key=lambda v: -q[v])[:kk]
+        teach = sum(math.exp(q[v]) for v in top_p)
+        assert abs(float(got["teachability"][i]) - teach) < 1e-5
+        assert float(got["topk_overlap"][i]) == pytest.approx(len(set(top_p) & set(top_q)) / kk, abs=1e-7)
+    same = compat_columns(logp, logp, k)  # a teacher equal to the student: full overlap, its own top-k mass
+    assert torch.allclose(same["topk_overlap"], torch.ones(n))
+    assert torch.allclose(same["teachability"], logp.exp().topk(kk, -1).values.sum(-1))

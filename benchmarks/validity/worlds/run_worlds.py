@@ -131,7 +131,10 @@ def run_world(plan: dict, out: Path, workers: int, echo: bool = True) -> int:
         return 1
     checks = run_study.check_same_rollouts(out, list(layout["diagnoses"]))
     (out / "checks.json").write_text(json.dumps(checks, indent=1))
-    return 1 if study.run(run_study.eval_jobs(out, layout, workers)) else 0
+    compat = [run_study.Job(f"compat.{run}", "compat", [sys.executable, str(HERE / "compat.py"), "--diag", str(d)],
+                            d / "compat.json", done=lambda d=d: (d / "compat.json").is_file())
+              for run in layout["diagnoses"] for d in [out / "diag" / run]]
+    return 1 if study.run(compat + run_study.eval_jobs(out, layout, workers)) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
