@@ -176,10 +176,21 @@ def _cmd_scoreboard(args) -> None:
 
 
 def _cmd_zoo_build(args) -> None:
+    from opsd_diag.zoo import world as world_mod
+
+    if args.world:  # the spec is checked before torch is imported and before anything is written
+        spec = world_mod.load(args.world)
+        models, problems = world_mod.folders(spec, Path(args.world))
+        out = Path(args.out) if args.out else models
+        problems_dir = problems if args.problems_dir is None else (Path(args.problems_dir) if args.problems_dir else None)
+        command = f"opsd-diag zoo build --world {args.world}"
+    else:
+        spec, out, command = world_mod.World(), Path(args.out or MODELS_DIR), ""
+        problems_dir = Path(args.problems_dir) if args.problems_dir != "" else None
+        problems_dir = PROBLEMS_DIR if args.problems_dir is None else problems_dir
     from opsd_diag.zoo.build import build
 
-    build(Path(args.out), problems_dir=Path(args.problems_dir) if args.problems_dir else None,
-          size=args.size, seed=args.seed)
+    build(out, problems_dir=problems_dir, size=args.size, seed=args.seed, world=spec, command=command)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -234,11 +245,14 @@ def parser() -> argparse.ArgumentParser:
     z = sub.add_parser("zoo", help="the bundled toy world")
     zsub = z.add_subparsers(dest="zoo_command", required=True)
     b = zsub.add_parser("build", help="train the tiny base/teacher/student models reproducibly on CPU")
-    b.add_argument("--out", default=str(MODELS_DIR), help=f"output directory (default {MODELS_DIR})")
-    b.add_argument("--problems-dir", default=str(PROBLEMS_DIR),
-                   help=f"where the train/dev/test splits are written (default {PROBLEMS_DIR}); '' to skip")
-    b.add_argument("--size", default="full", help="full (the shipped models) or ci (a seconds-long smoke build)")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--world", help="world spec (e.g. sample_data/worlds/capacity.yaml; default: the bundled zoo, "
+                                   "sample_data/worlds/chains.yaml)")
+    b.add_argument("--out", help=f"output directory (default {MODELS_DIR}, or the world's models folder)")
+    b.add_argument("--problems-dir",
+                   help=f"where the train/dev/test splits are written (default {PROBLEMS_DIR}, or the world's "
+                        "problems folder); '' to skip")
+    b.add_argument("--size", default="full", help="full (the spec's models) or ci (a seconds-long smoke build)")
+    b.add_argument("--seed", type=int, help="seed (default: the world's, 0 for the bundled zoo)")
     b.set_defaults(func=_cmd_zoo_build)
     return p
 

@@ -57,11 +57,25 @@ def solve(problem: dict, apply=apply_op, start_step: int = 0, start_value: int |
     return lines, x
 
 
-def make_problem(rng: random.Random, level: int) -> dict:
-    """One problem record (without id) of the given difficulty level."""
-    n_ops = LEVELS[level]
+def make_apply(misconceptions, rng: random.Random | None = None):
+    """A step function holding ``misconceptions`` (world spec entries: op, operands, shift, rate).
+
+    An entry with ``rate`` < 1 applies to that share of uses, drawn from ``rng`` (only then is it drawn).
+    """
+    def apply(x: int, op: str, a: int) -> int:
+        y = apply_op(x, op, a)
+        for m in misconceptions:
+            if op == m.op and a in m.operands and (m.rate >= 1.0 or rng.random() < m.rate):
+                return (y + m.shift) % 10
+        return y
+    return apply
+
+
+def make_problem(rng: random.Random, level: int, lengths: dict[int, int] = LEVELS, ops=OPS) -> dict:
+    """One problem record (without id) of the given difficulty level (``lengths``: level -> operations)."""
+    n_ops = lengths[level]
     x0 = rng.randrange(10)
-    chain = [(rng.choice(OPS), rng.randrange(1, 10)) for _ in range(n_ops)]
+    chain = [(rng.choice(ops), rng.randrange(1, 10)) for _ in range(n_ops)]
     ops_text = " ".join(f"{LABELS[i]}){op}{a}" for i, (op, a) in enumerate(chain))
     prompt = f"Start at {x0}. Apply in order, mod 10: {ops_text}. What is the result?"
     lines, x = [], x0
@@ -95,9 +109,11 @@ def problem_key(prompt: str) -> str:
     return hashlib.sha1(prompt.encode()).hexdigest()[:12]
 
 
-def generate(n: int, seed: int, levels: tuple[int, ...] = tuple(LEVELS), exclude: set[str] | None = None,
-             prefix: str = "p") -> list[dict]:
-    """``n`` distinct problems spread evenly over ``levels``; prompts in ``exclude`` are skipped."""
+def generate(n: int, seed: int, levels: tuple[int, ...] | None = None, exclude: set[str] | None = None,
+             prefix: str = "p", lengths: dict[int, int] = LEVELS, ops=OPS) -> list[dict]:
+    """``n`` distinct problems spread evenly over ``levels`` (default: all of ``lengths``); prompts in
+    ``exclude`` are skipped."""
+    levels = tuple(lengths) if levels is None else levels
     rng = random.Random(seed)
     seen = set(exclude or ())
     out: list[dict] = []
@@ -105,7 +121,7 @@ def generate(n: int, seed: int, levels: tuple[int, ...] = tuple(LEVELS), exclude
     while len(out) < n:
         level = levels[i % len(levels)]
         i += 1
-        p = make_problem(rng, level)
+        p = make_problem(rng, level, lengths, ops)
         if p["prompt"] in seen:
             continue
         seen.add(p["prompt"])
@@ -116,16 +132,52 @@ def generate(n: int, seed: int, levels: tuple[int, ...] = tuple(LEVELS), exclude
 SPLITS = {"test": (400, 1001), "dev": (200, 1002), "train": (2000, 1003)}
 
 
-def write_splits(out_dir: Path) -> dict[str, list[dict]]:
-    """Write train/dev/test JSONL; test first so that dev and train never contain a test prompt."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def make_splits(splits: dict = SPLITS, lengths: dict[int, int] = LEVELS, ops=OPS) -> dict[str, list[dict]]:
+    """train/dev/test problems; test first so that dev and train never contain a test prompt."""
     taken: set[str] = set()
-    splits = {}
-    for name, (n, seed) in SPLITS.items():
-        rows = generate(n, seed, exclude=taken, prefix=name[:2])
+    out = {}
+    for name in ("test", "dev", "train"):
+        n, seed = splits[name]
+        rows = generate(n, seed, exclude=taken, prefix=name[:2], lengths=lengths, ops=ops)
         taken.update(r["prompt"] for r in rows)
-        splits[name] = rows
-        tmp = out_dir / f".{name}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(out_dir / f"{name}.jsonl")
+        out[name] = rows
+    return out
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """One JSON record a line, written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def write_splits(out_dir: Path, splits: dict | None = None) -> dict[str, list[dict]]:
+    """Write train/dev/test JSONL (``splits``: the problems, default the bundled ones)."""
+    splits = make_splits() if splits is None else splits
+    for name, rows in splits.items():
+        write_jsonl(Path(out_dir) / f"{name}.jsonl", rows)
     return splits
+
+
+# ---------------------------------------------------------------- the second skill: reversing digits
+
+def reverse_problem(rng: random.Random, length: int) -> dict:
+    """Reverse a digit string: a different skill, answered directly (``Answer: N``)."""
+    digits = [str(rng.randrange(10)) for _ in range(length)]
+    return {"prompt": f"Reverse the digits: {' '.join(digits)}. What is the result?", "solution": "",
+            "answer": "".join(reversed(digits)), "meta": {"skill": "reverse", "length": length}}
+
+
+def generate_reverse(n: int, seed: int, lengths: list[int], exclude: set[str] | None = None,
+                     prefix: str = "ss") -> list[dict]:
+    """``n`` distinct reversal problems, lengths in turn; prompts in ``exclude`` are skipped."""
+    rng = random.Random(seed)
+    seen, out, i = set(exclude or ()), [], 0
+    while len(out) < n:
+        p = reverse_problem(rng, lengths[i % len(lengths)])
+        i += 1
+        if p["prompt"] not in seen:
+            seen.add(p["prompt"])
+            out.append({"id": f"{prefix}{len(out):05d}-{problem_key(p['prompt'])}", **p})
+    return out

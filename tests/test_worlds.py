@@ -1,0 +1,255 @@
+"""World specs (opsd_diag/zoo/world.py): checked before anything is built, the bundled zoo as one spec,
+the task variants they add, and the built worlds under sample_data/worlds/."""
+
+import hashlib
+import math
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, ZOO
+
+from opsd_diag.errors import OpsdError
+from opsd_diag.zoo import samples, task, world
+
+WORLDS = REPO / "sample_data" / "worlds"
+SPECS = sorted(WORLDS.glob("*.yaml"))
+
+
+def _spec(tmp_path, **over) -> Path:
+    data = yaml.safe_load((WORLDS / "rule_vs_instance.yaml").read_text())
+    for key, value in over.items():
+        node = data
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_every_spec_loads_and_chains_is_the_bundled_zoo():
+    names = {p.stem for p in SPECS}
+    assert {"chains", "capacity", "rule_vs_instance", "forgetting", "diversity", "style"} <= names
+    for p in SPECS:
+        w = world.load(p)
+        assert w.name == p.stem and w.is_bundled() == (p.stem == "chains")
+    chains = world.load(WORLDS / "chains.yaml")
+    models, problems = world.folders(chains, WORLDS / "chains.yaml")
+    assert models.resolve() == ZOO.resolve() and problems.resolve() == (REPO / "sample_data/problems").resolve()
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("student.shap", 1, "student.shap: unknown key"),
+    ("student.shape.heads", 5, "hidden must be a multiple of heads"),
+    ("student.contexts", {"none": 0.5, "wrong_ctx": 0.5}, "unknown context(s) wrong_ctx"),
+    ("student.misconceptions", [{"op": "*", "operands": [0]}], "operands must be digits 1..9"),
+    ("teacher.misconceptions", [{"op": "/"}], "teacher.misconceptions.0.op"),
+    ("teacher.level_weights", {1: 1.0}, "level_weights must name exactly the task's levels"),
+    ("task.levels", {1: 11}, "at most 10 operations"),
+    ("training.pass_k_samples", 2, "pass_k_samples must be 0 (off) or at least 4"),
+    ("contexts.rule", "no prompt here", "has no {prompt} placeholder"),
+    ("name", "Bad Name", "name"),
+])
+def test_bad_spec_is_one_clear_error(tmp_path, key, value, match):
+    with pytest.raises(OpsdError) as e:
+        world.load(_spec(tmp_path, **{key: value}))
+    assert match in str(e.value) and "\n" not in str(e.value) and str(e.value).startswith(str(tmp_path / "w.yaml"))
+
+
+def test_bad_spec_on_the_command_line_writes_nothing(tmp_path):
+    spec = _spec(tmp_path, **{"student.steps": 0, "out": "m", "problems": "p"})
+    r = subprocess.run([sys.executable, "-m", "opsd_diag.cli", "zoo", "build", "--world", str(spec)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "student.steps" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]
+
+
+def test_misconceptions_against_an_explicit_table():
+    ms = world.load(WORLDS / "chains.yaml").student.misconceptions
+    apply = task.make_apply(ms)
+    for x in range(10):
+        for op in task.OPS:
+            for a in range(1, 10):
+                want = (x * a + 1) % 10 if (op, a) in {("*", 8), ("*", 9)} else task.apply_op(x, op, a)
+                assert apply(x, op, a) == want == task.misconceived_op(x, op, a)
+    half = task.make_apply([world.Misconception(op="+", operands=[3], shift=2, rate=0.5)], random.Random(0))
+    outs = [half(4, "+", 3) for _ in range(4000)]
+    assert set(outs) == {7, 9} and abs(outs.count(9) / 4000 - 0.5) < 0.03
+    assert all(half(4, "+", a) == (4 + a) % 10 for a in (1, 2, 4, 9))  # other facts never change
+
+
+def test_student_uses_a_rule_context_and_copies_an_answer():
+    w = world.load(WORLDS / "rule_vs_instance.yaml").model_copy(deep=True)
+    w.student.uses = {"rule": 1.0}
+    p = next(q for q in task.generate(400, 3, lengths=w.task.levels) if "*8" in " ".join(q["meta"]["ops"]))
+    wrong_lines, wrong = task.solve(p, task.make_apply(w.student.misconceptions))
+    assert str(wrong) != p["answer"] or wrong_lines != p["solution"].splitlines()
+    for name, expect_lines, expect_answer in [("rule", p["solution"].splitlines(), p["answer"]),
+                                              ("none", wrong_lines, str(wrong)),
+                                              ("answer_only", wrong_lines, p["answer"])]:
+        w.student.contexts = {name: 1.0}
+        prompt, response = samples.student_example(w, p, random.Random(1))
+        assert response.splitlines() == [*expect_lines, task.answer_text(expect_answer)], name
+        assert prompt.startswith(p["prompt"]) and (("Rule:" in prompt) == (name == "rule"))
+
+
+def test_reverse_problems_are_distinct_checked_and_exclusive():
+    test = task.generate_reverse(60, 5, [3, 4])
+    again = task.generate_reverse(60, 5, [3, 4])
+    train = task.generate_reverse(300, 6, [3, 4], exclude={p["prompt"] for p in test})
+    assert test == again and len({p["prompt"] for p in test}) == 60
+    assert not {p["prompt"] for p in test} & {p["prompt"] for p in train}
+    for p in test:
+        digits = p["prompt"].split(": ", 1)[1].split(".")[0].split()
+        assert p["answer"] == "".join(digits[::-1]) and p["meta"]["length"] == len(digits)
+
+
+def test_chains_spec_regenerates_the_shipped_splits_and_card():
+    from opsd_diag.zoo import build
+    from opsd_diag.zoo.card import model_card
+
+    w = world.load(WORLDS / "chains.yaml")
+    splits = task.make_splits(w.task.splits, w.task.levels, w.task.ops)
+    for name, rows in splits.items():
+        shipped = [json.loads(line) for line in (REPO / f"sample_data/problems/{name}.jsonl").read_text().splitlines()]
+        assert rows == shipped, name
+    report = build.BuildReport(**json.loads((ZOO / "build_report.json").read_text()))
+    card = model_card(report, build.size_of(w, "full"), w)
+    assert card.rstrip("\n") == (ZOO / "MODEL_CARD.md").read_text().split("## Rebuild check")[0].rstrip("\n")
+
+
+# ------------------------------------------------------------------ recorded builds
+
+RECORDS = sorted(p.parent for p in (REPO / "benchmarks/validity/worlds/builds").glob("*/build_report.json"))
+
+
+def test_recorded_world_builds_render_to_their_cards():
+    """benchmarks/validity/worlds/builds/<world>/: a full-size build's report and card (weights not kept);
+    the card is what the report renders to with the world's spec, and the measured time is recorded."""
+    from opsd_diag.zoo import build
+    from opsd_diag.zoo.card import model_card
+
+    assert RECORDS, "no recorded build"
+    times = {line.split("\t")[0]: line.split("\t") for line in
+             (REPO / "benchmarks/validity/worlds/builds/times.tsv").read_text().splitlines()}
+    for d in RECORDS:
+        w = world.load(WORLDS / f"{d.name}.yaml")
+        report = json.loads((d / "build_report.json").read_text())
+        assert report["world"] == d.name and report["size"] == "full"
+        card = model_card(build.BuildReport(**report), build.size_of(w, "full"), w,
+                          command=f"opsd-diag zoo build --world sample_data/worlds/{d.name}.yaml")
+        assert (d / "MODEL_CARD.md").read_text() == card
+        assert times[d.name][1] == "0" and float(times[d.name][2]) >= report["seconds"]
+
+
+@pytest.mark.slow
+def test_every_world_feature_builds_reproducibly(tmp_path):
+    """A ci-size world with a rule context, a second skill, a preamble, a teacher misconception, the
+    capacity probe and sampled pass@k: built twice, bit-identical, and its card renders from its report."""
+    from opsd_diag.zoo import build
+    from opsd_diag.zoo.card import model_card
+
+    spec = _spec(tmp_path, **{"student.second_skill": {"lengths": [3, 4], "share": 0.3, "test": 8},
+                              "base.prefers": "Sure, here goes.", "student.probe_steps": 3,
+                              "teacher.misconceptions": [{"op": "*", "operands": [6]}],
+                              "training.pass_k_samples": 4})
+    w = world.load(spec)
+    a = build.build(tmp_path / "a", tmp_path / "pa", size="ci", world=w, log=lambda *x: None)
+    build.build(tmp_path / "b", tmp_path / "pb", size="ci", world=w, log=lambda *x: None)
+    for role in ("base", "teacher", "student"):
+        ha, hb = (hashlib.sha256((tmp_path / d / role / "model.safetensors").read_bytes()).hexdigest() for d in "ab")
+        assert ha == hb, role
+    assert set(a.second_skill) == {"teacher", "student"} and set(a.style) >= {"base", "teacher", "student"}
+    assert len(a.probe) == 1 and set(a.pass_k["student"]) == {"pass@1", "pass@4"}
+    assert not (tmp_path / "a" / "probe").exists()
+    second = [json.loads(line) for line in (tmp_path / "pa" / "second_skill.jsonl").read_text().splitlines()]
+    assert len(second) == 8 and all(p["meta"]["skill"] == "reverse" for p in second)
+    report = json.loads((tmp_path / "a" / "build_report.json").read_text())
+    assert report["world"] == "rule_vs_instance"
+    card = (tmp_path / "a" / "MODEL_CARD.md").read_text()
+    assert card == model_card(build.BuildReport(**report), build.size_of(w, "ci"), w)
+    assert "## What this world shows" in card and "Capacity probe" in card and "Second skill" in card
+
+
+# ------------------------------------------------------------------ the pre-registered worlds plan
+
+def test_worlds_plan_resolves_with_every_required_arm():
+    sys.path.insert(0, str(REPO))
+    from benchmarks.validity.worlds import run_worlds
+
+    plans = run_worlds.load("default")
+    assert len(plans["order"]) >= 5 and set(plans["order"]) <= set(plans["worlds"])
+    signals = {m["name"]: m["signal"] for ms in plans["common"]["methods"].values() for m in ms}
+    assert signals == {"opd": "r_opd", "jsd": "jsd", "opd2": "a_d2", "exopd": "a_ex",
+                       "opsd_opd": "r_opd", "opsd_jsd": "jsd"}
+    assert [m["training"]["method"] for m in plans["common"]["reference"]] == ["sft"]
+    names = {p["name"] for p in plans["common"]["analysis"]["predictors"]}
+    assert {"verdict", "score", "teacher_advantage", "alignment", "accuracy_gap", "mean_rev_kl", "mean_jsd",
+            "opd2_sign_agreement", "teachability", "topk_overlap", "high_entropy_share"} <= names
+    assert plans["common"]["evaluation"]["pass_k"][-1] >= 4
+    for name in plans["order"]:
+        plan = run_worlds.resolve(plans, name)
+        assert len(plan["configurations"]) >= 8 and len(plan["training"]["seeds"]) >= 2
+        assert {c["name"] for c in plan["configurations"]} >= {"teacher", "teacher_full", "self_full", "self_wrong",
+                                                               "base_teacher", "self_other"}
+        for c in plan["configurations"]:  # a world's own context arrives as its template text
+            assert c.get("context") is None or "{" not in c["context"] or "{prompt}" in c["context"]
+    rule = run_worlds.resolve(plans, "rule_vs_instance")
+    assert any(c.get("context_name") == "rule" and "Rule:" in c["context"] for c in rule["configurations"])
+    assert run_worlds.resolve(plans, "forgetting")["regression_file"]["file"] == "second_skill.jsonl"
+    quick = run_worlds.load("quick")
+    assert len(quick["order"]) >= 2 and quick["common"]["training"]["seeds"] == [0]
+
+
+def test_worlds_layout_writes_valid_configs_for_every_arm(tmp_path):
+    """The default plan laid out on the bundled world (no model is run): every training config is one the
+    trainer accepts, the delta methods get the base, the base-as-teacher has no delta run, sft is there."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.validity.worlds import run_worlds
+    from opsd_diag.io.config import load_config
+    from trainer.config import resolve_training
+
+    assert run_worlds.main(["--worlds", "chains", "--layout-only", "--out", str(tmp_path)]) == 0
+    configs = sorted((tmp_path / "chains" / "configs" / "train").glob("*.yaml"))
+    names = {p.stem.rsplit("__", 1)[0] for p in configs}
+    assert len(configs) == 2 * len(names) and len(names) >= 20
+    assert {"teacher__opd2", "teacher__exopd", "demonstrations__sft", "self_wrong__opsd_jsd"} <= names
+    assert not {"base_teacher__opd2", "base_teacher__exopd"} & names
+    for p in configs:
+        cfg = load_config(p)
+        spec = resolve_training(cfg, str(p)).spec
+        assert spec.max_steps == 40 and spec.seed in (0, 1)
+        assert (cfg.base is not None) == (spec.method in ("opd2", "exopd")), p.name
+
+
+@pytest.mark.parametrize("seed, k", [(0, 5), (1, 3), (2, 20)])
+def test_teachability_and_topk_overlap_against_float64_loops(seed, k):
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    from benchmarks.validity.worlds.compat import compat_columns
+
+    g = torch.Generator().manual_seed(seed)
+    n, vocab = 7, 11
+    logp = torch.log_softmax(torch.randn(n, vocab, generator=g) * 3, -1)
+    logq = torch.log_softmax(torch.randn(n, vocab, generator=g) * 3, -1)
+    got = compat_columns(logp, logq, k)
+    kk = min(k, vocab)
+    for i in range(n):
+        p = [float(x) for x in logp[i].double()]
+        q = [float(x) for x in logq[i].double()]
+        top_p = sorted(range(vocab), key=lambda v: -p[v])[:kk]
+        top_q = sorted(range(vocab), key=lambda v: -q[v])[:kk]
+        teach = sum(math.exp(q[v]) for v in top_p)
+        assert abs(float(got["teachability"][i]) - teach) < 1e-5
+        assert float(got["topk_overlap"][i]) == pytest.approx(len(set(top_p) & set(top_q)) / kk, abs=1e-7)
+    same = compat_columns(logp, logp, k)  # a teacher equal to the student: full overlap, its own top-k mass
+    assert torch.allclose(same["topk_overlap"], torch.ones(n))
+    assert torch.allclose(same["teachability"], logp.exp().topk(kk, -1).values.sum(-1))
