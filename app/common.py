@@ -17,7 +17,7 @@ from opsd_diag.io import store
 from opsd_diag.report import export
 from opsd_diag.report.figures import FIGURE_HELP, default_alignment_config  # noqa: F401 (for the pages)
 from opsd_diag.run import Run
-from opsd_diag.schema import SIGNAL_COLUMNS, label
+from opsd_diag.schema import SIGNAL_COLUMNS, label, signal_name  # noqa: F401 (signal_name: for the pages)
 
 SMALL_TABLE = 50_000  # rows: below this a table's bytes are made at once, above on request
 
@@ -39,22 +39,34 @@ def canonical(path: str | None) -> str | None:
 
 
 def open_run(path: str) -> None:
+    """Open ``path``: the URL and the session say so, and the sidebar picker follows it on the next run
+    (its stored selection is the old run's until then, so it is dropped here: it never wins over a new choice)."""
     st.session_state["run_dir"] = canonical(path)
     st.query_params["run"] = st.session_state["run_dir"]
+    st.session_state.pop("picked_run", None)
+
+
+def _picked() -> None:
+    open_run(st.session_state["picked_run"])
 
 
 def sidebar_run_picker() -> None:
+    """The open run, chosen from the runs under the runs folder or typed. Only a change made in the picker
+    opens a run from it (``on_change``): whatever opened the run last (a page's button, a typed path, the URL)
+    is what the picker shows."""
     runs = [str(p) for p in job_protocol.find_runs(st.session_state["runs_root"], "diagnosis")]
     current = canonical(st.session_state.get("run_dir"))
     if current and current not in runs:
         runs.insert(0, current)
     with st.sidebar:
         if runs:
-            chosen = st.selectbox("Run", runs, index=runs.index(current) if current in runs else 0,
-                                  help=f"run directories under {st.session_state['runs_root']}/", key="picked_run")
-            if chosen != current:
-                open_run(chosen)
-            elif current and st.query_params.get("run") != current:
+            if current in runs:
+                st.session_state["picked_run"] = current  # before the widget exists: allowed, and it shows current
+            elif st.session_state.get("picked_run") not in runs:
+                st.session_state.pop("picked_run", None)
+            st.selectbox("Run", runs, help=f"run directories under {st.session_state['runs_root']}/",
+                         key="picked_run", on_change=_picked)
+            if current and st.query_params.get("run") != current:
                 st.query_params["run"] = current
         else:
             st.info(f"No runs under {st.session_state['runs_root']}/: start one on 'New diagnosis'.")
@@ -62,7 +74,6 @@ def sidebar_run_picker() -> None:
         if typed and typed != st.session_state.get("opened"):
             st.session_state["opened"] = typed
             open_run(typed)
-            st.session_state.pop("picked_run", None)
             st.rerun()
 
 

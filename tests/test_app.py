@@ -90,7 +90,7 @@ def test_overview_shows_verdict_and_estimator(runs_root, tmp_path):
     at = _app(run.parent, "judged")
     _ok(at)
     assert "Verdict and ranking" in [h.value for h in at.subheader]
-    assert any(m.value == ":blue-background[**helps**]" for m in at.markdown)  # coloured
+    assert any(m.value == ":blue-background[:blue[**helps**]]" for m in at.markdown)  # coloured
     assert any(long in m.value for m in at.markdown)  # the whole reason, never cut off
     assert [b.label for b in at.button if b.label == "Train this"] == ["Train this"]
     assert any("our estimator" in c.value and "budget 32" in c.value for c in at.caption)
@@ -579,3 +579,83 @@ def test_cli_notes_a_finished_run_and_replaced_verdicts(runs_root, tmp_path, cap
     assert (run / "summary.json").read_bytes() == verdicts
     assert cli.main(["predict", str(run), "--budget", "8", "--replace"]) == 0
     assert "replacing the verdicts and ranking" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 23: the app as a decision tool
+
+
+def _download_names(monkeypatch) -> list[str]:
+    """The file name of every download a page offers (recorded through app.common.download)."""
+    from app import common
+
+    names, original = [], common.download
+
+    def record(label_text, data, file_name, key, mime=None, **kw):
+        names.append(file_name)
+        return original(label_text, data, file_name, key, mime, **kw)
+    monkeypatch.setattr(common, "download", record)
+    return names
+
+
+def test_every_download_of_the_export_page_has_its_own_name(runs_root, monkeypatch):
+    """Bug 5: the summary table's JSON and summary.json were both quickstart-summary.json."""
+    names = _download_names(monkeypatch)
+    at = _app(runs_root).switch_page("views/export.py").run()
+    _ok(at)
+    assert at.selectbox(key="exp_table").value == "summary"
+    assert "tiny-summary.json" in names and "tiny-summary-file.json" in names
+    assert len(names) == len(set(names)), names
+
+
+def test_open_this_run_opens_the_new_run_not_the_pickers(runs_root):
+    """Bug 1: 'Open this run' after a finished diagnosis opened the run the sidebar picker had stored."""
+    at = _app(runs_root, "busy")  # the picker holds busy
+    assert at.sidebar.selectbox[0].value == str(runs_root / "busy")
+    at.session_state["job"] = str(runs_root / "tiny")  # a diagnosis just finished into tiny
+    at.switch_page("views/new_run.py").run()
+    at.button(key="open_run").click().run()
+    _ok(at)
+    assert at.title[0].value == "Overview" and at.session_state["run_dir"] == str(runs_root / "tiny")
+    at.run()  # and it stays: the picker follows the new choice (AppTest reruns its own page, New diagnosis)
+    _ok(at)
+    assert at.session_state["run_dir"] == str(runs_root / "tiny")
+    assert at.sidebar.selectbox[0].value == str(runs_root / "tiny")
+    assert at.query_params["run"] in (str(runs_root / "tiny"), [str(runs_root / "tiny")])
+    at.sidebar.selectbox[0].select(str(runs_root / "busy")).run()  # a change in the picker still opens
+    assert at.session_state["run_dir"] == str(runs_root / "busy")
+
+
+def test_train_this_never_swaps_the_signal_and_untrainable_rows_say_why(runs_root):
+    """Bug 2: Train this on a self-teacher's a_d2 row prefilled r_opd without a word; bug 7: a stray None."""
+    from trainer import from_diagnosis
+
+    at = _app(runs_root)
+    _ok(at)
+    run = common_load(runs_root / "tiny")
+    for r in run.summary.ranking:
+        button = at.button(key=f"train-{r.config}-{r.signal}")
+        why = from_diagnosis.why_not(run.config, r.config, r.signal)
+        assert button.disabled == (why is not None), (r.config, r.signal)
+        if why:
+            assert "cannot be trained" in button.help
+    assert at.button(key="train-self_full-a_d2").disabled and not at.button(key="train-teacher-a_d2").disabled
+    at.button(key="train-teacher-a_d2").click().run()
+    _ok(at)
+    assert at.title[0].value == "Train"
+    assert (at.selectbox(key="tt_config").value, at.selectbox(key="tt_signal").value) == ("teacher", "a_d2")
+    assert "opd2" in " ".join(m.value for m in at.markdown)
+    assert not any(m.value.strip() == "None" for m in at.markdown)  # Streamlit magic printed a ternary's None
+    # a stored request for an untrainable pair (an old link, another page) is said, not swapped silently
+    at.session_state["train_this"] = {"run": str(runs_root / "tiny"), "config": "self_full", "signal": "a_d2"}
+    at.switch_page("views/overview.py").run()
+    at.switch_page("views/train.py").run()
+    _ok(at)
+    assert at.selectbox(key="tt_config").value == "self_full"
+    assert "a_d2" not in at.selectbox(key="tt_signal").options
+    assert any("a_d2 cannot be trained with self_full" in w.value for w in at.warning)
+
+
+def common_load(path):
+    from opsd_diag.run import Run
+
+    return Run.load(path)

@@ -278,3 +278,31 @@ def test_a_run_reads_each_table_once(run, monkeypatch):
         fresh.tokens, fresh.topk
         fresh.heatmap(0, ["teacher"], "r_opd")
     assert sorted(calls) == ["rollouts", "tokens", "topk"]
+
+
+def test_image_export_retries_once_then_says_what_to_do(monkeypatch):
+    """Issue 23 bug 6: kaleido's first call once failed ('kaleido_scopes is not defined') and the next worked."""
+    import plotly.graph_objects as go
+
+    from opsd_diag.errors import OpsdError
+    from opsd_diag.report import export
+
+    monkeypatch.setattr(export, "check_image_export", lambda: None)
+    calls = []
+
+    def flaky(fig, **kw):
+        calls.append(kw["format"])
+        if len(calls) == 1:
+            raise NameError("name 'kaleido_scopes' is not defined")
+        return b"PNG"
+    monkeypatch.setattr(export.pio, "to_image", flaky)
+    assert export.figure_image(go.Figure(), "png") == b"PNG" and calls == ["png", "png"]
+
+    def broken(fig, **kw):
+        calls.append(kw["format"])
+        raise RuntimeError("no browser\nmore")
+    calls.clear()
+    monkeypatch.setattr(export.pio, "to_image", broken)
+    with pytest.raises(OpsdError, match=r"PNG export failed twice \(RuntimeError: no browser\).*HTML export"):
+        export.figure_image(go.Figure(), "png")
+    assert calls == ["png", "png"]

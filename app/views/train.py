@@ -44,8 +44,10 @@ def from_verdict() -> None:
     configs = run.configs
     config = b.selectbox("Teacher config", configs, key="tt_config",
                          index=configs.index(wanted["config"]) if wanted and wanted["config"] in configs else 0)
-    is_self = {t.name: t.is_self for t in run.config.teachers}[config]
-    signals = list(from_diagnosis.SELF if is_self else from_diagnosis.EXTERNAL)
+    signals = from_diagnosis.trainable_signals(run.config, config)
+    if wanted and wanted["config"] == config and wanted["signal"] not in signals:
+        st.warning(f"{wanted['signal']} cannot be trained with {config}: "
+                   f"{from_diagnosis.why_not(run.config, config, wanted['signal'])}. Pick one of its signals below.")
     signal = c.selectbox("Signal", signals, key="tt_signal",
                          index=signals.index(wanted["signal"]) if wanted and wanted["signal"] in signals else 0)
     pred = from_diagnosis.prediction(run, config, signal)
@@ -109,7 +111,10 @@ def from_file() -> None:
             st.success(f"Started {job.run_dir} (pid {job.pid})")
 
 
-from_verdict() if mode == "verdict" else from_file()
+if mode == "verdict":  # a statement, not an expression: Streamlit's magic would print its value (None)
+    from_verdict()
+else:
+    from_file()
 
 st.subheader("Training runs")
 runs = [str(p) for p in jobs.find_runs(root, "training")]
