@@ -659,3 +659,51 @@ def common_load(path):
     from opsd_diag.run import Run
 
     return Run.load(path)
+
+
+def test_a_reload_keeps_the_form_entries_and_the_followed_diagnosis(runs_root):
+    """Bug 3: a reload during a running diagnosis lost its progress panel and every form entry."""
+    at = _app(runs_root).switch_page("views/new_run.py").run()
+    _ok(at)
+    draft_id = at.query_params["draft"]
+    draft_id = draft_id[0] if isinstance(draft_id, list) else draft_id
+    at.number_input(key="nr_limit").set_value(3).run()
+    at.number_input(key="nr_samples").set_value(2).run()
+    at.text_input(key="nr_t0_name").input("my_teacher").run()
+    at.text_input(key="out_dir").input(str(runs_root / "busy")).run()
+    at.session_state["job"] = str(runs_root / "busy")  # as Start diagnosis leaves it
+    at.query_params["job"] = str(runs_root / "busy")
+    at.run()
+    _ok(at)
+    assert f"Progress of {runs_root / 'busy'}" in [h.value for h in at.subheader]
+
+    reloaded = AppTest.from_file(MAIN, default_timeout=60)  # a reload: a new session on the same URL
+    reloaded.session_state["runs_root"] = str(runs_root)
+    reloaded.query_params["draft"] = draft_id
+    reloaded.query_params["job"] = str(runs_root / "busy")
+    reloaded.run().switch_page("views/new_run.py").run()
+    _ok(reloaded)
+    assert reloaded.number_input(key="nr_limit").value == 3 and reloaded.number_input(key="nr_samples").value == 2
+    assert reloaded.text_input(key="nr_t0_name").value == "my_teacher"
+    assert reloaded.text_input(key="out_dir").value == str(runs_root / "busy")
+    assert f"Progress of {runs_root / 'busy'}" in [h.value for h in reloaded.subheader]  # the panel is back
+    assert reloaded.get("progress")
+
+    fresh = AppTest.from_file(MAIN, default_timeout=60)  # another tab: its own draft, the defaults
+    fresh.session_state["runs_root"] = str(runs_root)
+    fresh.run().switch_page("views/new_run.py").run()
+    _ok(fresh)
+    assert fresh.number_input(key="nr_limit").value == 12
+    assert any(f"A diagnosis is running in {runs_root / 'busy'}" in i.value for i in fresh.info)  # found on disk
+
+
+def test_a_damaged_draft_restores_nothing_and_breaks_nothing(runs_root):
+    draft_dir = runs_root / ".drafts"
+    draft_dir.mkdir(exist_ok=True)
+    (draft_dir / "0123456789ab.json").write_text('{"nr_limit": "not a number", "nr_save": true}')
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.session_state["runs_root"] = str(runs_root)
+    at.query_params["draft"] = "0123456789ab"
+    at.run().switch_page("views/new_run.py").run()
+    _ok(at)
+    assert at.title[0].value == "New diagnosis" and at.number_input(key="nr_limit").value == 12
