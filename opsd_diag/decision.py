@@ -40,7 +40,9 @@ class Row:
     def interval(self) -> str:
         if math.isnan(self.score):
             return "n/a"
-        return f"{self.score:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}]" if not math.isnan(self.lo) else f"{self.score:+.3f}"
+        if math.isnan(self.lo):
+            return f"{self.score:+.3f}"
+        return f"{self.score:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}]"
 
 
 @dataclass(frozen=True)

@@ -707,3 +707,43 @@ def test_a_damaged_draft_restores_nothing_and_breaks_nothing(runs_root):
     at.run().switch_page("views/new_run.py").run()
     _ok(at)
     assert at.title[0].value == "New diagnosis" and at.number_input(key="nr_limit").value == 12
+
+
+def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_path):
+    """Bug 4: the evaluation's size and samples are set in the form, its cost is estimated, and a run that is
+    evaluating says so with its own progress and ETA (not 'step 0 of 6')."""
+    root = tmp_path / "runs"
+    shutil.copytree(runs_root / "tiny", root / "tiny")
+    past = _training_run(root, "past", "finished", None)  # a timed past run: 2 steps, 2 evaluations
+    recs = [{"kind": "eval", "step": 0, "pass@1": 0.3, "eval_s": 6.0, "eval_samples": 12},
+            {"kind": "train", "step": 1, "loss": 1.0, "tokens": 100, "step_time_s": 0.5},
+            {"kind": "train", "step": 2, "loss": 0.5, "tokens": 100, "step_time_s": 0.5},
+            {"kind": "eval", "step": 2, "pass@1": 0.4, "eval_s": 6.0, "eval_samples": 12}]
+    (past / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    held = tmp_path / "held.jsonl"
+    held.write_text((REPO / "sample_data/problems/test.jsonl").read_text())
+    at = _app(root)
+    at.session_state["train_this"] = {"run": str(root / "tiny"), "config": "teacher", "signal": "r_opd"}
+    at.switch_page("views/train.py").run()
+    _ok(at)
+    at.text_input(key="tt_eval").input(str(held)).run()
+    at.number_input(key="tt_eval_n").set_value(10).run()
+    at.number_input(key="tt_eval_k").set_value(2).run()
+    at.number_input(key="tt_steps").set_value(4).run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Held-out samples"] == f"{2 * 10 * 2:,}"  # start and end, 10 problems x 2 samples
+    assert metrics["Estimated evaluation"] == "20 s"  # 40 samples x 0.5 s per sample (12 s over 24 samples)
+    assert any("0.50 s per held-out sample" in c.value and str(past.resolve()) in c.value for c in at.caption)
+    command = [c.value for c in at.code if "--from-diagnosis" in c.value][0]
+    assert "--eval-problems 10" in command and "--eval-samples 2" in command
+
+    busy = _training_run(root, "evaluating", "running", None)
+    job_protocol.write_status(busy, "running", stage="evaluating", step=0, max_steps=6, eval_step=0, eval_done=100,
+                              eval_total=400, eval_started=time.time() - 60)
+    at.session_state["train_run"] = str(busy)
+    at.run()
+    _ok(at)
+    texts = [p.proto.text for p in at.get("progress")]
+    assert any(t.startswith("evaluating the held-out problems at step 0: 100 of 400 problems, about 3 min") for t in
+               texts), texts

@@ -79,8 +79,8 @@ def decision_panel(d: decision.Decision) -> None:
             base.append(f"largest teacher advantage A_T: **{c}** ({v:+.3f})")
         if base:
             agree = rec is not None and all(x[0] == rec.config for x in (d.by_accuracy_gap, d.by_advantage) if x)
-            st.markdown("Cheap baselines pick: " + "; ".join(base) + (
-                "" if rec is None else " (the same config)." if agree else " (another config than the recommendation)."))
+            tail = "" if rec is None else " (the same config)." if agree else " (another config than the recommendation)."
+            st.markdown("Cheap baselines pick: " + "; ".join(base) + tail)
         st.caption(decision.validity_text(decision.validity(), rec.verdict if rec else None))
 
 
