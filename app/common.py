@@ -58,6 +58,9 @@ def sidebar_run_picker() -> None:
     current = canonical(st.session_state.get("run_dir"))
     if current and current not in runs:
         runs.insert(0, current)
+    if runs and not current:  # nothing opened yet: the newest run, as the picker shows it
+        open_run(runs[0])
+        current = runs[0]
     with st.sidebar:
         if runs:
             if current in runs:

@@ -106,6 +106,8 @@ def _accuracy(results: list[tuple[int, int, int]], ks: list[int], prefix: str) -
     known = sorted(set(results))
     out = {f"{prefix}pass@{k}": float(np.mean([pass_at_k(n, c, k) for _, n, c in known])) for k in ks}
     out[f"{prefix}problems"] = len(known)
+    if not prefix:  # per problem (index, samples, correct): the realised gain's interval over problems
+        out["per_problem"] = [[int(i), int(n), int(c)] for i, n, c in known]
     return out
 
 

@@ -78,7 +78,7 @@ def from_verdict() -> None:
     if wanted and wanted["config"] == config and wanted["signal"] not in signals:
         st.warning(f"{wanted['signal']} cannot be trained with {config}: "
                    f"{from_diagnosis.why_not(run.config, config, wanted['signal'])}. Pick one of its signals below.")
-    signal = c.selectbox("Signal", signals, key="tt_signal",
+    signal = c.selectbox("Signal", signals, key="tt_signal", format_func=common.signal_name,
                          index=signals.index(wanted["signal"]) if wanted and wanted["signal"] in signals else 0)
     pred = from_diagnosis.prediction(run, config, signal)
     method = from_diagnosis.method_for(run.config, config, signal)
