@@ -60,7 +60,7 @@ def test_tooltip_is_a_two_column_table_in_a_gutter_that_hides_no_token(run):
     html = run.heatmap(0, ["teacher"], "r_opd")
     tip = re.search(r"<table class='tip'>(.*?)</table>", html).group(1)
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", tip)
-    assert all(r.count("<td") == 2 for r in rows[1:]), rows  # label | value
+    assert all(r.count("<td") == 2 for r in rows if "<th" not in r), rows  # label | value
     assert "class=sel" in tip  # the chosen signal stands out
     css = heatmap.CSS
     assert "pointer-events:none" in css  # the tooltip never catches the mouse
@@ -306,3 +306,19 @@ def test_image_export_retries_once_then_says_what_to_do(monkeypatch):
     with pytest.raises(OpsdError, match=r"PNG export failed twice \(RuntimeError: no browser\).*HTML export"):
         export.figure_image(go.Figure(), "png")
     assert calls == ["png", "png"]
+
+
+def test_tooltip_names_its_config_and_signal_and_outlines_hide_no_digit(run):
+    """Issue 23 item 8: the tooltip did not name its config; orange outlines hid the digits of stacked rows."""
+    html = run.heatmap(0, ["teacher", "self_ctx"], "a_d2", hot={1, 2})
+    tips = re.findall(r"<table class='tip'>(.*?)</table>", html)
+    assert any("config teacher · coloured by a_d2" in t for t in tips)
+    assert any("config self_ctx · coloured by a_d2" in t for t in tips)
+    hot = re.search(r"\.opsd-hm \.t\.hot\{([^}]*)\}", heatmap.CSS).group(1)
+    assert "outline" not in hot and "inset 0 -3px" in hot  # a bar inside the token, over no neighbour
+
+
+def test_the_report_shows_the_top_ranked_config(run):
+    html = run.report_html("r_opd", n_heatmaps=1)
+    top = run.top_config()
+    assert f"{top}, coloured by r_opd" in html

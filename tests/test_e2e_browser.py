@@ -345,7 +345,11 @@ def _open(page, server, path: str = "", **params) -> None:
 
 
 def _selected(page, label: str) -> str:
-    return page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text(label, exact=True)).inner_text()
+    """What a selectbox shows: its text and its input's value (a searchable selectbox shows it there)."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text(label, exact=True)).first
+    shown = box.evaluate("e => e.textContent + ' ' + [...e.querySelectorAll('input')].map(i => i.value + ' ' + "
+                         "(i.getAttribute('aria-label') || '')).join(' ')")
+    return shown.replace(label, "", 1)
 
 
 def test_decision_panel_recommends_and_trains_it(server, page):

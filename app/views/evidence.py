@@ -17,7 +17,8 @@ st.caption(ideal.note())
 
 c1, c2 = st.columns(2)
 signals = sorted({k.removeprefix("align_") for k in run.nodes.columns if k.startswith("align_")})
-signal = c1.selectbox("Signal", signals, index=signals.index("r_opd") if "r_opd" in signals else 0, key="ev_signal")
+signal = c1.selectbox("Signal", signals, index=signals.index("r_opd") if "r_opd" in signals else 0, key="ev_signal",
+                      format_func=common.signal_name)
 divergence = c2.selectbox("Divergence", ["kl_rev", "jsd"], key="ev_div")
 
 figs = run.evidence_figures(signal, divergence)

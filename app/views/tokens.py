@@ -93,7 +93,10 @@ else:
 row, tokens, _ = run.rollout(rid, chosen[0])
 with st.expander("Completion text and answer"):
     st.text(row["text"])
-    st.write(f"predicted answer: {row['answer_pred']} · correct: {row['correct']}")
+    answer = row["answer_pred"]
+    answer = "none found (the checker saw no final answer)" if answer is None or pd.isna(answer) else answer
+    correct = "unchecked" if pd.isna(row["correct"]) else bool(row["correct"])
+    st.write(f"predicted answer: {answer} · correct: {correct}")
 st.dataframe(tokens.drop(columns=["rollout_id", "config"]), hide_index=True, key="tok_table")
 
 st.subheader("Token types")
