@@ -322,3 +322,13 @@ def test_the_report_shows_the_top_ranked_config(run):
     html = run.report_html("r_opd", n_heatmaps=1)
     top = run.top_config()
     assert f"{top}, coloured by r_opd" in html
+
+
+def test_a_config_has_one_colour_in_every_run():
+    """Issue 23 item 8: the same config had different colours in Compare's A and B."""
+    a = figures._colors(["teacher", "self_full", "self_hint"])
+    b = figures._colors(["self_hint", "base_teacher", "teacher"])
+    assert a["teacher"] == b["teacher"] == figures.config_color("teacher")
+    assert a["self_hint"] == b["self_hint"]
+    many = figures._colors([f"c{i}" for i in range(20)])
+    assert len(set(many.values())) == 20  # within one figure, never two configs with one colour

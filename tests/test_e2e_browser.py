@@ -358,11 +358,11 @@ def test_decision_panel_recommends_and_trains_it(server, page):
     page.set_viewport_size({"width": 1440, "height": 900})
     _open(page, server, run=str(server["root"] / "tiny-judged"))
     page.get_by_role("heading", name="Overview", level=1).wait_for()
-    expect(page.get_by_text("Recommended: teacher · jsd")).to_be_visible()
-    expect(page.get_by_text("Runner-up (best of another config)")).to_be_visible()
-    expect(page.get_by_text("Cheap baselines pick")).to_be_visible()
-    expect(page.get_by_text(re.compile("In the validity study .* helps verdicts"))).to_be_visible()
-    expect(page.get_by_text(re.compile("Symbols of the rule"))).to_be_visible()
+    expect(page.get_by_text("Recommended: teacher · jsd")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Runner-up (best of another config)")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Cheap baselines pick")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(re.compile("In the validity study .* helps verdicts"))).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(re.compile("Symbols of the rule"))).to_be_visible(timeout=60_000)
     no_exception(page)
     shot(page, "23-overview-decision")
     page.locator(".st-key-decide-train button").first.click()
@@ -396,15 +396,15 @@ def test_open_this_run_opens_the_new_run(server, page):
 
     root = server["root"]
     _open(page, server, "new_run", run=str(root / "tiny"), job=str(root / "tiny-copy"))
-    expect(page.get_by_text("Finished:").first).to_be_visible()
+    expect(page.get_by_text("Finished:").first).to_be_visible(timeout=60_000)
     page.get_by_role("button", name="Open this run").click()
     page.get_by_role("heading", name="Overview", level=1).wait_for()
     settle(page, 1.0)
-    expect(page.get_by_text(str(root / "tiny-copy") + " ·")).to_be_visible()
+    expect(page.get_by_text(str(root / "tiny-copy") + " ·")).to_be_visible(timeout=60_000)
     assert f"run={root / 'tiny-copy'}".replace("/", "%2F") in page.url or str(root / "tiny-copy") in page.url
     nav(page, "Tokens")  # and it stays open on the next page
     nav(page, "Overview")
-    expect(page.get_by_text(str(root / "tiny-copy") + " ·")).to_be_visible()
+    expect(page.get_by_text(str(root / "tiny-copy") + " ·")).to_be_visible(timeout=60_000)
     no_exception(page)
 
 
@@ -414,7 +414,7 @@ def test_reload_mid_diagnosis_keeps_progress_and_entries(server, page):
 
     busy = server["root"] / "busy"
     _open(page, server, "new_run", job=str(busy))
-    expect(page.get_by_text(f"Progress of {busy}")).to_be_visible()
+    expect(page.get_by_text(f"Progress of {busy}")).to_be_visible(timeout=60_000)
     fill(page, "First N problems", 3)
     fill(page, "Samples per prompt", 2)
     fill(page, "Run directory", busy)
@@ -422,7 +422,7 @@ def test_reload_mid_diagnosis_keeps_progress_and_entries(server, page):
     page.reload()
     page.get_by_role("heading", name="New diagnosis").wait_for()
     settle(page, 1.5)
-    expect(page.get_by_text(f"Progress of {busy}")).to_be_visible()
+    expect(page.get_by_text(f"Progress of {busy}")).to_be_visible(timeout=60_000)
     assert page.get_by_label("First N problems", exact=True).input_value() == "3"
     assert page.get_by_label("Samples per prompt", exact=True).input_value() == "2"
     assert page.get_by_label("Run directory", exact=True).input_value() == str(busy)

@@ -7,6 +7,7 @@ No Streamlit here, so the app, the HTML report and the tests all draw the very s
 from __future__ import annotations
 
 import math
+import zlib
 import textwrap
 
 import numpy as np
@@ -45,9 +46,20 @@ def _num(x) -> float:
     return math.nan if x is None else float(x)
 
 
+def config_color(name: str, taken: set[str] = frozenset()) -> str:
+    """A config's colour from its name alone (the same in every run and on every page), the next free one
+    when another config of the same figure already has it."""
+    pal = qualitative.Dark24
+    start = zlib.crc32(name.encode()) % len(pal)
+    return next((pal[(start + i) % len(pal)] for i in range(len(pal)) if pal[(start + i) % len(pal)] not in taken),
+                pal[start])
+
+
 def _colors(names) -> dict[str, str]:
-    pal = qualitative.Plotly
-    return {n: pal[i % len(pal)] for i, n in enumerate(names)}
+    out: dict[str, str] = {}
+    for n in names:
+        out[n] = config_color(str(n), set(out.values()))
+    return out
 
 
 def _note(fig: go.Figure, text: str) -> go.Figure:
