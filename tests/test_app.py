@@ -747,3 +747,30 @@ def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_pat
     texts = [p.proto.text for p in at.get("progress")]
     assert any(t.startswith("evaluating the held-out problems at step 0: 100 of 400 problems, about 3 min") for t in
                texts), texts
+
+
+def test_links_from_an_evidence_node_and_a_disputed_token_to_its_heatmap(runs_root):
+    """Issue 23 item 4: an Evidence node and a disagreement row open that token's heatmap, marked."""
+    at = _app(runs_root).switch_page("views/evidence.py").run()
+    _ok(at)
+    node = at.session_state["ev_node"]
+    from opsd_diag.run import Run
+
+    run = Run.load(runs_root / "tiny")
+    row = run.nodes[run.nodes["node_id"] == node].iloc[0]
+    at.button(key="ev_to_tokens").click().run()
+    _ok(at)
+    at.switch_page("views/tokens.py").run()  # AppTest follows switch_page on the next run of its own page
+    assert at.session_state["tok_rollout"] == int(row.rollout_id)
+    html = at.html[0].value
+    assert re.search(rf"<span class='t[^']* hot' data-pos='{int(row.pos)}'", html), "the node's token is marked"
+    assert any(f"position {int(row.pos)}" in c.value for c in at.caption)
+
+    at.multiselect(key="tok_configs").set_value(["teacher", "self_full"]).run()
+    _ok(at)
+    top = run.disagreement("r_opd", ["teacher", "self_full"], n=20)
+    at.selectbox(key="tok_dispute").select(1).run()
+    at.button(key="tok_dispute_go").click().run()
+    _ok(at)
+    assert at.session_state["tok_rollout"] == int(top.iloc[1]["rollout_id"])
+    assert re.search(rf"<span class='t[^']* hot' data-pos='{int(top.iloc[1]['pos'])}'", at.html[0].value)
