@@ -774,3 +774,15 @@ def test_links_from_an_evidence_node_and_a_disputed_token_to_its_heatmap(runs_ro
     _ok(at)
     assert at.session_state["tok_rollout"] == int(top.iloc[1]["rollout_id"])
     assert re.search(rf"<span class='t[^']* hot' data-pos='{int(top.iloc[1]['pos'])}'", at.html[0].value)
+
+
+def test_the_picker_shows_the_run_that_is_open(runs_root, tmp_path):
+    """Bug 7 (the picker's part): a path typed in the sidebar is what the picker shows, never the old run."""
+    at = _app(runs_root)
+    typed = tmp_path / "elsewhere"
+    at.sidebar.text_input(key="typed_run").input(str(typed)).run()
+    assert at.session_state["run_dir"] == str(typed.resolve())
+    assert at.sidebar.selectbox[0].value == str(typed.resolve())  # the picker says which run the page is about
+    at.sidebar.selectbox[0].select(str(runs_root / "tiny")).run()
+    _ok(at)
+    assert at.session_state["run_dir"] == str(runs_root / "tiny") and at.title[0].value == "Overview"
