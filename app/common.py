@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -14,12 +15,23 @@ from app import jobs
 from opsd_diag import jobs as job_protocol
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
-from opsd_diag.report import export
-from opsd_diag.report.figures import FIGURE_HELP, default_alignment_config  # noqa: F401 (for the pages)
-from opsd_diag.run import Run
 from opsd_diag.schema import SIGNAL_COLUMNS, label, signal_name  # noqa: F401 (signal_name: for the pages)
 
+if TYPE_CHECKING:
+    from opsd_diag.run import Run
+
 SMALL_TABLE = 50_000  # rows: below this a table's bytes are made at once, above on request
+
+
+def __getattr__(name: str):
+    """``FIGURE_HELP`` and ``default_alignment_config`` for the pages, imported on first use: the sidebar and a
+    run still in progress need neither plotly nor scipy, so a first page view right after the server starts
+    (during a diagnosis, on busy cores) does not wait for them (bench_app.py measures it)."""
+    if name in ("FIGURE_HELP", "default_alignment_config"):
+        from opsd_diag.report import figures
+
+        return getattr(figures, name)
+    raise AttributeError(name)
 
 
 def init_state(argv: list[str]) -> None:
@@ -83,6 +95,8 @@ def sidebar_run_picker() -> None:
 @st.cache_resource(show_spinner="loading run", max_entries=4)
 def _load(path: str, stamp: int) -> Run:
     # Shared, read-only: cache_resource avoids copying a large token table on every rerun.
+    from opsd_diag.run import Run  # heavy (pandas tables, scipy, plotly): only where a finished run is read
+
     return Run.load(Path(path))
 
 
@@ -148,6 +162,8 @@ def plain(message: str) -> str:
 
 @st.cache_data(show_spinner="preparing the file", max_entries=32, ttl=3600)
 def _table_bytes(path: str, stamp_: int, table: str, fmt: str) -> bytes:
+    from opsd_diag.report import export
+
     return export.table_bytes(_load(path, stamp_).export_table(table), fmt)
 
 

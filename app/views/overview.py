@@ -6,15 +6,16 @@ import math
 import streamlit as st
 
 from app import common
-from opsd_diag import decision
 from opsd_diag.core.verdict import SYMBOLS
-from trainer import from_diagnosis
 
 BADGE = {"helps": ":blue-background[:blue[**helps**]]", "hurts": ":red-background[:red[**hurts**]]",
          "unclear": ":gray-background[unclear]"}
 COLOUR = {"helps": "background-color: #b9ccff", "hurts": "background-color: #ffc2c2", "unclear": ""}
 
-run = common.require_run()
+run = common.require_run()  # a run in progress stops here, before the heavy imports below
+from opsd_diag import decision  # noqa: E402 (these import opsd_diag.run and the summary model: only once a
+from trainer import from_diagnosis  # noqa: E402  finished run is shown)
+
 s, f = run.summary, run.facts()
 st.title("Overview")
 st.caption(f"{run.path} · {f['n_problems']} problems × {f['samples']} samples · "
