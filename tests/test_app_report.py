@@ -332,3 +332,18 @@ def test_a_config_has_one_colour_in_every_run():
     assert a["self_hint"] == b["self_hint"]
     many = figures._colors([f"c{i}" for i in range(20)])
     assert len(set(many.values())) == 20  # within one figure, never two configs with one colour
+
+
+def test_entropy_figure_says_why_its_third_panel_is_empty(run):
+    """Issue 23 item 8: an empty third panel with overlapping 0.0% labels."""
+    s = run.summary
+    zero = s.model_copy(update={"configs": {c: e.model_copy(update={"high_entropy_share": e.high_entropy_share
+                                                                    .model_copy(update={"student": 0.0, "teacher": 0.0})})
+                                            for c, e in s.configs.items()}})
+    fig = figures.entropy_figure(zero)
+    bars = [t for t in fig.data if t.xaxis == "x3"]
+    assert bars and all(txt == "" for b in bars for txt in b.text)
+    assert any("no token reaches" in a.text for a in fig.layout.annotations)
+    assert not any("no token reaches" in a.text for a in figures.entropy_figure(s).layout.annotations) or \
+        all((e.high_entropy_share.student or 0) == 0 and (e.high_entropy_share.teacher or 0) == 0
+            for e in s.configs.values())
