@@ -2,8 +2,8 @@
 baselines and the validity study say about such a call. Pure functions of a run's ``Summary`` (and
 of the committed validity analysis), so the app's decision panel shows nothing it computes itself.
 
-- recommended: the best-ranked (config, signal) whose verdict is *helps* (the ranking puts helps first);
-  none when no row helps.
+- recommended: the best-ranked (config, signal) whose verdict is *helps* (the ranking puts helps first)
+  and that a training method can train; none when no such row helps.
 - runner-up: the best-ranked row of *another* config. The signals of one config share its teacher
   advantage, so their scores often tie: the ranking is mostly a choice of config.
 - separable: the two 95% intervals of the score (the first-order gain, a bootstrap over prompts) do not
@@ -80,14 +80,17 @@ def _best(values: dict[str, float]) -> tuple[str, float] | None:
     return max(known.items(), key=lambda kv: kv[1]) if known else None
 
 
-def decide(summary: Summary) -> Decision:
+def decide(summary: Summary, trainable=None) -> Decision:
+    """The decision of a run; ``trainable(config, signal)`` (default: every row) says which rows a method can
+    train: only those are recommended (the panel offers to train what it recommends)."""
+    trainable = trainable or (lambda config, signal: True)
     rows = []
     for i, r in enumerate(summary.ranking):
         g = _gain(summary, r.config, r.signal)
         rows.append(Row(i + 1, r.config, r.signal, r.verdict, _num(r.score), _num(g.lo if g else None),
                         _num(g.hi if g else None)))
-    rec = next((r for r in rows if r.verdict == "helps"), None)
-    lead = rec or (rows[0] if rows else None)
+    rec = next((r for r in rows if r.verdict == "helps" and trainable(r.config, r.signal)), None)
+    lead = rec or next((r for r in rows if trainable(r.config, r.signal)), rows[0] if rows else None)
     runner = next((r for r in rows if lead is not None and r.config != lead.config), None)
     separable = None
     if lead is not None and runner is not None and not math.isnan(lead.lo) and not math.isnan(runner.hi):

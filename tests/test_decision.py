@@ -71,3 +71,11 @@ def test_validity_is_read_from_the_committed_analysis():
 def test_row_interval_text_handles_missing_numbers():
     assert decision.Row(1, "c", "s", "unclear", math.nan, math.nan, math.nan).interval() == "n/a"
     assert decision.Row(1, "c", "s", "helps", 0.1, 0.05, 0.2).interval() == "+0.100 [+0.050, +0.200]"
+
+
+def test_only_a_trainable_row_is_recommended():
+    s = _summary({("self_full_solution", "a_d2"): "helps", ("teacher", "jsd"): "helps"})
+    r = decision.decide(s).recommended  # ranked first of the two, but no method trains OPD² on a self-teacher
+    assert (r.config, r.signal) == ("self_full_solution", "a_d2")
+    d = decision.decide(s, lambda config, signal: not (config.startswith("self") and signal in ("a_d2", "a_ex")))
+    assert (d.recommended.config, d.recommended.signal) == ("teacher", "jsd")

@@ -108,7 +108,7 @@ def verdict_rows(d: decision.Decision) -> None:
                 train_button(r.config, r.signal, "Train this", f"train-{r.config}-{r.signal}")
 
 
-dec = decision.decide(s) if s.ranking else None
+dec = decision.decide(s, lambda c, sig: from_diagnosis.why_not(run.config, c, sig) is None) if s.ranking else None
 if dec is not None:
     decision_panel(dec)
 
