@@ -152,6 +152,9 @@ def test_evaluation_is_a_stage_with_its_progress_and_its_size_is_set_from_the_co
     assert seen[after[-1] + 1].get("stage") == "train"  # the stage ends when the evaluation does
     evals = read_metrics(out, "eval")
     assert [e["step"] for e in evals] == [0, 2] and all(e["eval_s"] > 0 and e["eval_samples"] == 6 for e in evals)
+    for e in evals:  # per problem (index, samples, correct), whose mean share is pass@1
+        assert [i for i, _, _ in e["per_problem"]] == [0, 1, 2] and all(n == 2 for _, n, _ in e["per_problem"])
+        assert e["pass@1"] == pytest.approx(sum(c / n for _, n, c in e["per_problem"]) / 3)
     assert jobs.read_status(out)["status"] == "finished"
     # the cost estimate times evaluation from this run: seconds per held-out sample, by a plain sum
     r = estimate.rates(tmp_path)

@@ -204,8 +204,9 @@ def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None, wrapped=
         seconds = time.time() - t0
         metrics.write({"kind": "eval", "step": step, **res, "eval_s": seconds, "eval_samples": total * ev.num_samples})
         jobs.write_status(run_dir, stage="train", eval_done=total, last_eval_s=seconds)
-        acc.log({f"eval/{k}": v for k, v in res.items()}, step=step)
-        log.info("eval step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in res.items()))
+        numbers = {k: v for k, v in res.items() if isinstance(v, (int, float))}  # per_problem is a list
+        acc.log({f"eval/{k}": v for k, v in numbers.items()}, step=step)
+        log.info("eval step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in numbers.items()))
 
 
 def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], prediction: dict | None = None) -> str:
