@@ -87,9 +87,9 @@ def decision_panel(d: decision.Decision) -> None:
 
 def verdict_rows(d: decision.Decision) -> None:
     """The ranked verdicts grouped by config (in the order of each config's best row), methods inside."""
-    widths = [0.6, 1.2, 1.6, 1.1, 2.0, 6, 1.4]
+    widths = [0.5, 1.1, 1.6, 1.1, 2.4, 5.6, 1.4]
     head = st.columns(widths)
-    for col, name in zip(head, ("rank", "signal", "method", "verdict", "score [95%]", "why")):
+    for col, name in zip(head, ("#", "signal", "method", "verdict", "score [95%]", "why")):
         col.markdown(f"**{name}**")
     configs = list(dict.fromkeys(r.config for r in d.rows))
     for config in configs:
@@ -120,7 +120,9 @@ for col, (k, v) in zip(cols[1:], s.pass_at_k.items()):
     col.metric(k, "n/a" if v is None else f"{v:.3f}", help="unbiased pass@k over the student samples")
 
 st.subheader("Per teacher config")
-st.dataframe(s.headline_frame(), hide_index=True, column_config={
+headline = s.headline_frame()
+first = [c for c in ("config", "accuracy_gap") if c in headline]  # the decision's columns first: never clipped
+st.dataframe(headline[first + [c for c in headline.columns if c not in first]], hide_index=True, column_config={
     **{c: st.column_config.NumberColumn(format="%.4f") for c in ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd")},
     "accuracy_gap": st.column_config.NumberColumn(format="%+.3f", width="medium"),
     "config": st.column_config.TextColumn(width="medium")})
