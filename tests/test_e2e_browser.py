@@ -201,7 +201,7 @@ def test_form_runs_a_diagnosis_to_a_verdict(server, page):
                          ("Candidates per model (k)", 2), ("Continuations per candidate (m)", 2)):
         fill(page, label, value)
     page.get_by_text("The exact prompt each model sees (chat template applied)").click()
-    expect(page.get_by_text("<|im_start|>user").first).to_be_visible()
+    expect(page.get_by_text("<|im_start|>user").first).to_be_visible(timeout=60_000)  # the tokenizer loads first
     fill(page, "Run directory", server["root"] / "e2e-form")
     shot(page, "01-diagnosis-form")
     page.get_by_role("button", name="Start diagnosis").click()
