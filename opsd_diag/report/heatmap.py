@@ -111,8 +111,8 @@ def _cells(col: str, values: np.ndarray) -> list[str]:
 
 def _tooltip(pos: int, token_id: int, text: str, rows: list[str], alts, decode, config: str = "",
              signal: str = "") -> str:
-    who = f"<tr><th colspan='2'>config {html.escape(config)} · coloured by {html.escape(signal)}</th></tr>" \
-        if config else ""
+    who = (f"<tr><th colspan='2' class='who'>config {html.escape(config)} · coloured by {html.escape(signal)}"
+           "</th></tr>") if config else ""
     out = [f"<tr><th colspan='2'>pos {pos} · id {token_id} · {html.escape(json.dumps(text, ensure_ascii=False))}"
            f"</th></tr>{who}", *rows]
     for role in ("student", "teacher"):
@@ -138,6 +138,7 @@ CSS = """<style>
 .opsd-hm .t:hover .tip{display:table}
 .opsd-hm .tip th{text-align:left;font-weight:600;padding:3px 6px;border-bottom:1px solid #ddd;
  white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:24em}
+.opsd-hm .tip th.who{white-space:normal;font-weight:400;color:#333}
 .opsd-hm .tip td{padding:0 6px;vertical-align:top}
 .opsd-hm .tip td:first-child{white-space:nowrap;color:#444}
 .opsd-hm .tip td:last-child{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
