@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -16,12 +17,23 @@ from app import jobs
 from opsd_diag import jobs as job_protocol
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
-from opsd_diag.report import export
-from opsd_diag.report.figures import FIGURE_HELP, default_alignment_config  # noqa: F401 (for the pages)
-from opsd_diag.run import Run
-from opsd_diag.schema import SIGNAL_COLUMNS, label
+from opsd_diag.schema import SIGNAL_COLUMNS, label, signal_name  # noqa: F401 (signal_name: for the pages)
+
+if TYPE_CHECKING:
+    from opsd_diag.run import Run
 
 SMALL_TABLE = 50_000  # rows: below this a table's bytes are made at once, above on request
+
+
+def __getattr__(name: str):
+    """``FIGURE_HELP`` and ``default_alignment_config`` for the pages, imported on first use: the sidebar and a
+    run still in progress need neither plotly nor scipy, so a first page view right after the server starts
+    (during a diagnosis, on busy cores) does not wait for them (bench_app.py measures it)."""
+    if name in ("FIGURE_HELP", "default_alignment_config"):
+        from opsd_diag.report import figures
+
+        return getattr(figures, name)
+    raise AttributeError(name)
 
 
 def init_state(argv: list[str]) -> None:
@@ -88,11 +100,21 @@ def canonical(path: str | None) -> str | None:
 
 
 def open_run(path: str) -> None:
+    """Open ``path``: the URL and the session say so, and the sidebar picker follows it on the next run
+    (its stored selection is the old run's until then, so it is dropped here: it never wins over a new choice)."""
     st.session_state["run_dir"] = canonical(path)
     st.query_params["run"] = st.session_state["run_dir"]
+    st.session_state.pop("picked_run", None)
+
+
+def _picked() -> None:
+    open_run(st.session_state["picked_run"])
 
 
 def sidebar_run_picker() -> None:
+    """The open run, chosen from the runs under the runs folder or typed. Only a change made in the picker
+    opens a run from it (``on_change``): whatever opened the run last (a page's button, a typed path, the URL)
+    is what the picker shows; a damaged run folder is skipped with a note."""
     skipped: list = []
     runs = [str(p) for p in job_protocol.find_runs(st.session_state["runs_root"], "diagnosis", skipped)]
     try:
@@ -102,16 +124,21 @@ def sidebar_run_picker() -> None:
         st.sidebar.error(plain(str(e)))
     if current and current not in runs:
         runs.insert(0, current)
+    if runs and not current:  # nothing opened yet: the newest run, as the picker shows it
+        open_run(runs[0])
+        current = runs[0]
     with st.sidebar:
         if skipped:
             st.caption(f"{len(skipped)} folder(s) under {md(st.session_state['runs_root'])}/ skipped, unreadable: "
                        + "; ".join(f"{md(p.name[:60])} ({md(why[:120])})" for p, why in skipped[:5]))
         if runs:
-            chosen = st.selectbox("Run", runs, index=runs.index(current) if current in runs else 0,
-                                  help=f"run directories under {st.session_state['runs_root']}/", key="picked_run")
-            if chosen != current:
-                open_run(chosen)
-            elif current and st.query_params.get("run") != current:
+            if current in runs:
+                st.session_state["picked_run"] = current  # before the widget exists: allowed, and it shows current
+            elif st.session_state.get("picked_run") not in runs:
+                st.session_state.pop("picked_run", None)
+            st.selectbox("Run", runs, help=f"run directories under {st.session_state['runs_root']}/",
+                         key="picked_run", on_change=_picked)
+            if current and st.query_params.get("run") != current:
                 st.query_params["run"] = current
         else:
             st.info(f"No runs under {st.session_state['runs_root']}/: start one on 'New diagnosis'.")
@@ -123,13 +150,14 @@ def sidebar_run_picker() -> None:
             except OpsdError as e:
                 st.error(plain(str(e)))
                 return
-            st.session_state.pop("picked_run", None)
             st.rerun()
 
 
 @st.cache_resource(show_spinner="loading run", max_entries=4)
 def _load(path: str, stamp: int) -> Run:
     # Shared, read-only: cache_resource avoids copying a large token table on every rerun.
+    from opsd_diag.run import Run  # heavy (pandas tables, scipy, plotly): only where a finished run is read
+
     return Run.load(Path(path))
 
 
@@ -207,6 +235,8 @@ def md(text) -> str:
 
 @st.cache_data(show_spinner="preparing the file", max_entries=32, ttl=3600)
 def _table_bytes(path: str, stamp_: int, table: str, fmt: str) -> bytes:
+    from opsd_diag.report import export
+
     return export.table_bytes(_load(path, stamp_).export_table(table), fmt)
 
 

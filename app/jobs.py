@@ -99,6 +99,11 @@ def _left(seconds: float) -> str:
     return f"{seconds} s" if seconds < 90 else f"{seconds // 60} min"
 
 
+def eta(started, done: int, total: int) -> float | None:
+    """Seconds left of a stage that started at ``started`` (epoch s) and did ``done`` of ``total``."""
+    return _eta(started, done, total, time.time())
+
+
 def _eta(started, done: int, total: int, now: float) -> float | None:
     if not started or done <= 0 or total <= done:
         return None

@@ -2,7 +2,9 @@
 
 Targets: on a stored run with 1,000,000 token rows, the Overview page rendered server-side (Streamlit's
 AppTest, the page's whole script) in <= 2 s and one 4,000-token heatmap in <= 1 s, measured in one
-run with the machine's load stated.
+run with the machine's load stated. The Overview of a run still in progress (issue 23: once 183 s under
+load) is measured too: in the server process, in a new process (its imports counted), and in a new
+process beside ``--load`` CPU-bound processes (a diagnosis or training run on the same cores).
 
 The run is synthetic and written like the engine writes one (``io.store``): 5 teacher configs x
 2,000 rollouts x 100 positions = 1,000,000 token rows, plus one 4,000-token rollout (x 5 configs)
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -91,7 +94,7 @@ def build(run: Path, rows: int, seed: int = 0) -> int:
     return long_id
 
 
-def overview(run_dir: Path, root: Path) -> float:
+def overview(run_dir: Path, root: Path, finished: bool = True) -> float:
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120)
@@ -101,14 +104,50 @@ def overview(run_dir: Path, root: Path) -> float:
     at.run()
     took = time.perf_counter() - t
     assert not at.exception, [e.value for e in at.exception]
-    assert at.title[0].value == "Overview"
+    assert at.title[0].value == "Overview" if finished else "not finished" in at.info[0].value
     return took
+
+
+def in_progress(big: Path, root: Path) -> Path:
+    """A diagnosis still running into a copy of the big run's folder: manifest ``running``, status.json of a
+    live process (this one) between shards, a log; its Overview shows the progress instead of the pages."""
+    from opsd_diag import jobs
+
+    busy = root / "busy"
+    busy.mkdir()
+    for name in ("tokens", "rollouts", "topk", "teacher_rollouts"):  # the shards' tables, as big as the run's
+        os.link(big / f"{name}.parquet", busy / f"{name}.parquet")
+    store.atomic_write_json(busy / "manifest.json", {**store.read_manifest(big), "status": "running"})
+    (busy / "stdout.log").write_text("shard 3/8 sampled\r" * 2000 + "\n")
+    jobs.write_status(busy, "running", kind="diagnosis", stage="rollouts and scoring", done=3, total=8,
+                      started=time.time() - 60, rollouts_n=3, rollouts_s=30.0, scoring_n=3, scoring_s=12.0)
+    return busy
+
+
+def fresh_process_overview(run_dir: Path, root: Path) -> tuple[float, float]:
+    """(seconds of the whole process, seconds of the render) of one Overview in a new Python process: what a
+    reload costs when the server process has to import the app first (a new server, or a cold module cache)."""
+    code = ("import sys, time; t = time.perf_counter(); sys.path.insert(0, sys.argv[3]); "
+            "from streamlit.testing.v1 import AppTest; "
+            "at = AppTest.from_file(sys.argv[3] + '/app/main.py', default_timeout=600); "
+            "at.session_state['runs_root'] = sys.argv[2]; at.session_state['run_dir'] = sys.argv[1]; "
+            "r = time.perf_counter(); at.run(); assert not at.exception; print(time.perf_counter() - r)")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir), str(root), str(REPO)], capture_output=True,
+                         text=True, check=True).stdout
+    return time.perf_counter() - t, float(out.strip().splitlines()[-1])
+
+
+def busy_cpus(n: int) -> list[subprocess.Popen]:
+    """``n`` processes spinning on the CPU: the load of a diagnosis or a training run on the same cores."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--keep", help="build the run here and keep it")
+    p.add_argument("--load", type=int, default=2, help="CPU-bound processes beside the last measure (default 2)")
     args = p.parse_args()
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
@@ -121,6 +160,16 @@ def main() -> None:
 
         cold = overview(root / "big", root)  # the large run is loaded (cached) inside this render
         warm = overview(root / "big", root)
+        busy = in_progress(root / "big", root)
+        running = overview(busy, root, finished=False)  # the in-progress Overview: progress from status.json, no table read
+        fresh_total, fresh_render = fresh_process_overview(busy, root)
+        spinners = busy_cpus(args.load)
+        try:
+            loaded_total, loaded_render = fresh_process_overview(busy, root)
+        finally:
+            for proc in spinners:
+                proc.kill()
+                proc.wait()
 
         from opsd_diag.run import Run
 
@@ -145,11 +194,17 @@ def main() -> None:
     print(f"| build the synthetic run (not a target) | {built:.1f} | |")
     print(f"| Overview, server-side render, first (loads the run) | {cold:.2f} | <= 2 |")
     print(f"| Overview, server-side render, again (cached run) | {warm:.2f} | |")
+    print(f"| Overview of an in-progress run (same server process) | {running:.2f} | <= 2 |")
+    print(f"| in-progress Overview in a new process: render / whole process (imports) | {fresh_render:.2f} / "
+          f"{fresh_total:.2f} | |")
+    print(f"| the same with {args.load} CPU-bound processes beside it: render / whole process | {loaded_render:.2f} / "
+          f"{loaded_total:.2f} | |")
     print(f"| heatmap, {shown:,} tokens, one config (median of 3 signals) | {heat:.2f} | <= 1 |")
     print(f"| heatmap, first call (builds the rollout index of the token table) | {first:.2f} | |")
     print(f"| heatmap, 2 configs stacked ({2 * LONG:,} tokens, per-run scale) | {stacked:.2f} | |")
     print(f"\nRESULT overview {cold:.2f} s {'PASS' if cold <= 2 else 'FAIL'}")
     print(f"RESULT heatmap {heat:.2f} s {'PASS' if heat <= 1 else 'FAIL'}")
+    print(f"RESULT in-progress overview {running:.2f} s {'PASS' if running <= 2 else 'FAIL'}")
 
 
 if __name__ == "__main__":

@@ -172,7 +172,8 @@ def _cmd_scoreboard(args) -> None:
                         keep_newlines=True))
     print(f"\nSpearman(predicted score, realised pass@1 gain) over {board.n_scored} finished runs: "
           f"{board.spearman:.3f}" + ("  (needs 3 or more)" if board.n_scored < 3 else "")
-          + f"; verdict accuracy (helps/hurts vs the sign of the gain): {board.verdict_accuracy:.2f}")
+          + f"; verdict accuracy over the {board.n_judged} helps/hurts runs whose gain interval excludes zero: "
+          + (f"{board.n_right} of {board.n_judged}" if board.n_judged else "none yet"))
 
 
 def _cmd_zoo_build(args) -> None:

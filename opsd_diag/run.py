@@ -239,7 +239,7 @@ class Run:
 
     def report_html(self, signal: str = "r_opd", n_heatmaps: int = 3, tokenizer=None, title: str = "") -> str:
         """One self-contained HTML page: facts, summary, verdicts, every figure, a few heatmaps."""
-        first = self.configs[:1]
+        first = [self.top_config()] if self.configs else []  # the top-ranked config, as the Tokens page
         maps = [self.heatmap(rid, first, signal, tokenizer) for rid in self.pick_rollouts(n_heatmaps)] if first else []
         return html.report_html(self.facts(), self.summary, self.figures(signal), maps,
                                 heatmap_title=f"{first[0]}, coloured by {signal}" if first else "", title=title)

@@ -60,6 +60,16 @@ CI_COLUMNS: tuple[str, ...] = ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd", "gate"
 HEADLINE_COLUMNS: tuple[str, ...] = ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd")
 
 
+# The predictor's objectives (core.ideal, core.verdict, opsd-train --signal) spelled as the token columns above,
+# so a signal has one name on every page
+OBJECTIVE_COLUMN: dict[str, str] = {"rev_kl": "kl_rev", "fwd_kl": "kl_fwd"}
+
+
+def signal_name(name: str) -> str:
+    """The column name of a signal, also for a predictor objective (``rev_kl`` -> ``kl_rev``)."""
+    return OBJECTIVE_COLUMN.get(name, name)
+
+
 def label(name: str) -> str:
     """``name: meaning`` for widgets and axis titles (the name itself for anything else)."""
     c = BY_NAME.get(name)

@@ -90,7 +90,7 @@ def test_overview_shows_verdict_and_estimator(runs_root, tmp_path):
     at = _app(run.parent, "judged")
     _ok(at)
     assert "Verdict and ranking" in [h.value for h in at.subheader]
-    assert any(m.value == ":blue-background[**helps**]" for m in at.markdown)  # coloured
+    assert any(m.value == ":blue-background[:blue[**helps**]]" for m in at.markdown)  # coloured
     assert any(long in t.value for t in at.text)  # the whole reason, never cut off (as text, not markdown)
     assert [b.label for b in at.button if b.label == "Train this"] == ["Train this"]
     assert any("our estimator" in c.value and "budget 32" in c.value for c in at.caption)
@@ -580,3 +580,210 @@ def test_cli_notes_a_finished_run_and_replaced_verdicts(runs_root, tmp_path, cap
     assert (run / "summary.json").read_bytes() == verdicts
     assert cli.main(["predict", str(run), "--budget", "8", "--replace"]) == 0
     assert "replacing the verdicts and ranking" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 23: the app as a decision tool
+
+
+def _download_names(monkeypatch) -> list[str]:
+    """The file name of every download a page offers (recorded through app.common.download)."""
+    from app import common
+
+    names, original = [], common.download
+
+    def record(label_text, data, file_name, key, mime=None, **kw):
+        names.append(file_name)
+        return original(label_text, data, file_name, key, mime, **kw)
+    monkeypatch.setattr(common, "download", record)
+    return names
+
+
+def test_every_download_of_the_export_page_has_its_own_name(runs_root, monkeypatch):
+    """Bug 5: the summary table's JSON and summary.json were both quickstart-summary.json."""
+    names = _download_names(monkeypatch)
+    at = _app(runs_root).switch_page("views/export.py").run()
+    _ok(at)
+    assert at.selectbox(key="exp_table").value == "summary"
+    assert "tiny-summary.json" in names and "tiny-summary-file.json" in names
+    assert len(names) == len(set(names)), names
+
+
+def test_open_this_run_opens_the_new_run_not_the_pickers(runs_root):
+    """Bug 1: 'Open this run' after a finished diagnosis opened the run the sidebar picker had stored."""
+    at = _app(runs_root, "busy")  # the picker holds busy
+    assert at.sidebar.selectbox[0].value == str(runs_root / "busy")
+    at.session_state["job"] = str(runs_root / "tiny")  # a diagnosis just finished into tiny
+    at.switch_page("views/new_run.py").run()
+    at.button(key="open_run").click().run()
+    _ok(at)
+    assert at.title[0].value == "Overview" and at.session_state["run_dir"] == str(runs_root / "tiny")
+    at.run()  # and it stays: the picker follows the new choice (AppTest reruns its own page, New diagnosis)
+    _ok(at)
+    assert at.session_state["run_dir"] == str(runs_root / "tiny")
+    assert at.sidebar.selectbox[0].value == str(runs_root / "tiny")
+    assert at.query_params["run"] in (str(runs_root / "tiny"), [str(runs_root / "tiny")])
+    at.sidebar.selectbox[0].select(str(runs_root / "busy")).run()  # a change in the picker still opens
+    assert at.session_state["run_dir"] == str(runs_root / "busy")
+
+
+def test_train_this_never_swaps_the_signal_and_untrainable_rows_say_why(runs_root):
+    """Bug 2: Train this on a self-teacher's a_d2 row prefilled r_opd without a word; bug 7: a stray None."""
+    from trainer import from_diagnosis
+
+    at = _app(runs_root)
+    _ok(at)
+    run = common_load(runs_root / "tiny")
+    for r in run.summary.ranking:
+        button = at.button(key=f"train-{r.config}-{r.signal}")
+        why = from_diagnosis.why_not(run.config, r.config, r.signal)
+        assert button.disabled == (why is not None), (r.config, r.signal)
+        if why:
+            assert "cannot be trained" in button.help
+    assert at.button(key="train-self_full-a_d2").disabled and not at.button(key="train-teacher-a_d2").disabled
+    at.button(key="train-teacher-a_d2").click().run()
+    _ok(at)
+    assert at.title[0].value == "Train"
+    assert (at.selectbox(key="tt_config").value, at.selectbox(key="tt_signal").value) == ("teacher", "a_d2")
+    assert "opd2" in " ".join(m.value for m in at.markdown)
+    assert not any(m.value.strip() == "None" for m in at.markdown)  # Streamlit magic printed a ternary's None
+    # a stored request for an untrainable pair (an old link, another page) is said, not swapped silently
+    at.session_state["train_this"] = {"run": str(runs_root / "tiny"), "config": "self_full", "signal": "a_d2"}
+    at.switch_page("views/overview.py").run()
+    at.switch_page("views/train.py").run()
+    _ok(at)
+    assert at.selectbox(key="tt_config").value == "self_full"
+    assert "a_d2" not in at.selectbox(key="tt_signal").options
+    assert any("a_d2 cannot be trained with self_full" in w.value for w in at.warning)
+
+
+def common_load(path):
+    from opsd_diag.run import Run
+
+    return Run.load(path)
+
+
+def test_a_reload_keeps_the_form_entries_and_the_followed_diagnosis(runs_root):
+    """Bug 3: a reload during a running diagnosis lost its progress panel and every form entry."""
+    at = _app(runs_root).switch_page("views/new_run.py").run()
+    _ok(at)
+    draft_id = at.query_params["draft"]
+    draft_id = draft_id[0] if isinstance(draft_id, list) else draft_id
+    at.number_input(key="nr_limit").set_value(3).run()
+    at.number_input(key="nr_samples").set_value(2).run()
+    at.text_input(key="nr_t0_name").input("my_teacher").run()
+    at.text_input(key="out_dir").input(str(runs_root / "busy")).run()
+    at.session_state["job"] = str(runs_root / "busy")  # as Start diagnosis leaves it
+    at.query_params["job"] = str(runs_root / "busy")
+    at.run()
+    _ok(at)
+    assert f"Progress of {runs_root / 'busy'}" in [h.value for h in at.subheader]
+
+    reloaded = AppTest.from_file(MAIN, default_timeout=60)  # a reload: a new session on the same URL
+    reloaded.session_state["runs_root"] = str(runs_root)
+    reloaded.query_params["draft"] = draft_id
+    reloaded.query_params["job"] = str(runs_root / "busy")
+    reloaded.run().switch_page("views/new_run.py").run()
+    _ok(reloaded)
+    assert reloaded.number_input(key="nr_limit").value == 3 and reloaded.number_input(key="nr_samples").value == 2
+    assert reloaded.text_input(key="nr_t0_name").value == "my_teacher"
+    assert reloaded.text_input(key="out_dir").value == str(runs_root / "busy")
+    assert f"Progress of {runs_root / 'busy'}" in [h.value for h in reloaded.subheader]  # the panel is back
+    assert reloaded.get("progress")
+
+    fresh = AppTest.from_file(MAIN, default_timeout=60)  # another tab: its own draft, the defaults
+    fresh.session_state["runs_root"] = str(runs_root)
+    fresh.run().switch_page("views/new_run.py").run()
+    _ok(fresh)
+    assert fresh.number_input(key="nr_limit").value == 12
+    assert any(f"A diagnosis is running in {runs_root / 'busy'}" in i.value for i in fresh.info)  # found on disk
+
+
+def test_a_damaged_draft_restores_nothing_and_breaks_nothing(runs_root):
+    draft_dir = runs_root / ".drafts"
+    draft_dir.mkdir(exist_ok=True)
+    (draft_dir / "0123456789ab.json").write_text('{"nr_limit": "not a number", "nr_save": true}')
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.session_state["runs_root"] = str(runs_root)
+    at.query_params["draft"] = "0123456789ab"
+    at.run().switch_page("views/new_run.py").run()
+    _ok(at)
+    assert at.title[0].value == "New diagnosis" and at.number_input(key="nr_limit").value == 12
+
+
+def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_path):
+    """Bug 4: the evaluation's size and samples are set in the form, its cost is estimated, and a run that is
+    evaluating says so with its own progress and ETA (not 'step 0 of 6')."""
+    root = tmp_path / "runs"
+    shutil.copytree(runs_root / "tiny", root / "tiny")
+    past = _training_run(root, "past", "finished", None)  # a timed past run: 2 steps, 2 evaluations
+    recs = [{"kind": "eval", "step": 0, "pass@1": 0.3, "eval_s": 6.0, "eval_samples": 12},
+            {"kind": "train", "step": 1, "loss": 1.0, "tokens": 100, "step_time_s": 0.5},
+            {"kind": "train", "step": 2, "loss": 0.5, "tokens": 100, "step_time_s": 0.5},
+            {"kind": "eval", "step": 2, "pass@1": 0.4, "eval_s": 6.0, "eval_samples": 12}]
+    (past / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    held = tmp_path / "held.jsonl"
+    held.write_text((REPO / "sample_data/problems/test.jsonl").read_text())
+    at = _app(root)
+    at.session_state["train_this"] = {"run": str(root / "tiny"), "config": "teacher", "signal": "r_opd"}
+    at.switch_page("views/train.py").run()
+    _ok(at)
+    at.text_input(key="tt_eval").input(str(held)).run()
+    at.number_input(key="tt_eval_n").set_value(10).run()
+    at.number_input(key="tt_eval_k").set_value(2).run()
+    at.number_input(key="tt_steps").set_value(4).run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Held-out samples"] == f"{2 * 10 * 2:,}"  # start and end, 10 problems x 2 samples
+    assert metrics["Estimated evaluation"] == "20 s"  # 40 samples x 0.5 s per sample (12 s over 24 samples)
+    assert any("0.50 s per held-out sample" in c.value and str(past.resolve()) in c.value for c in at.caption)
+    command = [c.value for c in at.code if "--from-diagnosis" in c.value][0]
+    assert "--eval-problems 10" in command and "--eval-samples 2" in command
+
+    busy = _training_run(root, "evaluating", "running", None)
+    job_protocol.write_status(busy, "running", stage="evaluating", step=0, max_steps=6, eval_step=0, eval_done=100,
+                              eval_total=400, eval_started=time.time() - 60)
+    at.session_state["train_run"] = str(busy)
+    at.run()
+    _ok(at)
+    texts = [p.proto.text for p in at.get("progress")]
+    assert any(t.startswith("evaluating the held-out problems at step 0: 100 of 400 problems, about 3 min") for t in
+               texts), texts
+
+
+def test_links_from_an_evidence_node_and_a_disputed_token_to_its_heatmap(runs_root):
+    """Issue 23 item 4: an Evidence node and a disagreement row open that token's heatmap, marked."""
+    at = _app(runs_root).switch_page("views/evidence.py").run()
+    _ok(at)
+    node = at.session_state["ev_node"]
+    from opsd_diag.run import Run
+
+    run = Run.load(runs_root / "tiny")
+    row = run.nodes[run.nodes["node_id"] == node].iloc[0]
+    at.button(key="ev_to_tokens").click().run()
+    _ok(at)
+    at.switch_page("views/tokens.py").run()  # AppTest follows switch_page on the next run of its own page
+    assert at.session_state["tok_rollout"] == int(row.rollout_id)
+    html = at.html[0].value
+    assert re.search(rf"<span class='t[^']* hot' data-pos='{int(row.pos)}'", html), "the node's token is marked"
+    assert any(f"position {int(row.pos)}" in c.value for c in at.caption)
+
+    at.multiselect(key="tok_configs").set_value(["teacher", "self_full"]).run()
+    _ok(at)
+    top = run.disagreement("r_opd", ["teacher", "self_full"], n=20)
+    at.selectbox(key="tok_dispute").select(1).run()
+    at.button(key="tok_dispute_go").click().run()
+    _ok(at)
+    assert at.session_state["tok_rollout"] == int(top.iloc[1]["rollout_id"])
+    assert re.search(rf"<span class='t[^']* hot' data-pos='{int(top.iloc[1]['pos'])}'", at.html[0].value)
+
+
+def test_the_picker_shows_the_run_that_is_open(runs_root, tmp_path):
+    """Bug 7 (the picker's part): a path typed in the sidebar is what the picker shows, never the old run."""
+    at = _app(runs_root)
+    typed = tmp_path / "elsewhere"
+    at.sidebar.text_input(key="typed_run").input(str(typed)).run()
+    assert at.session_state["run_dir"] == str(typed.resolve())
+    assert at.sidebar.selectbox[0].value == str(typed.resolve())  # the picker says which run the page is about
+    at.sidebar.selectbox[0].select(str(runs_root / "tiny")).run()
+    _ok(at)
+    assert at.session_state["run_dir"] == str(runs_root / "tiny") and at.title[0].value == "Overview"

@@ -60,7 +60,7 @@ def test_tooltip_is_a_two_column_table_in_a_gutter_that_hides_no_token(run):
     html = run.heatmap(0, ["teacher"], "r_opd")
     tip = re.search(r"<table class='tip'>(.*?)</table>", html).group(1)
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", tip)
-    assert all(r.count("<td") == 2 for r in rows[1:]), rows  # label | value
+    assert all(r.count("<td") == 2 for r in rows if "<th" not in r), rows  # label | value
     assert "class=sel" in tip  # the chosen signal stands out
     css = heatmap.CSS
     assert "pointer-events:none" in css  # the tooltip never catches the mouse
@@ -278,3 +278,72 @@ def test_a_run_reads_each_table_once(run, monkeypatch):
         fresh.tokens, fresh.topk
         fresh.heatmap(0, ["teacher"], "r_opd")
     assert sorted(calls) == ["rollouts", "tokens", "topk"]
+
+
+def test_image_export_retries_once_then_says_what_to_do(monkeypatch):
+    """Issue 23 bug 6: kaleido's first call once failed ('kaleido_scopes is not defined') and the next worked."""
+    import plotly.graph_objects as go
+
+    from opsd_diag.errors import OpsdError
+    from opsd_diag.report import export
+
+    monkeypatch.setattr(export, "check_image_export", lambda: None)
+    calls = []
+
+    def flaky(fig, **kw):
+        calls.append(kw["format"])
+        if len(calls) == 1:
+            raise NameError("name 'kaleido_scopes' is not defined")
+        return b"PNG"
+    monkeypatch.setattr(export.pio, "to_image", flaky)
+    assert export.figure_image(go.Figure(), "png") == b"PNG" and calls == ["png", "png"]
+
+    def broken(fig, **kw):
+        calls.append(kw["format"])
+        raise RuntimeError("no browser\nmore")
+    calls.clear()
+    monkeypatch.setattr(export.pio, "to_image", broken)
+    with pytest.raises(OpsdError, match=r"PNG export failed twice \(RuntimeError: no browser\).*HTML export"):
+        export.figure_image(go.Figure(), "png")
+    assert calls == ["png", "png"]
+
+
+def test_tooltip_names_its_config_and_signal_and_outlines_hide_no_digit(run):
+    """Issue 23 item 8: the tooltip did not name its config; orange outlines hid the digits of stacked rows."""
+    html = run.heatmap(0, ["teacher", "self_ctx"], "a_d2", hot={1, 2})
+    tips = re.findall(r"<table class='tip'>(.*?)</table>", html)
+    assert any("config teacher · coloured by a_d2" in t for t in tips)
+    assert any("config self_ctx · coloured by a_d2" in t for t in tips)
+    hot = re.search(r"\.opsd-hm \.t\.hot\{([^}]*)\}", heatmap.CSS).group(1)
+    assert "outline" not in hot and "inset 0 -3px" in hot  # a bar inside the token, over no neighbour
+
+
+def test_the_report_shows_the_top_ranked_config(run):
+    html = run.report_html("r_opd", n_heatmaps=1)
+    top = run.top_config()
+    assert f"{top}, coloured by r_opd" in html
+
+
+def test_a_config_has_one_colour_in_every_run():
+    """Issue 23 item 8: the same config had different colours in Compare's A and B."""
+    a = figures._colors(["teacher", "self_full", "self_hint"])
+    b = figures._colors(["self_hint", "base_teacher", "teacher"])
+    assert a["teacher"] == b["teacher"] == figures.config_color("teacher")
+    assert a["self_hint"] == b["self_hint"]
+    many = figures._colors([f"c{i}" for i in range(20)])
+    assert len(set(many.values())) == 20  # within one figure, never two configs with one colour
+
+
+def test_entropy_figure_says_why_its_third_panel_is_empty(run):
+    """Issue 23 item 8: an empty third panel with overlapping 0.0% labels."""
+    s = run.summary
+    zero = s.model_copy(update={"configs": {c: e.model_copy(update={"high_entropy_share": e.high_entropy_share
+                                                                    .model_copy(update={"student": 0.0, "teacher": 0.0})})
+                                            for c, e in s.configs.items()}})
+    fig = figures.entropy_figure(zero)
+    bars = [t for t in fig.data if t.xaxis == "x3"]
+    assert bars and all(txt == "" for b in bars for txt in b.text)
+    assert any("no token reaches" in a.text for a in fig.layout.annotations)
+    assert not any("no token reaches" in a.text for a in figures.entropy_figure(s).layout.annotations) or \
+        all((e.high_entropy_share.student or 0) == 0 and (e.high_entropy_share.teacher or 0) == 0
+            for e in s.configs.values())

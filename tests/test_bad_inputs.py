@@ -1239,7 +1239,9 @@ def test_app_bad_input(case: AppCase, env: Env):
     errors = [e.value for e in at.error]
     assert any(case.expect in m for m in errors), errors
     assert not any("Traceback" in m for m in errors)
-    assert (tree(env.tmp), tree(env.run)) == before
+    # the New diagnosis form keeps its entries in a draft (runs/.drafts/, issue 23): form state, not output
+    drafts = lambda t: {k: v for k, v in t.items() if not k.startswith("runs/.drafts") and k != "runs"}  # noqa: E731
+    assert (drafts(tree(env.tmp)), tree(env.run)) == (drafts(before[0]), before[1])
 
 
 # --- issue 19: text, config types, checkpoints, app, signals (tests beside the rows) ---

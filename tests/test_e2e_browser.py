@@ -62,10 +62,49 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _prebuilt_runs(root: Path, zoo: Path) -> None:
+    """Runs the app lists from its start: ``tiny`` (a real diagnosis of the CI zoo), ``tiny-judged`` (the
+    same with one verdict set to helps and the ranking redone, so the decision panel has a recommendation
+    to show), ``tiny-copy`` (a second finished run) and ``busy`` (a diagnosis this test process "runs")."""
+    import shutil
+
+    import yaml
+
+    from opsd_diag import jobs
+    from opsd_diag.core.verdict import rank
+    from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.io.config import from_dict
+    from opsd_diag.zoo import task
+
+    data = root.parent / "problems.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(3, 5)))
+    cfg = {"student": {"model": str(zoo / "student")}, "base": {"model": str(zoo / "base")},
+           "teachers": [{"name": "teacher", "model": str(zoo / "teacher")},
+                        {"name": "self_full", "context": "full_solution"}],
+           "data": {"path": str(data)}, "sampling": {"num_samples": 2, "max_completion_length": 8, "teacher_samples": 1},
+           "analysis": {"bootstrap": 10, "checker": "toy", "pass_k": [1, 2]}, "shard_size": 2,
+           "ideal": {"budget": 48, "k": 2, "m": 2}}
+    (root.parent / "tiny.yaml").write_text(yaml.safe_dump(cfg))
+    run_diagnosis(from_dict(cfg), root / "tiny", show_progress=False)
+    shutil.copytree(root / "tiny", root / "tiny-copy")
+    shutil.copytree(root / "tiny", root / "tiny-judged")
+    summary = json.loads((root / "tiny-judged" / "summary.json").read_text())
+    summary["verdicts"]["teacher"]["jsd"]["verdict"] = "helps"
+    for r in summary["ranking"]:
+        if (r["config"], r["signal"]) == ("teacher", "jsd"):
+            r["verdict"] = "helps"
+    summary["ranking"] = rank(summary["ranking"])
+    (root / "tiny-judged" / "summary.json").write_text(json.dumps(summary))
+    (root / "busy").mkdir()
+    (root / "busy" / "manifest.json").write_text(json.dumps({"status": "running", "n_shards": 2}))
+    jobs.write_status(root / "busy", "running", kind="diagnosis", stage="rollouts and scoring", done=1, total=2)
+
+
 @pytest.fixture(scope="module")
-def server(env_ok, tmp_path_factory):
+def server(env_ok, tmp_path_factory, ci_zoo):
     root = tmp_path_factory.mktemp("e2e") / "runs"
     root.mkdir()
+    _prebuilt_runs(root, ci_zoo)
     held_out = root.parent / "held_out.jsonl"
     held_out.write_text("".join(ln + "\n" for ln in (REPO / "sample_data/problems/test.jsonl").read_text()
                                 .splitlines()[:3]))
@@ -162,7 +201,7 @@ def test_form_runs_a_diagnosis_to_a_verdict(server, page):
                          ("Candidates per model (k)", 2), ("Continuations per candidate (m)", 2)):
         fill(page, label, value)
     page.get_by_text("The exact prompt each model sees (chat template applied)").click()
-    expect(page.get_by_text("<|im_start|>user").first).to_be_visible()
+    expect(page.get_by_text("<|im_start|>user").first).to_be_visible(timeout=60_000)  # the tokenizer loads first
     fill(page, "Run directory", server["root"] / "e2e-form")
     shot(page, "01-diagnosis-form")
     page.get_by_role("button", name="Start diagnosis").click()
@@ -227,7 +266,7 @@ def test_train_this_first_metric_stop_resume_finish(server, page):
     if "diagnosis" not in STATE:
         pytest.skip("needs the diagnosis of the form test")
     nav(page, "Overview")
-    page.get_by_role("button", name="Train this").first.click()
+    page.locator('[data-testid="stButton"] button:not([disabled])').filter(has_text="Train this").first.click()
     page.get_by_role("heading", name="Train", level=1).wait_for()
     settle(page, 1.0)
     for label, value in (("Steps", STEPS), ("Prompts per step", 2)):
@@ -293,3 +332,125 @@ def test_download_each_table_ten_times(server, page):
     log = server["log"].read_text()
     assert "MediaFileStorageError" not in log and "Traceback" not in log, log[-3000:]
     shot(page, "11-export")
+
+
+# ----------------------------------------------------------------------------- issue 23: the app as a decision tool
+
+
+def _open(page, server, path: str = "", **params) -> None:
+    from urllib.parse import urlencode
+
+    page.goto(server["url"] + "/" + path + ("?" + urlencode(params) if params else ""))
+    settle(page, 1.0)
+
+
+def _selected(page, label: str) -> str:
+    """What a selectbox shows: its text and its input's value (a searchable selectbox shows it there)."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text(label, exact=True)).first
+    shown = box.evaluate("e => e.textContent + ' ' + [...e.querySelectorAll('input')].map(i => i.value + ' ' + "
+                         "(i.getAttribute('aria-label') || '')).join(' ')")
+    return shown.replace(label, "", 1)
+
+
+def test_decision_panel_recommends_and_trains_it(server, page):
+    from playwright.sync_api import expect
+
+    page.set_viewport_size({"width": 1440, "height": 900})
+    _open(page, server, run=str(server["root"] / "tiny-judged"))
+    page.get_by_role("heading", name="Overview", level=1).wait_for()
+    expect(page.get_by_text("Recommended: teacher · jsd")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Runner-up (best of another config)")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Cheap baselines pick")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(re.compile("In the validity study .* helps verdicts"))).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(re.compile("Symbols of the rule"))).to_be_visible(timeout=60_000)
+    no_exception(page)
+    shot(page, "23-overview-decision")
+    page.locator(".st-key-decide-train button").first.click()
+    page.get_by_role("heading", name="Train", level=1).wait_for()
+    settle(page, 1.0)
+    assert "teacher" in _selected(page, "Teacher config") and "jsd" in _selected(page, "Signal")
+    no_exception(page)
+
+
+def test_train_this_on_every_row_kind(server, page):
+    """Bug 2: a self-teacher's a_d2 row prefilled r_opd; rows that cannot be trained offered the button."""
+    _open(page, server, run=str(server["root"] / "tiny"))
+    page.get_by_role("heading", name="Overview", level=1).wait_for()
+    untrainable = page.locator(".st-key-train-self_full-a_d2 button").first
+    assert untrainable.is_disabled()
+    for config, signal in (("teacher", "a_d2"), ("teacher", "rev_kl"), ("self_full", "jsd")):
+        nav(page, "Overview")
+        page.locator(f".st-key-train-{config}-{signal} button").first.click()
+        page.get_by_role("heading", name="Train", level=1).wait_for()
+        settle(page, 1.0)
+        assert config in _selected(page, "Teacher config"), (config, signal)
+        shown = {"rev_kl": "kl_rev"}.get(signal, signal)  # one name per signal: the schema's
+        assert shown in _selected(page, "Signal"), (config, signal, _selected(page, "Signal"))
+        assert page.get_by_text("None", exact=True).count() == 0  # no stray None badge
+        no_exception(page)
+
+
+def test_open_this_run_opens_the_new_run(server, page):
+    """Bug 1: the sidebar's stored selection (tiny) won over Open this run (tiny-copy)."""
+    from playwright.sync_api import expect
+
+    root = server["root"]
+    _open(page, server, "new_run", run=str(root / "tiny"), job=str(root / "tiny-copy"))
+    expect(page.get_by_text("Finished:").first).to_be_visible(timeout=60_000)
+    page.get_by_role("button", name="Open this run").click()
+    page.get_by_role("heading", name="Overview", level=1).wait_for()
+    settle(page, 1.0)
+    expect(page.get_by_text(str(root / "tiny-copy") + " ·")).to_be_visible(timeout=60_000)
+    assert f"run={root / 'tiny-copy'}".replace("/", "%2F") in page.url or str(root / "tiny-copy") in page.url
+    nav(page, "Tokens")  # and it stays open on the next page
+    nav(page, "Overview")
+    expect(page.get_by_text(str(root / "tiny-copy") + " ·")).to_be_visible(timeout=60_000)
+    no_exception(page)
+
+
+def test_reload_mid_diagnosis_keeps_progress_and_entries(server, page):
+    """Bug 3: a reload during a running diagnosis lost its progress panel and every form entry."""
+    from playwright.sync_api import expect
+
+    busy = server["root"] / "busy"
+    _open(page, server, "new_run", job=str(busy))
+    expect(page.get_by_text(f"Progress of {busy}")).to_be_visible(timeout=60_000)
+    fill(page, "First N problems", 3)
+    fill(page, "Samples per prompt", 2)
+    fill(page, "Run directory", busy)
+    assert "draft=" in page.url and "job=" in page.url
+    page.reload()
+    page.get_by_role("heading", name="New diagnosis").wait_for()
+    settle(page, 1.5)
+    expect(page.get_by_text(f"Progress of {busy}")).to_be_visible(timeout=60_000)
+    assert page.get_by_label("First N problems", exact=True).input_value() == "3"
+    assert page.get_by_label("Samples per prompt", exact=True).input_value() == "2"
+    assert page.get_by_label("Run directory", exact=True).input_value() == str(busy)
+    no_exception(page)
+
+
+def test_download_names_are_distinct(server, page):
+    """Bug 5: the summary table's JSON and summary.json downloaded under one name."""
+    _open(page, server, run=str(server["root"] / "tiny"))
+    nav(page, "Export")
+    names = []
+    for label in ("JSON", "summary.json"):
+        with page.expect_download(timeout=30_000) as dl:
+            page.locator('[data-testid="stDownloadButton"]').filter(
+                has=page.get_by_text(label, exact=True)).first.click()
+        names.append(dl.value.suggested_filename)
+        time.sleep(0.5)
+    assert names == ["tiny-summary.json", "tiny-summary-file.json"], names
+
+
+PAGES_23 = ("Overview", "Tokens", "Signals", "Evidence", "Export", "New diagnosis", "Train", "Compare", "Track record")
+
+
+def test_screenshots_of_every_page(server, page):
+    """tests/screenshots/23-page-*.png: every page at 1440x900 on the judged tiny run, for a reviewer."""
+    page.set_viewport_size({"width": 1440, "height": 900})
+    _open(page, server, run=str(server["root"] / "tiny-judged"))
+    for title in PAGES_23:
+        nav(page, title)
+        no_exception(page)
+        shot(page, f"23-page-{title.lower().replace(' ', '-')}")

@@ -486,7 +486,7 @@ def test_non_finite_logits_in_the_held_out_evaluation_name_the_student(monkeypat
                           sampling=SimpleNamespace(engine="hf"))
     spec = SimpleNamespace(eval=None, scoring_temperature=1.0)
     st = SimpleNamespace(tc=SimpleNamespace(cfg=cfg, teacher=None, spec=spec),
-                         evals=SimpleNamespace(held_out=object(), regression=None), roles=None, tok=None, stop_ids=[0],
+                         evals=SimpleNamespace(held_out=SimpleNamespace(problems=[{}]), regression=None), roles=None, tok=None, stop_ids=[0],
                          pad_id=0, chunk_size=8)
     acc = SimpleNamespace(num_processes=1, process_index=0, autocast=None)
     with pytest.raises(OpsdError, match=r"evaluation at step 7: the student model 'my/student' produced non-finite "

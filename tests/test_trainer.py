@@ -123,6 +123,60 @@ def test_command_line_options_change_a_config_files_training_section(world, tmp_
     assert tc.spec.learning_rate == train_config.load(cfg).spec.learning_rate
 
 
+def test_evaluation_is_a_stage_with_its_progress_and_its_size_is_set_from_the_command_line(world, tmp_path,
+                                                                                           monkeypatch):
+    """Issue 23 bug 4: the held-out evaluation ran for minutes while status.json said 'step 0 of 6'; its size
+    could not be set. Now: stage 'evaluating' with eval_done/eval_total, 'saving', eval_s in metrics.jsonl."""
+    import trainer.loop as loop
+    from trainer import estimate
+
+    seen = []
+    real = loop.jobs.write_status
+
+    def spy(run_dir, status=None, **fields):
+        seen.append({"status": status, **fields})
+        return real(run_dir, status, **fields)
+    monkeypatch.setattr(loop.jobs, "write_status", spy)
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=2)
+    out = tmp_path / "run"
+    assert cli.main([str(cfg), "--out", str(out), "--eval-data", str(world / "dev.jsonl"), "--eval-problems", "3",
+                     "--eval-samples", "2"]) == 0
+    stored = yaml.safe_load((out / "config.yaml").read_text())["training"]["eval"]
+    assert (stored["data"]["limit"], stored["num_samples"], stored["pass_k"]) == (3, 2, [1, 2])
+    stages = [s.get("stage") for s in seen if s.get("stage")]
+    assert stages[0] == "train" and stages.count("saving") == 1
+    starts = [s for s in seen if s.get("stage") == "evaluating" and "eval_total" in s]
+    assert [s["eval_step"] for s in starts] == [0, 2] and all(s["eval_total"] == 3 for s in starts)
+    ticks = [s["eval_done"] for s in seen if s.get("stage") == "evaluating" and "eval_total" not in s]
+    assert ticks and ticks[-1] == 3 and ticks == sorted(ticks[: len(ticks) // 2]) + sorted(ticks[len(ticks) // 2:])
+    after = [i for i, s in enumerate(seen) if s.get("stage") == "evaluating"]
+    assert seen[after[-1] + 1].get("stage") == "train"  # the stage ends when the evaluation does
+    evals = read_metrics(out, "eval")
+    assert [e["step"] for e in evals] == [0, 2] and all(e["eval_s"] > 0 and e["eval_samples"] == 6 for e in evals)
+    for e in evals:  # per problem (index, samples, correct), whose mean share is pass@1
+        assert [i for i, _, _ in e["per_problem"]] == [0, 1, 2] and all(n == 2 for _, n, _ in e["per_problem"])
+        assert e["pass@1"] == pytest.approx(sum(c / n for _, n, c in e["per_problem"]) / 3)
+    assert jobs.read_status(out)["status"] == "finished"
+    # the cost estimate times evaluation from this run: seconds per held-out sample, by a plain sum
+    r = estimate.rates(tmp_path)
+    assert r["timed_from"] == str(out.resolve())
+    assert r["eval_sample_s"] == pytest.approx(sum(e["eval_s"] for e in evals) / 12)
+    steps = read_metrics(out)
+    assert r["step_token_s"] == pytest.approx(sum(m["step_time_s"] for m in steps) / sum(m["tokens"] for m in steps))
+
+
+def test_training_cost_counts_every_evaluation():
+    from trainer import estimate
+
+    for max_steps, eval_steps, at_start in ((6, 0, True), (6, 2, True), (7, 3, False), (0, 0, True), (5, 5, True)):
+        expected = int(at_start) + len({s for s in range(1, max_steps + 1) if (eval_steps and s % eval_steps == 0)
+                                        or s == max_steps})
+        assert estimate.evaluations(max_steps, eval_steps, at_start) == expected, (max_steps, eval_steps)
+    w = estimate.work(6, 8, 72, 400, 4)
+    assert w == {"step_tokens": 6 * 8 * 72, "evaluations": 2, "eval_samples": 2 * 400 * 4}
+    assert estimate.estimate(w, "/nonexistent")["eval_s"] is None
+
+
 # ------------------------------------------------------------------------------- every method runs
 
 METHODS = [

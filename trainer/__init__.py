@@ -17,5 +17,6 @@ Modules, one job each:
 - ``setup``      load and check everything before the run directory is written
 - ``loop``       the training loop on accelerate (logging, evaluation, saving, graceful stop)
 - ``launch``     check a training config and its run directory, then start it as a job
+- ``estimate``   what a run costs before it starts: step tokens and held-out samples, timed from a past run
 - ``cli``        ``opsd-train``
 """

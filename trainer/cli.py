@@ -42,7 +42,21 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-size", type=int, help="training.per_device_train_batch_size")
     d.add_argument("--seed", type=int, help="training.seed")
     d.add_argument("--eval-data", help="held-out problems (training.eval.data.path), so the run can be scored")
+    d.add_argument("--eval-problems", type=int, help="score the first N held-out problems (training.eval.data.limit)")
+    d.add_argument("--eval-samples", type=int, help="samples per held-out problem (training.eval.num_samples)")
     return p
+
+
+def eval_overrides(data: str | None, problems: int | None, samples: int | None) -> dict | None:
+    """The ``training.eval`` changes of --eval-data / --eval-problems / --eval-samples (None: none); pass@k
+    keeps k <= the samples (pass@1 and pass@min(4, samples))."""
+    ev: dict = {}
+    if data or problems is not None:
+        ev["data"] = {**({"path": str(data)} if data else {}), **({"limit": problems} if problems is not None else {})}
+    if samples is not None:
+        ev["num_samples"] = samples
+        ev["pass_k"] = sorted({1, min(4, max(1, samples))})
+    return ev or None
 
 
 def _load(args):
@@ -51,8 +65,7 @@ def _load(args):
 
     overrides = {"max_steps": args.max_steps, "learning_rate": args.learning_rate,
                  "per_device_train_batch_size": args.batch_size, "seed": args.seed}
-    if args.eval_data:
-        overrides["eval"] = {"data": {"path": args.eval_data}}
+    overrides["eval"] = eval_overrides(args.eval_data, args.eval_problems, args.eval_samples)
     if args.from_diagnosis is None:
         if args.config_file is None:
             raise OpsdError("give a config file, or --from-diagnosis RUN_DIR --config NAME --signal SIGNAL")

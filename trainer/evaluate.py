@@ -38,8 +38,9 @@ def _chunks(n: int, size: int, world: int, rank: int) -> list[tuple[int, list[in
 
 
 def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, stop_ids, world, rank, salt: int,
-                      engine: str, truncated: str = "incorrect"):
-    """[(problem index, n, c)] for this rank's chunks, plus the samples (for the KL check)."""
+                      engine: str, truncated: str = "incorrect", tick=None):
+    """[(problem index, n, c)] for this rank's chunks, plus the samples (for the KL check); ``tick(n)`` after
+    each chunk of ``n`` problems (the progress of the evaluation stage)."""
     per_chunk = max(1, ev.batch_size // ev.num_samples)
     results, samples = [], []
     for c, idx in _chunks(len(ps.problems), per_chunk, world, rank):
@@ -52,7 +53,14 @@ def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, st
                                                     truncated).correct) for o in per_prompt]
             results.append((i, len(ok), int(sum(ok))))
             samples.extend((ps.student_prompts[i], o.ids) for o in per_prompt)
+        if tick is not None:
+            tick(len(idx) * world)  # every process advances alike: this rank's chunk stands for one per process
     return results, samples
+
+
+def eval_size(sets: EvalSets) -> int:
+    """Problems one evaluation samples (held-out plus regression): the unit of its progress."""
+    return sum(len(ps.problems) for ps in (sets.held_out, sets.regression) if ps is not None)
 
 
 @torch.no_grad()
@@ -99,13 +107,16 @@ def _accuracy(results: list[tuple[int, int, int]], ks: list[int], prefix: str) -
     known = sorted(set(results))
     out = {f"{prefix}pass@{k}": float(np.mean([pass_at_k(n, c, k) for _, n, c in known])) for k in ks}
     out[f"{prefix}problems"] = len(known)
+    if not prefix:  # per problem (index, samples, correct): the realised gain's interval over problems
+        out["per_problem"] = [[int(i), int(n), int(c)] for i, n, c in known]
     return out
 
 
 def evaluate(roles: Roles, tok, sets: EvalSets, ev: EvalSpec, *, checker: str, stop_ids: list[int], pad_id: int,
              chunk: int, tau: float, world: int = 1, rank: int = 0, autocast=contextlib.nullcontext,
-             engine: str = "hf", truncated: str = "incorrect") -> dict:
-    """Every process calls this; the returned metrics are complete on every process."""
+             engine: str = "hf", truncated: str = "incorrect", tick=None) -> dict:
+    """Every process calls this; the returned metrics are complete on every process. ``tick(n)``: n more
+    problems sampled (of ``eval_size(sets)``), for the progress of the stage."""
     model = roles.student
     was_training = model.training
     model.eval()
@@ -114,14 +125,15 @@ def evaluate(roles: Roles, tok, sets: EvalSets, ev: EvalSpec, *, checker: str, s
         with autocast():
             if sets.held_out is not None:
                 res, samples = _sample_and_check(model, tok, sets.held_out, ev, checker, stop_ids, world, rank, 0,
-                                                 engine, truncated)
+                                                 engine, truncated, tick)
                 out.update(_accuracy(gather_object(res), ev.pass_k, ""))
                 if ev.kl_to_initial and roles.has_initial:
                     kl = gather_object([_kl_to_initial(roles, samples, pad_id, ev.batch_size, chunk, tau)])
                     out["kl_to_initial"] = sum(t for t, _ in kl) / max(1, sum(n for _, n in kl))
             if sets.regression is not None:
                 reg = sets.regression
-                res, _ = _sample_and_check(model, tok, reg, ev, checker, stop_ids, world, rank, 1, engine, truncated)
+                res, _ = _sample_and_check(model, tok, reg, ev, checker, stop_ids, world, rank, 1, engine, truncated,
+                                           tick)
                 out.update(_accuracy(gather_object(res), [1], "regression_"))
                 mine = [(reg.student_prompts[i], reg.targets[i])
                         for _, idx in _chunks(len(reg.problems), ev.batch_size, world, rank) for i in idx]

@@ -41,6 +41,21 @@ def method_for(cfg: DiagnosisConfig, config: str, signal: str) -> dict:
     return {"teacher": config, **table[signal]}
 
 
+def trainable_signals(cfg: DiagnosisConfig, config: str) -> list[str]:
+    """The diagnosed signals the teacher config ``config`` can train on (the table above)."""
+    teachers = {t.name: t for t in cfg.teachers}
+    return list(SELF if config in teachers and teachers[config].is_self else EXTERNAL)
+
+
+def why_not(cfg: DiagnosisConfig, config: str, signal: str) -> str | None:
+    """Why (config, signal) cannot be trained, in a few words; None when it can."""
+    if signal in trainable_signals(cfg, config):
+        return None
+    if signal in EXTERNAL:
+        return f"{signal} needs a teacher model (and, for OPD², its base); {config} is the student shown a context"
+    return f"no training method trains on {signal}"
+
+
 def training_config(run: Run, config: str, signal: str, *, trust_remote_code: bool = False,
                     **overrides) -> DiagnosisConfig:
     """The diagnosis config with a training section for (config, signal); the config's own training

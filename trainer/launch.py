@@ -43,12 +43,14 @@ def _check_data(tc) -> None:
 def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_dir: str | Path, *,
                            max_steps: int | None = None, learning_rate: float | None = None,
                            batch_size: int | None = None, seed: int | None = None,
-                           eval_data: str | Path | None = None, trust_remote_code: bool = False) -> list[str]:
+                           eval_data: str | Path | None = None, eval_problems: int | None = None,
+                           eval_samples: int | None = None, trust_remote_code: bool = False) -> list[str]:
     """The argv of ``opsd-train --from-diagnosis RUN --config C --signal S --out DIR [overrides]``."""
     argv = [sys.executable, "-m", "trainer", "--from-diagnosis", str(run_dir), "--config", config, "--signal", signal,
             "--out", str(out_dir), *(["--trust-remote-code"] if trust_remote_code else [])]
     for flag, value in (("--max-steps", max_steps), ("--learning-rate", learning_rate), ("--batch-size", batch_size),
-                        ("--seed", seed), ("--eval-data", eval_data)):
+                        ("--seed", seed), ("--eval-data", eval_data), ("--eval-problems", eval_problems),
+                        ("--eval-samples", eval_samples)):
         if value is not None and value != "":
             argv += [flag, str(value)]
     return argv
@@ -65,8 +67,11 @@ def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir:
     names = {"max_steps": "max_steps", "learning_rate": "learning_rate", "batch_size": "per_device_train_batch_size",
              "seed": "seed"}
     cfg_over = {names[k]: v for k, v in overrides.items() if k in names and v is not None}
-    if overrides.get("eval_data"):
-        cfg_over["eval"] = {"data": {"path": str(overrides["eval_data"])}}
+    from trainer.cli import eval_overrides
+
+    ev = eval_overrides(overrides.get("eval_data"), overrides.get("eval_problems"), overrides.get("eval_samples"))
+    if ev:
+        cfg_over["eval"] = ev
     cfg, _, _ = from_diagnosis(run_dir, config, signal, trust_remote_code=trust_remote_code, **cfg_over)
     tc = train_config.resolve_training(cfg, f"training from {run_dir}")
     train_config.check_environment(tc.spec, f"training from {run_dir}")

@@ -24,7 +24,7 @@ from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe
 from trainer import checkpoint, rundir, sharded
 from trainer.config import TrainConfig, trackers
-from trainer.evaluate import evaluate
+from trainer.evaluate import eval_size, evaluate
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
 from trainer.setup import Setup, prepare
 from trainer.step import STAT_NAMES, StepSums, micro_batch_backward
@@ -157,6 +157,8 @@ def _nonfinite_message(st: Setup, sums: StepSums, step: int, loss: float, grad_n
 
 
 def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, scheduler, elapsed: float) -> None:
+    if acc.is_main_process:
+        jobs.write_status(run_dir, stage="saving")
     tmp = checkpoint.temp_dir(run_dir, step)
     full = sharded.full_state_dict(st.roles.student)  # FSDP: gathered on every process (a collective)
     if acc.is_main_process:
@@ -171,6 +173,7 @@ def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, sche
         state = {"optimizer": opt_state, "scheduler": scheduler.state_dict(), "elapsed": elapsed}
         checkpoint.commit(run_dir, tmp, step, state, st.tc.spec.save_total_limit, {"method": st.tc.spec.method})
         log.info("checkpoint saved: step %d", step)
+        jobs.write_status(run_dir, stage="train")
     acc.wait_for_everyone()
 
 
@@ -178,20 +181,34 @@ def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None, wrapped=
     ev = st.tc.spec.eval
     if st.evals.held_out is None and st.evals.regression is None:
         return
+    total, done, t0 = eval_size(st.evals), [0], time.time()
+    run_dir = metrics.path.parent if metrics is not None else None  # the main process only
+
+    def tick(n: int) -> None:  # the evaluation is a stage of its own, with its progress (status.json)
+        done[0] = min(total, done[0] + n)
+        if run_dir is not None:
+            jobs.write_status(run_dir, stage="evaluating", eval_done=done[0])
+
+    if run_dir is not None:
+        jobs.write_status(run_dir, stage="evaluating", eval_step=step, eval_done=0, eval_total=total,
+                          eval_started=t0)
     try:
         with sharded.full_params(wrapped) if wrapped is not None else contextlib.nullcontext():
             res = evaluate(st.roles, st.tok, st.evals, ev, checker=st.tc.cfg.analysis.checker, stop_ids=st.stop_ids,
                            truncated=st.tc.cfg.analysis.truncated,
                            pad_id=st.pad_id, chunk=st.chunk_size, tau=st.tc.spec.scoring_temperature,
                            world=acc.num_processes, rank=acc.process_index, autocast=acc.autocast,
-                           engine=st.tc.cfg.sampling.engine)
+                           engine=st.tc.cfg.sampling.engine, tick=tick)
     except NonFiniteLogits as e:
         raise OpsdError(f"evaluation at step {step}: {_who(st, 'student')} produced non-finite logits (NaN or inf) "
                         f"while sampling, at completion position {e.position}: {NONFINITE_FIX}") from None
     if acc.is_main_process:
-        metrics.write({"kind": "eval", "step": step, **res})
-        acc.log({f"eval/{k}": v for k, v in res.items()}, step=step)
-        log.info("eval step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in res.items()))
+        seconds = time.time() - t0
+        metrics.write({"kind": "eval", "step": step, **res, "eval_s": seconds, "eval_samples": total * ev.num_samples})
+        jobs.write_status(run_dir, stage="train", eval_done=total, last_eval_s=seconds)
+        numbers = {k: v for k, v in res.items() if isinstance(v, (int, float))}  # per_problem is a list
+        acc.log({f"eval/{k}": v for k, v in numbers.items()}, step=step)
+        log.info("eval step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in numbers.items()))
 
 
 def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], prediction: dict | None = None) -> str:

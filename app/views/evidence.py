@@ -17,7 +17,8 @@ st.caption(common.md(ideal.note()))
 
 c1, c2 = st.columns(2)
 signals = sorted({k.removeprefix("align_") for k in run.nodes.columns if k.startswith("align_")})
-signal = c1.selectbox("Signal", signals, index=signals.index("r_opd") if "r_opd" in signals else 0, key="ev_signal")
+signal = c1.selectbox("Signal", signals, index=signals.index("r_opd") if "r_opd" in signals else 0, key="ev_signal",
+                      format_func=common.signal_name)
 divergence = c2.selectbox("Divergence", ["kl_rev", "jsd"], key="ev_div")
 
 figs = run.evidence_figures(signal, divergence)
@@ -40,6 +41,11 @@ node_ids = sorted(run.nodes["node_id"].unique().tolist())
 node = st.selectbox("Node", node_ids, key="ev_node", format_func=lambda n: (
     lambda r: f"node {n}: rollout {r.rollout_id}, position {r.pos}, entropy {r.h_s:.2f} nats, "
               f"{'correct' if r.correct else 'incorrect'} rollout")(run.nodes[run.nodes['node_id'] == n].iloc[0]))
+picked = run.nodes[run.nodes["node_id"] == node].iloc[0]
+if st.button("Show this token's heatmap", key="ev_to_tokens",
+             help=f"the Tokens page on rollout {picked.rollout_id} with position {picked.pos} marked"):
+    st.session_state["tok_focus"] = (int(picked.rollout_id), int(picked.pos))
+    st.switch_page("views/tokens.py")
 cands = run.candidates(common.tokenizer(run, note=False))
 st.dataframe(cands[cands["node_id"] == node].drop(columns=["node_id"]), hide_index=True, key="ev_cands",
              column_config={c: st.column_config.NumberColumn(format="%.4f") for c in ("p_student", "q_teacher",

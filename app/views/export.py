@@ -57,8 +57,10 @@ else:
             common.download(fmt.upper(), common.table_bytes(run, table, fmt), f"{stem}-{table}.{fmt}",
                             f"dl_tab_{table}_{fmt}")
 with cols[-1]:
+    # the run's whole summary.json: a name of its own (the 'summary' table's JSON is {stem}-summary.json)
     common.download("summary.json", run.summary.model_dump_json(indent=1, exclude_unset=True),
-                    f"{stem}-summary.json", "dl_summary", "application/json")
+                    f"{stem}-summary-file.json", "dl_summary", "application/json",
+                    help="the run's whole summary.json (every aggregate, verdict and setting)")
 
 st.subheader("Report")
 st.caption("One self-contained HTML file: run facts, the summary table, every figure and a few token heatmaps.")

@@ -6,8 +6,9 @@ import shlex
 from pathlib import Path
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
-from app import common, jobs
+from app import common, draft, jobs
 from opsd_diag import jobs as job_protocol
 from opsd_diag import workbench
 from opsd_diag.errors import OpsdError
@@ -16,6 +17,8 @@ from opsd_diag.io.config import load_config
 
 st.title("New diagnosis")
 root = Path(st.session_state.get("runs_root", jobs.RUNS_ROOT))
+DRAFT = {"prefix": ("nr_",), "extra": ("out_dir", "config_path"), "skip": ("nr_save", "nr_upload", "nr_follow")}
+draft.restore(root, **DRAFT)  # a reload keeps the form's entries (the URL names this tab's draft)
 mode = st.radio("Describe the diagnosis", ["form", "file"], horizontal=True, key="nr_mode",
                 format_func={"form": "with the form", "file": "with a config file"}.get)
 
@@ -151,7 +154,13 @@ def cost(cfg) -> None:
 
 config_path, cfg = None, None
 if mode == "form":
-    fields = form()
+    try:
+        fields = form()
+    except (StreamlitAPIException, TypeError, ValueError):
+        if not draft.applied():
+            raise
+        draft.forget(root, DRAFT["prefix"], DRAFT["extra"])  # a restored value no widget takes: start afresh
+        st.rerun()
     try:
         cfg = workbench.build_config(fields)
     except OpsdError as e:
@@ -179,6 +188,7 @@ out = st.text_input("Run directory", key="out_dir", placeholder=f"{root}/<config
 c1, c2 = st.columns(2)
 validate = c1.button("Validate config", key="validate") if mode == "file" else False
 start = c2.button("Start diagnosis", type="primary", key="start", disabled=mode == "form" and cfg is None)
+draft.save(root, **DRAFT)
 
 if validate or start:
     try:
@@ -199,6 +209,7 @@ if validate or start:
             try:
                 jobs.start(config_path, run_dir)
                 st.session_state["job"] = str(run_dir)
+                st.query_params["job"] = str(run_dir)  # a reload finds the job it follows
             except OpsdError as e:
                 st.error(common.plain(str(e)))
 
@@ -225,7 +236,14 @@ def follow(run_dir: str, active: bool) -> None:
         st.code(p.log_tail or "(no output yet)")
 
 
-job = st.session_state.get("job")
+job = draft.followed_job("job")
+if not job:  # a diagnosis running under the runs folder (started in another tab, or before a restart)
+    running = [p for p in job_protocol.find_runs(root, "diagnosis") if jobs.progress(p).active]
+    if running:
+        st.info(f"A diagnosis is running in {running[0]}.")
+        if st.button("Follow it", key="nr_follow"):
+            st.session_state["job"] = str(running[0])
+            st.rerun()
 if job:
     st.subheader(f"Progress of {job}")
     argv = (job_protocol.read_status(job) or {}).get("argv")

@@ -1,18 +1,116 @@
-"""Overview: accuracy, pass@k, the per-config summary table, the ranked verdicts with "Train this"."""
+"""Overview: the decision (what to train, how sure, what the cheap baselines and the validity study say),
+accuracy, pass@k, the per-config summary table, the ranked verdicts grouped by config with "Train this"."""
+
+import math
 
 import streamlit as st
 
 from app import common
+from opsd_diag.core.verdict import SYMBOLS
 
-BADGE = {"helps": ":blue-background[**helps**]", "hurts": ":red-background[**hurts**]",
+BADGE = {"helps": ":blue-background[:blue[**helps**]]", "hurts": ":red-background[:red[**hurts**]]",
          "unclear": ":gray-background[unclear]"}
-COLOUR = {"helps": "background-color: #dbe4ff", "hurts": "background-color: #ffd9d9", "unclear": ""}
+COLOUR = {"helps": "background-color: #b9ccff", "hurts": "background-color: #ffc2c2", "unclear": ""}
 
-run = common.require_run()
+run = common.require_run()  # a run in progress stops here, before the heavy imports below
+from opsd_diag import decision  # noqa: E402 (these import opsd_diag.run and the summary model: only once a
+from trainer import from_diagnosis  # noqa: E402  finished run is shown)
+
 s, f = run.summary, run.facts()
 st.title("Overview")
 st.caption(f"{common.md(run.path)} · {f['n_problems']} problems × {f['samples']} samples · "
            f"T_sample={f['sampling_temperature']} · T_score={f['scoring_temperature']} · centering={f['centering']}")
+
+
+def method(config: str, signal: str) -> str | None:
+    """The training method of (config, signal) in words, or None when it cannot be trained."""
+    if from_diagnosis.why_not(run.config, config, signal):
+        return None
+    m = from_diagnosis.method_for(run.config, config, signal)
+    extra = ", ".join(f"{k} {v}" for k, v in m.items() if k not in ("teacher", "method"))
+    return m["method"] + (f" ({extra})" if extra else "")
+
+
+def train_button(config: str, signal: str, label: str, key: str, **kw) -> None:
+    why = from_diagnosis.why_not(run.config, config, signal)
+    name = common.signal_name(signal)
+    if st.button(label, key=key, disabled=why is not None,
+                 help=f"cannot be trained: {why}" if why else f"open the training form for {config} with {name}", **kw):
+        st.session_state["train_this"] = {"run": str(run.path), "config": config, "signal": signal}
+        st.switch_page("views/train.py")
+
+
+def decision_panel(d: decision.Decision) -> None:
+    """The call the diagnosis supports, with everything that qualifies it, in one box at the top."""
+    rec = d.recommended
+    with st.container(border=True):
+        if rec is None:
+            counts = {v: sum(r.verdict == v for r in d.rows) for v in ("unclear", "hurts")}
+            st.markdown(f"#### No (config, signal) is predicted to help\n{counts['unclear']} unclear, "
+                        f"{counts['hurts']} hurts: the evidence does not support training any of them yet "
+                        "(a larger predictor budget or more prompts narrows the intervals).")
+        else:
+            a, b = st.columns([5, 1.3], vertical_alignment="center")
+            a.markdown(f"#### Recommended: {common.md(rec.config)} · {common.signal_name(rec.signal)} "
+                       f"({method(rec.config, rec.signal) or 'not trainable'})\n"
+                       f"Verdict {BADGE['helps']} · predicted effect (score, first-order gain per unit step, 95% "
+                       f"interval over prompts) **{rec.interval()}**")
+            with b:
+                train_button(rec.config, rec.signal, "Train it", "decide-train", type="primary")
+            r = d.runner_up
+            if r is None:
+                st.markdown("No other config to compare with.")
+            else:
+                sep = {True: "**separable**: the intervals do not overlap",
+                       False: "**not separable**: the 95% intervals overlap",
+                       None: "separability unknown (an interval is missing)"}[d.separable]
+                st.markdown(f"Runner-up (best of another config): {common.md(r.config)} · {common.signal_name(r.signal)}, "
+                            f"{r.verdict}, score {r.interval()}: {sep}.")
+            spread = d.tied_within.get(rec.config)
+            n_sig = sum(x.config == rec.config for x in d.rows)
+            if spread is not None and n_sig > 1:
+                st.markdown(f"The {n_sig} signals of {common.md(rec.config)} lie within {spread:.3f} of each other (they share "
+                            "its teacher advantage): the ranking is mostly a choice of config.")
+        base = []
+        if d.by_accuracy_gap:
+            c, v = d.by_accuracy_gap
+            base.append(f"largest accuracy gap G: **{common.md(c)}** ({v:+.3f})")
+        if d.by_advantage:
+            c, v = d.by_advantage
+            base.append(f"largest teacher advantage A_T: **{common.md(c)}** ({v:+.3f})")
+        if base:
+            agree = rec is not None and all(x[0] == rec.config for x in (d.by_accuracy_gap, d.by_advantage) if x)
+            tail = "" if rec is None else " (the same config)." if agree else " (another config than the recommendation)."
+            st.markdown("Cheap baselines pick: " + "; ".join(base) + tail)
+        st.caption(decision.validity_text(decision.validity(), rec.verdict if rec else None))
+
+
+def verdict_rows(d: decision.Decision) -> None:
+    """The ranked verdicts grouped by config (in the order of each config's best row), methods inside."""
+    widths = [0.5, 1.1, 1.6, 1.1, 2.4, 5.6, 1.4]
+    head = st.columns(widths)
+    for col, name in zip(head, ("#", "signal", "method", "verdict", "score [95%]", "why")):
+        col.markdown(f"**{name}**")
+    configs = list(dict.fromkeys(r.config for r in d.rows))
+    for config in configs:
+        gap = s.configs[config].teacher_minus_student_accuracy if config in s.configs else None
+        adv = decision.advantage(s, config)
+        st.markdown(f"**{common.md(config)}** · G {gap.text() if gap else 'n/a'} · A_T {adv.text() if adv else 'n/a'}")
+        for r in (x for x in d.rows if x.config == config):
+            c = st.columns(widths, vertical_alignment="center")
+            c[0].write(r.rank)
+            c[1].write(common.signal_name(r.signal))
+            c[2].write(method(r.config, r.signal) or "—")
+            c[3].markdown(BADGE.get(r.verdict, r.verdict))
+            c[4].write(r.interval())
+            c[5].text(s.verdicts[r.config][r.signal].reason)  # from summary.json: text, never markdown
+            with c[6]:
+                train_button(r.config, r.signal, "Train this", f"train-{r.config}-{r.signal}")
+
+
+dec = decision.decide(s, lambda c, sig: from_diagnosis.why_not(run.config, c, sig) is None) if s.ranking else None
+if dec is not None:
+    decision_panel(dec)
 
 acc = s.student_accuracy
 cols = st.columns(1 + len(s.pass_at_k))
@@ -22,46 +120,32 @@ for col, (k, v) in zip(cols[1:], s.pass_at_k.items()):
     col.metric(k, "n/a" if v is None else f"{v:.3f}", help="unbiased pass@k over the student samples")
 
 st.subheader("Per teacher config")
-st.dataframe(s.headline_frame(), hide_index=True, column_config={
-    c: st.column_config.NumberColumn(format="%.4f") for c in ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd")})
+headline = s.headline_frame()
+first = [c for c in ("config", "accuracy_gap") if c in headline]  # the decision's columns first: never clipped
+st.dataframe(headline[first + [c for c in headline.columns if c not in first]], hide_index=True, column_config={
+    **{c: st.column_config.NumberColumn(format="%.4f") for c in ("r_opd", "a_opd", "a_d2", "kl_rev", "jsd")},
+    "accuracy_gap": st.column_config.NumberColumn(format="%+.3f", width="medium"),
+    "config": st.column_config.TextColumn(width="medium")})
 st.caption("Means per token over all scored tokens. sign_agreement: how often a_opd and a_delta share a sign among "
            "the tokens where both are not numerically zero (near_zero_share: the rest); accuracy_gap: teacher with "
            "its context minus the student; student_truncated / teacher_truncated: share of samples cut at "
            "max_completion_length or ending inside their thinking block (counted incorrect unless "
            "analysis.truncated is check).")
 
-
-def verdict_rows(verdicts) -> None:
-    """One row per ranked (config, signal): the verdict in colour, the full reason, and "Train this"."""
-    head = st.columns([0.5, 2, 1, 1, 1, 7, 1.4])
-    for col, name in zip(head, ("#", "config", "signal", "verdict", "score", "why")):
-        col.markdown(f"**{name}**")
-    for r in verdicts.itertuples():
-        c = st.columns([0.5, 2, 1, 1, 1, 7, 1.4], vertical_alignment="center")
-        c[0].write(r.rank)
-        c[1].text(r.config)  # names and reasons come from summary.json: shown as text, never as markdown
-        c[2].text(r.signal)
-        c[3].markdown(BADGE.get(r.verdict, common.md(r.verdict)))
-        c[4].write("n/a" if r.score != r.score else f"{r.score:+.3f}")
-        c[5].text(r.reason)
-        if c[6].button("Train this", key=f"train-{r.config}-{r.signal}",
-                       help=f"open the training form for {r.config} with {r.signal}"):
-            st.session_state["train_this"] = {"run": str(run.path), "config": r.config, "signal": r.signal}
-            st.switch_page("views/train.py")
-
-
 verdicts = run.verdicts()
 if verdicts is not None:
     st.subheader("Verdict and ranking")
     if s.ideal is not None:
         st.caption(common.md(s.ideal.note()))
+    st.caption("Symbols of the rule: " + "; ".join(f"**{k}** = {v}" for k, v in SYMBOLS.items()) + ".")
     compact = st.toggle("Compact table", key="ov_compact", help="one sortable table instead of rows with buttons")
     if compact:
-        st.dataframe(verdicts.style.map(lambda v: COLOUR.get(v, ""), subset=["verdict"]).format(
-            {"score": "{:+.3f}"}), hide_index=True, column_config={"reason": st.column_config.TextColumn(
-                width="large")})
+        shown = verdicts.assign(signal=verdicts["signal"].map(common.signal_name))
+        st.dataframe(shown.style.map(lambda v: COLOUR.get(v, ""), subset=["verdict"]).format(
+            {"score": lambda x: "n/a" if x is None or math.isnan(x) else f"{x:+.3f}"}), hide_index=True,
+            column_config={"reason": st.column_config.TextColumn(width="large")})
     else:
-        verdict_rows(verdicts)
+        verdict_rows(dec)
     if s.verdict_rule:
         with st.expander("The rule behind the verdict (docs/verdict.md)"):
             st.text(s.verdict_rule)  # as stored in the run: plain text, never markdown

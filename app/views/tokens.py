@@ -44,6 +44,12 @@ labels = {int(r.rollout_id): f"{r.rollout_id}: {r.problem_id} #{r.sample_idx} "
           f"({'unchecked' if pd.isna(r.correct) else 'correct' if r.correct else 'incorrect'})"
           for r in keep.itertuples()}
 ids = list(labels)
+focus = st.session_state.pop("tok_focus", None)  # a link from Evidence or a disagreement row: (rollout, position)
+if focus is not None:
+    if focus[0] in ids:
+        st.session_state["tok_rollout"], st.session_state["tok_focus_at"] = focus
+    else:
+        st.warning(f"Rollout {focus[0]} is hidden by the filters above: clear them to see it.")
 if st.session_state.get("tok_rollout") not in ids:
     st.session_state["tok_rollout"] = ids[0]
 
@@ -58,6 +64,10 @@ rid = st.selectbox("Rollout", ids, format_func=labels.get, key="tok_rollout")
 if len(chosen) > 1:
     here = run.disagreement(signal, chosen, n=10, rollout=rid)
     hot = set(here["pos"].astype(int)) if not here.empty else set()
+at = st.session_state.get("tok_focus_at")
+if at is not None and st.session_state.get("tok_rollout") == rid:
+    hot = hot | {int(at)}
+    st.caption(f"Marked: position {at}, the token the link pointed to.")
 
 tok = common.tokenizer(run)
 st.html(run.heatmap(rid, chosen, signal, tok, scale=scope, entropy_bin=None if entropy_bin == "all" else entropy_bin,
@@ -65,9 +75,19 @@ st.html(run.heatmap(rid, chosen, signal, tok, scale=scope, entropy_bin=None if e
 st.caption("Hover a token for all its signals and the student/teacher top-k alternatives (underlined: the sampled "
            "token); the table appears to the right, level with the token. " + ("Outlined: the 10 tokens where the "
            "configs differ most on this signal. " if hot else "") + "· marks a space, ⏎ a line break.")
-if len(chosen) > 1 and hot:
-    with st.expander("Where the configs disagree most in this rollout"):
+if len(chosen) > 1:
+    with st.expander("Where the configs disagree most"):
         st.dataframe(run.disagreement(signal, chosen, n=10, rollout=rid), hide_index=True)
+        top = run.disagreement(signal, chosen, n=20)
+        top = top[top["rollout_id"].isin(ids)]
+        if not top.empty:
+            rows = list(top.itertuples(index=False))
+            pick = st.selectbox("A disputed token of the whole run", range(len(rows)), key="tok_dispute",
+                                format_func=lambda i: f"rollout {rows[i].rollout_id}, position {rows[i].pos}: "
+                                                      f"{rows[i].token!r} (spread {rows[i].spread:.3f})")
+            if st.button("Show its heatmap", key="tok_dispute_go"):
+                st.session_state["tok_focus"] = (int(rows[pick].rollout_id), int(rows[pick].pos))
+                st.rerun()
 
 stem = f"{run.path.name}-rollout{rid}-{signal}"
 e1, e2, e3 = st.columns(3)
@@ -93,7 +113,10 @@ else:
 row, tokens, _ = run.rollout(rid, chosen[0])
 with st.expander("Completion text and answer"):
     st.text(row["text"])
-    st.write(f"predicted answer: {common.md(row['answer_pred'])} · correct: {row['correct']}")
+    answer = row["answer_pred"]
+    answer = "none found (the checker saw no final answer)" if answer is None or pd.isna(answer) else answer
+    correct = "unchecked" if pd.isna(row["correct"]) else bool(row["correct"])
+    st.write(f"predicted answer: {common.md(answer)} · correct: {correct}")
 st.dataframe(tokens.drop(columns=["rollout_id", "config"]), hide_index=True, key="tok_table")
 
 st.subheader("Token types")

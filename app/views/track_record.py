@@ -10,7 +10,7 @@ import streamlit as st
 from app import common
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
-from opsd_diag.scoreboard import number, scoreboard
+from opsd_diag.scoreboard import MIN_JUDGED, MIN_SPEARMAN, number, scoreboard
 
 st.title("Track record")
 root = Path(st.session_state.get("runs_root", "runs"))
@@ -25,19 +25,29 @@ if board.frame.empty:
 else:
     c = st.columns(3)
     c[0].metric("Runs scored", board.n_scored, help="finished runs with a prediction and a realised pass@1 gain")
-    c[1].metric("Spearman (score vs gain)", "n/a" if board.spearman != board.spearman else f"{board.spearman:+.2f}",
-                help="needs 3 or more scored runs")
-    c[2].metric("Verdict accuracy", "n/a" if board.verdict_accuracy != board.verdict_accuracy
-                else f"{board.verdict_accuracy:.0%}", help="helps/hurts verdicts whose sign matches the realised gain")
-    st.dataframe(board.frame.assign(run=board.frame["run"].map(lambda p: Path(p).name)), hide_index=True,
+    rho_ok = board.n_scored >= MIN_SPEARMAN and board.spearman == board.spearman
+    c[1].metric("Spearman (score vs gain)", f"{board.spearman:+.2f}" if rho_ok else "n/a",
+                help=f"over {board.n_scored} scored runs; shown from {MIN_SPEARMAN} runs on (fewer points allow "
+                     "only a few values)")
+    acc_ok = board.n_judged >= MIN_JUDGED
+    c[2].metric("Verdict accuracy", f"{board.verdict_accuracy:.0%}" if acc_ok else "n/a",
+                help=f"{board.n_right} right of {board.n_judged} judged: a helps/hurts verdict is judged only where its "
+                     f"run's gain interval (95%, bootstrap over held-out problems) excludes zero; shown from "
+                     f"{MIN_JUDGED} judged runs on")
+    st.caption(f"Judged verdicts: {board.n_right} right of {board.n_judged} (helps/hurts runs whose realised gain "
+               "interval excludes zero); an interval that includes zero is 'no clear change' and counts neither way.")
+    shown = board.frame.assign(run=board.frame["run"].map(lambda p: Path(p).name))
+    st.dataframe(shown, hide_index=True,
                  key="tr_board", column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                                for c in ("score", "pass@1_start", "pass@1_end", "gain",
-                                                          "kl_to_initial")})
+                                                for c in ("score", "pass@1_start", "pass@1_end", "gain", "gain_lo",
+                                                          "gain_hi", "kl_to_initial")})
     done = board.frame.dropna(subset=["score", "gain"])
     if not done.empty:
-        fig = px.scatter(done, x="score", y="gain", color="verdict", hover_data=["config", "signal", "run"],
+        done = done.assign(up=done["gain_hi"] - done["gain"], down=done["gain"] - done["gain_lo"])
+        fig = px.scatter(done, x="score", y="gain", color="verdict", hover_data=["config", "signal", "run", "outcome"],
+                         error_y="up", error_y_minus="down",
                          color_discrete_map={"helps": "#2d1ebe", "hurts": "#be1e2d", "unclear": "#888"},
-                         title="Predicted score vs realised pass@1 gain")
+                         title="Predicted score vs realised pass@1 gain (95% interval over held-out problems)")
         fig.add_hline(y=0, line_color="#444", line_width=1)
         st.plotly_chart(fig, key="tr_scatter")
 

@@ -17,13 +17,43 @@ from app import jobs as app_jobs
 from opsd_diag import jobs, scoreboard, workbench
 from opsd_diag.errors import OpsdError
 from opsd_diag.report import training
-from trainer import from_diagnosis, launch
+from opsd_diag.io.config import DataSpec
+from opsd_diag.io.data import load_problems
+from trainer import estimate, from_diagnosis, launch
 
 st.title("Train")
 root = Path(st.session_state.get("runs_root", "runs"))
 wanted = st.session_state.get("train_this")
 mode = st.radio("Train", ["verdict", "file"], horizontal=True, key="train_mode", index=0 if wanted else 1,
                 format_func={"verdict": "a diagnosed (config, signal)", "file": "a config file"}.get)
+
+
+def held_out_count(path: str) -> int:
+    """Problems in the held-out file (0 when it cannot be read: the start says why)."""
+    if not path:
+        return 0
+    try:
+        return len(load_problems(DataSpec(path=path)))
+    except (OpsdError, ValueError, OSError):
+        return 0
+
+
+def training_cost(run, over: dict, eval_problems: int, eval_steps: int) -> None:
+    """The cost of the run: step tokens and evaluated samples (counted), seconds (timed from a past run)."""
+    length = run.config.sampling.max_completion_length
+    w = estimate.work(over["max_steps"], over["batch_size"], length, eval_problems, over["eval_samples"] or 0,
+                      eval_steps)
+    est = estimate.estimate(w, root)
+    cols = st.columns(4)
+    cols[0].metric("Sampled tokens while stepping (at most)", f"{w['step_tokens']:,}")
+    cols[1].metric("Held-out samples", f"{w['eval_samples']:,}", help=f"{w['evaluations']} evaluations × "
+                   f"{eval_problems} problems × {over['eval_samples'] or 0} samples")
+    cols[2].metric("Estimated steps", workbench.duration(est["step_s"]))
+    cols[3].metric("Estimated evaluation", workbench.duration(est["eval_s"]))
+    st.caption(f"Timed from {est['timed_from']} (this machine): {est['step_token_s'] * 1e3:.2f} ms per sampled step "
+               f"token, {est['eval_sample_s']:.2f} s per held-out sample; the step count is an upper bound (every "
+               "completion at full length)." if est["timed_from"] else
+               "No finished training run with timed evaluations to time from yet: the time appears after the first.")
 
 
 def from_verdict() -> None:
@@ -44,9 +74,11 @@ def from_verdict() -> None:
     configs = run.configs
     config = b.selectbox("Teacher config", configs, key="tt_config",
                          index=configs.index(wanted["config"]) if wanted and wanted["config"] in configs else 0)
-    is_self = {t.name: t.is_self for t in run.config.teachers}[config]
-    signals = list(from_diagnosis.SELF if is_self else from_diagnosis.EXTERNAL)
-    signal = c.selectbox("Signal", signals, key="tt_signal",
+    signals = from_diagnosis.trainable_signals(run.config, config)
+    if wanted and wanted["config"] == config and wanted["signal"] not in signals:
+        st.warning(f"{wanted['signal']} cannot be trained with {config}: "
+                   f"{from_diagnosis.why_not(run.config, config, wanted['signal'])}. Pick one of its signals below.")
+    signal = c.selectbox("Signal", signals, key="tt_signal", format_func=common.signal_name,
                          index=signals.index(wanted["signal"]) if wanted and wanted["signal"] in signals else 0)
     pred = from_diagnosis.prediction(run, config, signal)
     method = from_diagnosis.method_for(run.config, config, signal)
@@ -65,9 +97,19 @@ def from_verdict() -> None:
     default_eval = "sample_data/problems/test.jsonl" if Path("sample_data/problems/test.jsonl").is_file() else ""
     eval_data = st.text_input("Held-out problems (scored at the start and the end: the realised gain)", default_eval,
                               key="tt_eval")
+    n_held = held_out_count(eval_data)
+    base_eval = (base.get("eval") or {}) if base else {}
+    e1, e2 = st.columns(2)
+    eval_n = e1.number_input("Held-out problems scored (first N)", 1, 1_000_000, max(1, min(n_held or 100, 100)),
+                             key="tt_eval_n", help=f"the file holds {n_held} problems" if n_held else None)
+    eval_k = e2.number_input("Samples per held-out problem", 1, 1024, int(base_eval.get("num_samples") or 4),
+                             key="tt_eval_k", help="pass@1 is their mean; pass@k uses k = min(4, samples)")
     out = st.text_input("Run directory", key="tt_out", placeholder=f"{root}/train-{config}-{signal}-<time> (default)")
     over = {"max_steps": int(steps), "learning_rate": float(lr), "batch_size": int(batch), "seed": int(seed),
-            "eval_data": eval_data or None}
+            "eval_data": eval_data or None, "eval_problems": int(eval_n) if eval_data else None,
+            "eval_samples": int(eval_k) if eval_data else None}
+    training_cost(run, over, min(int(eval_n), n_held) if eval_data and n_held else 0,
+                  int((base or {}).get("eval_steps") or 0))
     with st.expander("The exact command and the config it trains (YAML)"):
         st.code(shlex.join(launch.from_diagnosis_command(run_dir, config, signal, out or f"{root}/train-…", **over)),
                 language="bash")
@@ -112,7 +154,10 @@ def from_file() -> None:
             st.success(f"Started {job.run_dir} (pid {job.pid})")
 
 
-from_verdict() if mode == "verdict" else from_file()
+if mode == "verdict":  # a statement, not an expression: Streamlit's magic would print its value (None)
+    from_verdict()
+else:
+    from_file()
 
 st.subheader("Training runs")
 runs = [str(p) for p in jobs.find_runs(root, "training")]
@@ -150,6 +195,14 @@ def follow(run_dir: str) -> None:
     state = status["status"]
     step, total = status.get("step") or 0, status.get("max_steps") or 0
     st.progress(min(1.0, step / total) if total else 0.0, text=f"{state}: step {step} of {total or '?'}")
+    if state in jobs.ACTIVE and status.get("stage") == "evaluating":
+        done, n = int(status.get("eval_done") or 0), int(status.get("eval_total") or 0)
+        eta = app_jobs.eta(status.get("eval_started"), done, n)
+        st.progress(min(1.0, done / n) if n else 0.0, text=f"evaluating the held-out problems at step "
+                    f"{status.get('eval_step', step)}: {done} of {n} problems"
+                    + (f", about {workbench.duration(eta)} left" if eta is not None else ""))
+    elif state in jobs.ACTIVE and status.get("stage") == "saving":
+        st.caption(f"saving a checkpoint at step {step}")
     argv = status.get("argv")
     if argv:
         st.code(shlex.join(argv), language="bash")

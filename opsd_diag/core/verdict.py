@@ -39,6 +39,12 @@ MIN_PROMPTS = 5
 SIGNALS = {"rev_kl": "reverse KL", "fwd_kl": "forward KL", "jsd": "JSD", "r_opd": "sampled-token OPD",
            "a_d2": "OPD² delta", "a_ex": "ExOPD"}
 MIN_GATE_KEEP = 0.5
+SYMBOLS = {  # the rule's symbols, as the pages explain them in place (the module docstring above)
+    "A": "teacher advantage A_T: how much following the teacher raises the student's success where it is unsure",
+    "C": "alignment: mean cosine between the ideal gradient and this signal's update direction",
+    "G": "accuracy gap: teacher with its context minus the student (sampled answers)",
+    "keep": "OPD² gate keep: share of informative tokens where a_delta and a_opd agree in sign (a_d2 only)",
+}
 
 
 def _enough(ci: dict | None) -> dict | None:

@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from opsd_diag.report.figures import _colors, _note
+from opsd_diag.schema import signal_name
 from opsd_diag.summary import Summary
 
 EVIDENCE_HELP = {
@@ -30,11 +31,10 @@ SPLITS = ("all", "incorrect", "correct")
 def alignment_frame(summary: Summary) -> pd.DataFrame:
     """Long table: config, signal, split, mean alignment with its CI, P(alignment > 0), nodes, prompts."""
     rows = []
-    ideal = summary.ideal
-    for config, entry in (ideal.configs.items() if ideal else []):
+    for config, entry in _in_order(summary):
         for signal, by_split in entry.alignment.items():
             for split, a in by_split.items():
-                rows.append({"config": config, "signal": signal, "split": split, "estimate": a.mean.value(),
+                rows.append({"config": config, "signal": signal_name(signal), "split": split, "estimate": a.mean.value(),
                              "lo": _f(a.mean.lo), "hi": _f(a.mean.hi), "p_positive": a.p_positive.value(),
                              "n_nodes": a.mean.n_nodes, "n_prompts": a.mean.n_prompts})
     return pd.DataFrame(rows, columns=["config", "signal", "split", "estimate", "lo", "hi", "p_positive",
@@ -44,8 +44,7 @@ def alignment_frame(summary: Summary) -> pd.DataFrame:
 def advantage_frame(summary: Summary) -> pd.DataFrame:
     """Teacher advantage and node value per config and split, with CIs."""
     rows = []
-    ideal = summary.ideal
-    for config, entry in (ideal.configs.items() if ideal else []):
+    for config, entry in _in_order(summary):
         for split in SPLITS:
             a = entry.teacher_advantage.get(split)
             if a is not None:
@@ -56,6 +55,12 @@ def advantage_frame(summary: Summary) -> pd.DataFrame:
 
 def _f(x) -> float:
     return np.nan if x is None else float(x)
+
+
+def _in_order(summary: Summary):
+    """The predictor's configs in the run's config order (one order on every figure)."""
+    ideal = summary.ideal
+    return [(c, ideal.configs[c]) for c in summary.config_names if c in ideal.configs] if ideal else []
 
 
 def _bars(frame: pd.DataFrame, x: str, group: str, title: str, ytitle: str, colors: dict) -> go.Figure:
@@ -91,9 +96,15 @@ def direction_figure(summary: Summary) -> go.Figure:
 
 def split_figure(summary: Summary, signal: str) -> go.Figure:
     f = alignment_frame(summary)
-    f = f[(f["signal"] == signal) & (f["split"] != "all")]
-    return _bars(f, "config", "split", f"Alignment of {signal} on incorrect vs correct rollouts",
-                 "alignment (cosine with the ideal)", {"incorrect": "#d62728", "correct": "#2ca02c"})
+    f = f[(f["signal"] == signal_name(signal)) & (f["split"] != "all")]
+    fig = _bars(f, "config", "split", f"Alignment of {signal_name(signal)} on incorrect vs correct rollouts",
+                "alignment (cosine with the ideal)", {"incorrect": "#d62728", "correct": "#2ca02c"})
+    empty = [g for g in ("incorrect", "correct") if not f.loc[f["split"] == g, "estimate"].notna().any()]
+    if empty and len(f):  # a missing bar says why
+        fig.add_annotation(text=" and ".join(empty) + " rollouts: no estimate (no predictor node on such rollouts, "
+                           "or too few to align)", showarrow=False, xref="paper", yref="paper", x=0.5, y=1.0,
+                           yanchor="bottom", font=dict(size=11, color="#555"))
+    return fig
 
 
 def scatter_figure(nodes: pd.DataFrame, summary: Summary, signal: str, divergence: str = "kl_rev") -> go.Figure:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import shutil
+import threading
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,8 @@ from opsd_diag.errors import OpsdError
 
 IMAGE_FORMATS = ("png", "svg")
 TABLE_FORMATS = ("csv", "parquet", "json")
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome")
+_KALEIDO = threading.Lock()
 
 
 def figure_html(fig: go.Figure, full_html: bool = True, include_plotlyjs: bool | str = True) -> str:
@@ -41,13 +45,20 @@ def figure_image(fig: go.Figure, fmt: str = "png", width: int = 1100, height: in
     if fmt not in IMAGE_FORMATS:
         raise OpsdError(f"unknown image format '{fmt}': use one of {', '.join(IMAGE_FORMATS)}")
     check_image_export()
-    try:
-        return pio.to_image(fig, format=fmt, width=width, height=height or fig.layout.height or 500, scale=scale)
-    except Exception as e:  # kaleido raises several types when it cannot start a browser
-        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")[:160]
-        raise OpsdError(f"{fmt.upper()} export failed ({type(e).__name__}: {first}): "
-                        "kaleido needs Chrome or Chromium; install one (e.g. run 'plotly_get_chrome') "
-                        "or use HTML export") from e
+    error = None
+    for _ in range(2):  # kaleido's first call in a process can fail while it starts its browser: one retry
+        try:
+            with _KALEIDO:  # one export at a time: the app's sessions share kaleido's browser
+                return pio.to_image(fig, format=fmt, width=width, height=height or fig.layout.height or 500,
+                                    scale=scale)
+        except Exception as e:  # kaleido raises several types when it cannot start a browser
+            error = e
+    first = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")[:160]
+    browser = next((b for b in BROWSERS if shutil.which(b)), None)
+    where = (f"a browser was found ({shutil.which(browser)}) but kaleido could not drive it; try again, or "
+             if browser else "kaleido needs Chrome or Chromium: install one (e.g. apt-get install chromium), or ")
+    raise OpsdError(f"{fmt.upper()} export failed twice ({type(error).__name__}: {first}): {where}"
+                    "use the HTML export, which needs no browser") from error
 
 
 def _lists(frame: pd.DataFrame, to_text: bool) -> pd.DataFrame:

@@ -7,6 +7,7 @@ No Streamlit here, so the app, the HTML report and the tests all draw the very s
 from __future__ import annotations
 
 import math
+import zlib
 import textwrap
 
 import numpy as np
@@ -45,9 +46,20 @@ def _num(x) -> float:
     return math.nan if x is None else float(x)
 
 
+def config_color(name: str, taken: set[str] = frozenset()) -> str:
+    """A config's colour from its name alone (the same in every run and on every page), the next free one
+    when another config of the same figure already has it."""
+    pal = qualitative.Dark24
+    start = zlib.crc32(name.encode()) % len(pal)
+    return next((pal[(start + i) % len(pal)] for i in range(len(pal)) if pal[(start + i) % len(pal)] not in taken),
+                pal[start])
+
+
 def _colors(names) -> dict[str, str]:
-    pal = qualitative.Plotly
-    return {n: pal[i % len(pal)] for i, n in enumerate(names)}
+    out: dict[str, str] = {}
+    for n in names:
+        out[n] = config_color(str(n), set(out.values()))
+    return out
 
 
 def _note(fig: go.Figure, text: str) -> go.Figure:
@@ -111,9 +123,13 @@ def entropy_figure(summary: Summary, signal: str = "r_opd") -> go.Figure:
         ys = [_num(getattr(shares[c], who)) for c in configs]
         top = max([top, *[y for y in ys if np.isfinite(y)]])
         fig.add_trace(go.Bar(x=configs, y=ys, marker_color=color, name=f"{who} (high-entropy share)",
-                             text=["n/a" if not np.isfinite(y) else f"{y:.1%}" for y in ys], textposition="outside",
+                             text=["n/a" if not np.isfinite(y) else f"{y:.1%}" if y > 0 else "" for y in ys],
+                             textposition="outside",  # no "0.0%" labels piled on empty bars
                              hovertemplate=f"%{{x}}: {who} entropy ≥ {thr:g} on %{{y:.1%}} of tokens<extra></extra>"),
                       row=1, col=3)
+    if top == 0:  # an empty panel says why
+        fig.add_annotation(text=f"no token reaches {thr:g} nats<br>(student or teacher)", showarrow=False,
+                           xref="x3 domain", yref="y3 domain", x=0.5, y=0.5)
     # a share is in [0, 1]: never a ±100% axis, and enough decimals that small shares do not all read 0%
     fig.update_yaxes(range=[0, min(1.0, top * 1.25) if top > 0 else 0.05], row=1, col=3,
                      tickformat=".1%" if top < 0.1 else ".0%")

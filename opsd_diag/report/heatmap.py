@@ -109,9 +109,12 @@ def _cells(col: str, values: np.ndarray) -> list[str]:
     return [f"<tr><td>{col}</td><td>{cell(col, v)}</td></tr>" for v in values.tolist()]
 
 
-def _tooltip(pos: int, token_id: int, text: str, rows: list[str], alts, decode) -> str:
+def _tooltip(pos: int, token_id: int, text: str, rows: list[str], alts, decode, config: str = "",
+             signal: str = "") -> str:
+    who = (f"<tr><th colspan='2' class='who'>config {html.escape(config)} · coloured by {html.escape(signal)}"
+           "</th></tr>") if config else ""
     out = [f"<tr><th colspan='2'>pos {pos} · id {token_id} · {html.escape(json.dumps(text, ensure_ascii=False))}"
-           "</th></tr>", *rows]
+           f"</th></tr>{who}", *rows]
     for role in ("student", "teacher"):
         got = alts.get((role, pos))
         if got is None:
@@ -127,7 +130,7 @@ CSS = """<style>
 .opsd-hm .body{position:relative;white-space:pre-wrap;word-break:break-word;padding-right:25em}
 .opsd-hm .t{border-radius:3px;padding:1px 0;cursor:default;box-shadow:inset -1px 0 rgba(0,0,0,.12)}
 .opsd-hm .t.dim{opacity:.25}
-.opsd-hm .t.hot{outline:2px solid #f59e0b;outline-offset:1px}
+.opsd-hm .t.hot{box-shadow:inset 0 -3px 0 #d97706,inset -1px 0 rgba(0,0,0,.12);font-weight:700}
 .opsd-hm .t i.w{font-style:normal;opacity:.45}
 .opsd-hm .t .tip{display:none;position:absolute;right:0;z-index:20;width:24em;
  pointer-events:none;white-space:normal;background:#fff;color:#111;border:1px solid #999;border-radius:4px;
@@ -135,6 +138,7 @@ CSS = """<style>
 .opsd-hm .t:hover .tip{display:table}
 .opsd-hm .tip th{text-align:left;font-weight:600;padding:3px 6px;border-bottom:1px solid #ddd;
  white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:24em}
+.opsd-hm .tip th.who{white-space:normal;font-weight:400;color:#333}
 .opsd-hm .tip td{padding:0 6px;vertical-align:top}
 .opsd-hm .tip td:first-child{white-space:nowrap;color:#444}
 .opsd-hm .tip td:last-child{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -195,7 +199,7 @@ def render_heatmap(tokens: pd.DataFrame, signal: str, topk: pd.DataFrame | None 
     spans = []
     for i, (pos, tid, text) in enumerate(zip(positions, ids, texts)):
         classes = "t" + (" dim" if dim is not None and dim[i] else "") + (" hot" if pos in hot else "")
-        tip = _tooltip(pos, tid, text, [r[i] for r in rows], alts, decode)
+        tip = _tooltip(pos, tid, text, [r[i] for r in rows], alts, decode, config, signal)
         spans.append(f"<span class='{classes}' data-pos='{pos}' style='background:{colours[i]};color:"
                      f"{'#fff' if strong[i] else '#111'}'>{_token_html(text)}{tip}</span>")
     return (f"<div class='opsd-hm'>{CSS}<div class='head'>{html.escape(title)}</div>{legend(signal, scale, scope)}"

@@ -75,7 +75,8 @@ def train_figure(frame: pd.DataFrame, metrics: list[str] | None = None, smoothin
 
 def eval_metrics(frame: pd.DataFrame) -> list[str]:
     evals = frame[frame["kind"] == "eval"] if "kind" in frame else frame.iloc[:0]
-    cols = [c for c in evals.columns if c not in ("kind", "step", "time", "n_problems", "seconds")
+    skip = ("kind", "step", "time", "n_problems", "seconds", "eval_s", "eval_samples")  # bookkeeping, not metrics
+    cols = [c for c in evals.columns if c not in skip
             and pd.api.types.is_numeric_dtype(evals[c]) and evals[c].notna().any()]
     return sorted(cols, key=lambda c: (EVAL_FIRST.index(c) if c in EVAL_FIRST else len(EVAL_FIRST), c))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, confloat, model_validator
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, confloat, model_validator
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
@@ -22,7 +22,13 @@ Share = confloat(ge=0.0, le=1.0)
 NAME = r"^[a-z][a-z0-9_]{0,39}$"
 
 
-class Shape(Strict):
+
+class Spec(Strict):
+    """The config's rules (unknown keys and non-finite numbers refused), with YAML lists read as the
+    tuples below (strict types would refuse a list where a tuple is declared)."""
+    model_config = ConfigDict(**{**Strict.model_config, "strict": False})
+
+class Shape(Spec):
     hidden: PositiveInt
     layers: PositiveInt
     heads: PositiveInt
@@ -36,7 +42,7 @@ class Shape(Strict):
         return self
 
 
-class Misconception(Strict):
+class Misconception(Spec):
     """``op`` with one of ``operands`` comes out ``shift`` too high (mod 10), in a ``rate`` share of uses."""
     op: Op = "*"
     operands: list[int] = Field(default_factory=lambda: [8, 9], min_length=1)
@@ -50,7 +56,7 @@ class Misconception(Strict):
         return self
 
 
-class Task(Strict):
+class Task(Spec):
     family: Literal["chains"] = "chains"
     levels: dict[PositiveInt, PositiveInt] = Field(default_factory=lambda: {1: 1, 2: 2, 3: 4, 4: 6}, min_length=1)
     ops: list[Op] = Field(default_factory=lambda: ["+", "-", "*"], min_length=1)
@@ -68,7 +74,7 @@ class Task(Strict):
         return self
 
 
-class SecondSkill(Strict):
+class SecondSkill(Spec):
     """A different task family the student masters and distillation never shows (forgetting check)."""
     family: Literal["reverse"] = "reverse"
     lengths: list[PositiveInt] = Field(default_factory=lambda: [3, 4, 5], min_length=1)
@@ -77,7 +83,7 @@ class SecondSkill(Strict):
     seed: int = 2001
 
 
-class Student(Strict):
+class Student(Spec):
     shape: Shape = Shape(hidden=96, layers=3, heads=4, kv_heads=2, intermediate=256)
     steps: PositiveInt = 3000
     misconceptions: list[Misconception] = Field(default_factory=lambda: [Misconception()])
@@ -91,21 +97,21 @@ class Student(Strict):
     probe_steps: PositiveInt | None = None  # the card's capacity probe: this many more SFT steps on correct solutions
 
 
-class Teacher(Strict):
+class Teacher(Spec):
     steps: PositiveInt = 1100
     level_weights: dict[PositiveInt, NonNegativeFloat] = Field(
         default_factory=lambda: {1: 0.1, 2: 0.3, 3: 0.3, 4: 0.3})
     misconceptions: list[Misconception] = Field(default_factory=list)  # a teacher can hold its own
 
 
-class Base(Strict):
+class Base(Spec):
     shape: Shape = Shape(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=384)  # the teacher's too
     steps: PositiveInt = 1000
     fact_pages: Share = 0.4
     prefers: str | None = Field(None, min_length=1, max_length=200)  # a preamble base and teacher write first
 
 
-class Training(Strict):
+class Training(Spec):
     batch: PositiveInt = 32
     lr: confloat(gt=0.0, le=1.0) = 3e-3
     vocab_size: int = Field(512, ge=300, le=4096)
@@ -115,7 +121,7 @@ class Training(Strict):
     pass_k_samples: int = Field(0, ge=0, le=64)  # > 0: the card also gives sampled pass@1 / pass@4 from this many samples
 
 
-class World(Strict):
+class World(Spec):
     name: str = Field("chains", pattern=NAME)
     seed: int = 0
     out: str | None = None           # models folder, relative to the spec file (default <name>/models)

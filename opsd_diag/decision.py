@@ -1,0 +1,142 @@
+"""The decision a diagnosis supports: which (config, signal) to train, how sure, and what the cheap
+baselines and the validity study say about such a call. Pure functions of a run's ``Summary`` (and
+of the committed validity analysis), so the app's decision panel shows nothing it computes itself.
+
+- recommended: the best-ranked (config, signal) whose verdict is *helps* (the ranking puts helps first)
+  and that a training method can train; none when no such row helps.
+- runner-up: the best-ranked row of *another* config. The signals of one config share its teacher
+  advantage, so their scores often tie: the ranking is mostly a choice of config.
+- separable: the two 95% intervals of the score (the first-order gain, a bootstrap over prompts) do not
+  overlap. Non-overlap of two marginal intervals is a conservative check, not a paired test.
+- baselines: the config with the largest accuracy gap G (teacher with its context minus the student)
+  and the one with the largest teacher advantage A_T (the split the verdict used).
+- validity: what ``benchmarks/validity/validity_analysis.json`` (the pre-registered study) found for
+  verdicts like this one and for the score against the best cheap baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from opsd_diag.core.verdict import MIN_PROMPTS
+from opsd_diag.summary import CI, Summary
+
+VALIDITY = Path(__file__).resolve().parents[1] / "benchmarks" / "validity" / "validity_analysis.json"
+
+
+@dataclass(frozen=True)
+class Row:
+    rank: int
+    config: str
+    signal: str
+    verdict: str
+    score: float
+    lo: float  # the score's 95% interval (NaN: none)
+    hi: float
+
+    def interval(self) -> str:
+        if math.isnan(self.score):
+            return "n/a"
+        if math.isnan(self.lo):
+            return f"{self.score:+.3f}"
+        return f"{self.score:+.3f} [{self.lo:+.3f}, {self.hi:+.3f}]"
+
+
+@dataclass(frozen=True)
+class Decision:
+    rows: list[Row]  # ranked
+    recommended: Row | None  # the best-ranked helps row
+    leader: Row | None  # the recommended row, else the best-ranked one (what the runner-up is compared with)
+    runner_up: Row | None  # the best row of another config than the leader
+    separable: bool | None  # None: no runner-up, or an interval is missing
+    tied_within: dict[str, float]  # config -> max - min score over its signals (the spread of a tie)
+    by_accuracy_gap: tuple[str, float] | None  # (config, G estimate)
+    by_advantage: tuple[str, float] | None  # (config, A_T estimate)
+
+
+def _num(x) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _gain(summary: Summary, config: str, signal: str) -> CI | None:
+    node = summary.ideal.configs.get(config) if summary.ideal else None
+    return (node.gain.get(signal) or {}).get("all") if node else None
+
+
+def advantage(summary: Summary, config: str) -> CI | None:
+    """A_T as the verdict used it: the incorrect rollouts' nodes when they cover enough prompts, else all."""
+    node = summary.ideal.configs.get(config) if summary.ideal else None
+    if node is None:
+        return None
+    inc = node.teacher_advantage.get("incorrect")
+    return inc if inc is not None and inc.n_prompts >= MIN_PROMPTS else node.teacher_advantage.get("all")
+
+
+def _best(values: dict[str, float]) -> tuple[str, float] | None:
+    known = {k: v for k, v in values.items() if not math.isnan(v)}
+    return max(known.items(), key=lambda kv: kv[1]) if known else None
+
+
+def decide(summary: Summary, trainable=None) -> Decision:
+    """The decision of a run; ``trainable(config, signal)`` (default: every row) says which rows a method can
+    train: only those are recommended (the panel offers to train what it recommends)."""
+    trainable = trainable or (lambda config, signal: True)
+    rows = []
+    for i, r in enumerate(summary.ranking):
+        g = _gain(summary, r.config, r.signal)
+        rows.append(Row(i + 1, r.config, r.signal, r.verdict, _num(r.score), _num(g.lo if g else None),
+                        _num(g.hi if g else None)))
+    rec = next((r for r in rows if r.verdict == "helps" and trainable(r.config, r.signal)), None)
+    lead = rec or next((r for r in rows if trainable(r.config, r.signal)), rows[0] if rows else None)
+    runner = next((r for r in rows if lead is not None and r.config != lead.config), None)
+    separable = None
+    if lead is not None and runner is not None and not math.isnan(lead.lo) and not math.isnan(runner.hi):
+        separable = bool(lead.lo > runner.hi)
+    tied = {}
+    for r in rows:
+        if not math.isnan(r.score):
+            lo, hi = tied.get(r.config, (r.score, r.score))
+            tied[r.config] = (min(lo, r.score), max(hi, r.score))
+    gap = {c: _num(e.teacher_minus_student_accuracy.estimate if e.teacher_minus_student_accuracy else None)
+           for c, e in summary.configs.items()}
+    adv = {c: _num(a.estimate if a else None) for c in summary.configs for a in [advantage(summary, c)]}
+    return Decision(rows, rec, lead, runner, separable, {c: hi - lo for c, (lo, hi) in tied.items()}, _best(gap),
+                    _best(adv))
+
+
+def validity(path: str | Path = VALIDITY) -> dict | None:
+    """The study's findings the panel quotes, or None when the analysis file is not there (an installed wheel)."""
+    try:
+        d = json.loads(Path(path).read_text())
+        comp, acc, rho = d["comparison"], d["verdict_accuracy"], d["spearman"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {"n_rows": comp["primary_rho"].get("n_rows"), "score_rho": comp["primary_rho"],
+            "baseline": comp["best_baseline"], "baseline_rho": comp["best_baseline_rho"],
+            "difference": comp["difference"], "better": bool(comp["better"]),
+            "advantage_rho": rho.get("teacher_advantage"), "accuracy": acc, "by_verdict": acc.get("table", {})}
+
+
+def _rho(ci: dict | None) -> str:
+    return "n/a" if not ci else f"{ci['estimate']:+.2f} [{ci['lo']:+.2f}, {ci['hi']:+.2f}]"
+
+
+def validity_text(v: dict | None, verdict: str | None) -> str:
+    """Two sentences on what the study found: for verdicts like ``verdict``, and for the score as a ranking."""
+    if v is None:
+        return ("The validity study's results (benchmarks/validity/validity_analysis.json) are not in this "
+                "installation.")
+    out = []
+    table = v["by_verdict"].get(verdict) if verdict else None
+    if table:
+        n = sum(table.values())
+        out.append(f"In the validity study ({v['n_rows']} trained rows of the bundled toy world), "
+                   f"{n} {verdict} verdicts: " + ", ".join(f"{k} {c}" for k, c in table.items()) + ".")
+    better = "better than" if v["better"] else "no better than"
+    out.append(f"As a ranking, the score did {better} the cheap baseline {v['baseline']}: Spearman with the realised "
+               f"pass@1 change {_rho(v['score_rho'])} vs {_rho(v['baseline_rho'])} (A_T alone: "
+               f"{_rho(v['advantage_rho'])}).")
+    return " ".join(out)
