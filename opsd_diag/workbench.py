@@ -101,19 +101,22 @@ class PromptPreview:
     truncated: bool
 
 
-def prompt_previews(cfg: DiagnosisConfig, problem: dict, tokenizer) -> list[PromptPreview]:
-    """The exact prompt of the student and of every teacher view for one problem, chat template applied."""
+def prompt_previews(cfg: DiagnosisConfig, problem: dict, tokenizer, teacher_tokenizers: dict | None = None
+                    ) -> list[PromptPreview]:
+    """The exact prompt of the student and of every teacher view for one problem, chat template applied.
+
+    Each view is rendered as the run renders it (io.view_set): an external teacher's with its own
+    tokenizer's template when ``teacher_tokenizers`` (config name -> tokenizer) has it, else the student's."""
     from opsd_diag.io.view_set import build_views, student_renderer, teacher_renderer
 
-    # the student's tokenizer renders every preview, with each view's own template options (the run itself
-    # renders an external teacher's view with that teacher's template: io.view_set)
     s_render = student_renderer(cfg, tokenizer)
-    renders = {t.name: teacher_renderer(cfg, t, tokenizer) for t in cfg.teachers}
+    renders = {t.name: teacher_renderer(cfg, t, tokenizer, (teacher_tokenizers or {}).get(t.name))
+               for t in cfg.teachers}
     views = build_views(cfg, [problem], s_render, renders, cfg.data.system_prompt)
     out = [PromptPreview("student", tokenizer.decode(views.student[0]), len(views.student[0]), False)]
     for t in cfg.teachers:
         ids = views.teachers[t.name][0]
-        out.append(PromptPreview(t.name, tokenizer.decode(ids), len(ids), views.truncated[t.name][0]))
+        out.append(PromptPreview(t.name, renders[t.name].tok.decode(ids), len(ids), views.truncated[t.name][0]))
     return out
 
 

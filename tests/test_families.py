@@ -415,3 +415,25 @@ def test_device_map_is_passed_and_the_model_is_not_moved(fam, monkeypatch):
     assert args[6] == (("", "cpu"),)  # hashable for the cache
     model = hub.load_model.__wrapped__(*args)
     assert seen == [{"": "cpu"}] and not model.training
+
+
+def test_form_preview_renders_an_external_teacher_with_its_own_template(fam, tmp_path):
+    """The app's New diagnosis preview (workbench.prompt_previews) shows each view as the run renders it:
+    a teacher whose tokenizer carries another template gets that template, not the student's."""
+    import copy
+    import json
+
+    from opsd_diag import workbench
+
+    student = tok_of(fam, "llama3_1")
+    teacher = copy.deepcopy(student)  # load_tokenizer is cached: a copy, so the student keeps its template
+    teacher.chat_template = "{{ bos_token }}TEACHER: {{ messages[-1]['content'] }}"
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"id": "p0", "prompt": "What is 3+4?", "answer": "7"}) + "\n")
+    cfg = from_dict({"student": {"model": "s"}, "data": {"path": str(data)},
+                     "teachers": [{"name": "t", "model": "t"}, {"name": "self", "context": "answer_only"}]})
+    shown = {v.who: v.text for v in workbench.prompt_previews(cfg, {"id": "p0", "prompt": "What is 3+4?",
+                                                                     "answer": "7"}, student, {"t": teacher})}
+    assert shown["t"] == "<|begin_of_text|>TEACHER: What is 3+4?"
+    assert shown["student"] == text(student, student_view(student, {"id": "p0", "prompt": "What is 3+4?"}))
+    assert shown["self"].startswith("<|begin_of_text|><|start_header_id|>")  # the student's template

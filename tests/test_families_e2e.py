@@ -76,12 +76,22 @@ def test_llama_pair_with_template_less_base(world, tmp_path, capsys):
                 {"name": "self_hint", "context": "hint"}]
     cfg = _base_cfg(world, "llama31", teachers, "llama_base", scoring={"batch_size": 4, "chunk_size": 64,
                                                                        "base_view": "teacher"})
-    out = tmp_path / "run"
-    assert cli.main(["run", str(_write(tmp_path, cfg)), "--out", str(out), "--quiet"]) == 0
+    out, path = tmp_path / "run", _write(tmp_path, cfg)
+    assert cli.main(["run", str(path), "--out", str(out), "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "teacher config 't32'" in err and "different from the student's" in err
     man = json.loads((out / "manifest.json").read_text())
     assert "Today Date: 01 Jan 2025" in man["rendered_prompts"]["t32"]
+    # the app's form preview renders each view as the run did: the 3.2 teacher with its own template
+    from opsd_diag import workbench
+    from opsd_diag.io.config import load_config
+    from opsd_diag.io.data import load_problems
+    from opsd_diag.io.models import load_tokenizer
+
+    c = load_config(path)
+    shown = {v.who: v.text for v in workbench.prompt_previews(c, load_problems(c.data)[0], load_tokenizer(
+        str(world["llama31"])), {"t32": load_tokenizer(str(world["llama32"]))})}
+    assert shown["t32"] == man["rendered_prompts"]["t32"] and shown["student"] == man["rendered_prompts"]["student"]
     assert "Today Date: 26 Jul 2024" in man["rendered_prompts"]["student"]
     assert man["rendered_prompts"]["student"].count("<|begin_of_text|>") == 1
     assert man["stop_ids"][0] == 5  # <|eot_id|>, not <|end_of_text|>

@@ -131,7 +131,8 @@ def previews(cfg) -> None:
     with st.expander("The exact prompt each model sees (chat template applied)", expanded=False):
         i = st.selectbox("Problem", range(len(probs)), format_func=lambda j: probs[j]["id"], key="nr_preview_problem")
         try:
-            views = workbench.prompt_previews(cfg, probs[i], _tokenizer(cfg.student.model))
+            own = {t.name: _tokenizer(t.model) for t in cfg.teachers if not t.is_self}  # their own templates
+            views = workbench.prompt_previews(cfg, probs[i], _tokenizer(cfg.student.model), own)
         except OpsdError as e:
             st.error(common.plain(str(e)))
             return
