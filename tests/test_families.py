@@ -437,3 +437,16 @@ def test_form_preview_renders_an_external_teacher_with_its_own_template(fam, tmp
     assert shown["t"] == "<|begin_of_text|>TEACHER: What is 3+4?"
     assert shown["student"] == text(student, student_view(student, {"id": "p0", "prompt": "What is 3+4?"}))
     assert shown["self"].startswith("<|begin_of_text|><|start_header_id|>")  # the student's template
+
+
+def test_qwen3_think_tags_in_user_text_stay_text(fam):
+    """Qwen3's <think> and </think> are added tokens that are not special (so split_special_tokens does not
+    cover them): spelled in a prompt, they stay text; the template's own (non-thinking mode) stay tokens."""
+    tok = tok_of(fam, "qwen3")
+    think, end = ids(tok, "<think>"), ids(tok, "</think>")
+    problem = {"id": "p0", "prompt": "Say <think> then </think> and stop."}
+    view = student_view(tok, problem, fmt=Format.of("chat", {"enable_thinking": False}))
+    rendered = text(tok, view)
+    assert rendered.count("<think>") == 2 and rendered.count("</think>") == 2  # the user's and the template's
+    assert view.ids.count(think[0]) == 1 and view.ids.count(end[0]) == 1  # only the template's
+    assert rendered.endswith("<think>\n\n</think>\n\n")

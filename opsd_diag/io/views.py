@@ -37,13 +37,26 @@ def _messages(problem: dict, user_text: str | None, system_prompt: str | None) -
 
 
 def special_tokens(tok) -> list[str]:
-    """The spellings of the tokenizer's special tokens, longest first (so a longer one wins a match)."""
-    return sorted({t.content for t in tok.added_tokens_decoder.values() if t.special}, key=len, reverse=True)
+    """The spellings of the tokenizer's added tokens, special or not (Qwen3's ``<think>`` is an added token
+    that is not special, and is parsed from text all the same), longest first (a longer one wins a match)."""
+    return sorted({t.content for t in tok.added_tokens_decoder.values() if t.content}, key=len, reverse=True)
 
 
 def encode_text(tok, text: str) -> list[int]:
-    """A user's text as ids: no special token is parsed from it, and none is added."""
-    return tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    """A user's text as ids: no special or added token is parsed from it, and none is added.
+
+    ``split_special_tokens`` covers the special ones; an added token that is not special is matched in
+    any text, so its spelling is encoded in two pieces (its first character, then the rest)."""
+    def plain(part: str) -> list[int]:
+        return tok(part, add_special_tokens=False, split_special_tokens=True)["input_ids"] if part else []
+
+    added = [a for a in special_tokens(tok) if a in text]
+    if not added:
+        return plain(text)
+    ids: list[int] = []
+    for i, part in enumerate(re.split("(" + "|".join(map(re.escape, added)) + ")", text)):
+        ids += plain(part[:1]) + plain(part[1:]) if i % 2 else plain(part)
+    return ids
 
 
 def encode_segments(tok, text: str, specials: list[str], literal=lambda part: part) -> list[int]:
