@@ -986,6 +986,9 @@ TAB_JSON = '{{\n\t"student": {{"model": "{world}/student"}},\n\t"teachers": [{{"
 CASES += [
     # --------------------------------------------------------------- text taken as text
     run_data("text-lone-surrogate", jsonl('{"prompt": "Start at \\ud800 1."}'), "holds a lone surrogate code point"),
+    run_data("data-row-nested-deep", jsonl('{"prompt": "Start at 1.", "meta": ' + "[" * 50_000 + "]" * 50_000 + "}"),
+             "nests deeper than"),
+    run_data("data-array-nested-deep", "[" * 50_000 + "]" * 50_000 + "\n", "nests deeper than", name="d.json"),
     run_over("text-config-lone-surrogate", {"data": {"system_prompt": "\ud800"}}, "holds a lone surrogate"),
     run_data("text-u2028-stays-in-its-line", '{"prompt": "a\u2028b\u0085c\u2029d"}\n{"prompt": \n',
              "d.jsonl line 2 is not valid JSON"),

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
 from opsd_diag.io.config import DataSpec
 from opsd_diag.io.yamlfile import read_text
 
@@ -27,7 +28,7 @@ def _json_rows(path: Path, text: str) -> tuple[list[dict], str]:
     """Records of a JSON Lines file, or of a file holding one JSON array of records."""
     if text.lstrip().startswith("["):
         try:
-            data = json.loads(text)
+            data = safe.parse_json(text, path)  # a nesting bomb is one clear line, never a RecursionError
         except json.JSONDecodeError:
             data = None  # not one array: read it as JSON Lines below, which names the bad line
         if isinstance(data, list):
@@ -42,7 +43,7 @@ def _json_rows(path: Path, text: str) -> tuple[list[dict], str]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = safe.parse_json(line, f"{path} line {n}")
         except json.JSONDecodeError as e:
             hint = (": the file must hold JSON Lines (one record per line) or one JSON array of records"
                     if n == 1 and line.strip() in ("{", "[") else ": fix or remove that line")
@@ -120,7 +121,7 @@ def _meta(value, where: str) -> dict:
         return {}
     if isinstance(value, str):
         try:
-            parsed = json.loads(value)
+            parsed = safe.parse_json(value, where)
         except json.JSONDecodeError:
             parsed = None
         return parsed if isinstance(parsed, dict) else {"text": value}
