@@ -35,3 +35,30 @@ def teacher_tokenizer(texts: list[str], vocab_size: int = 420) -> PreTrainedToke
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOT, pad_token=PAD,
                                    unk_token=None, chat_template=CHAT_TEMPLATE, model_max_length=1024)
+
+
+def build_model_dir(out, tok, seed: int, hidden: int = 48):
+    """A random tiny Qwen3 on ``tok`` saved with its tokenizer (a teacher or base of the other family)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    eos = [tok.convert_tokens_to_ids(EOT)]
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=1024,
+                      tie_word_embeddings=False, pad_token_id=tok.pad_token_id, eos_token_id=eos,
+                      bos_token_id=tok.bos_token_id)
+    model = Qwen3ForCausalLM(cfg)
+    with torch.no_grad():  # peakier than the default init, so the signals are far from their trivial values
+        model.lm_head.weight.mul_(20.0)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def build_other_family(root, seed: int = 0) -> tuple:
+    """(teacher dir, base dir) of a family whose tokenizer differs from the zoo's."""
+    tok = teacher_tokenizer(corpus())
+    return build_model_dir(root / "x_teacher", tok, seed), build_model_dir(root / "x_base", tok, seed + 1)

@@ -20,17 +20,18 @@ import torch
 
 from opsd_diag import __version__, jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import fast_decode, fused_scoring
+from opsd_diag.engine import cross, fast_decode, fused_scoring
+from opsd_diag.engine.cross_scoring import score_cross_configs
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf, sample_vllm
+from opsd_diag.engine.shard_clock import ShardClock
 from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import store, templates
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.models import (
-    check_compatible,
     check_finite_logits,
     fingerprint,
     load_model,
@@ -56,6 +57,7 @@ class Prepared:
     teacher_prompts: dict[str, list[list[int]]]
     truncated: dict[str, list[bool]]
     fingerprints: dict[str, str] = field(default_factory=dict)
+    cross: dict[str, cross.CrossTeacher] = field(default_factory=dict)  # configs with another tokenizer
 
     @property
     def n_shards(self) -> int:
@@ -102,23 +104,23 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
     named = {"student": (cfg.student.model, tok, student)}
     if base is not None:
         named["base"] = (cfg.base.model, base_tok, base)
-    teacher_models = {}
+    teacher_models, teacher_toks = {}, {}
     for t in cfg.teachers:
         if t.is_self:
             teacher_models[t.name] = student
             continue
         spec = cfg.student.model_copy(update={"model": t.model, "revision": t.revision})
-        t_tok, teacher_models[t.name] = _load(spec, cfg.device)
-        named[f"teacher '{t.name}'"] = (t.model, t_tok, teacher_models[t.name])
-    check_compatible(named)
+        teacher_toks[t.name], teacher_models[t.name] = _load(spec, cfg.device)
+        named[f"teacher '{t.name}'"] = (t.model, teacher_toks[t.name], teacher_models[t.name])
+    crossed = cross.plan(cfg, problems, named, teacher_toks)  # same tokenizer checked, or another one planned
 
     system = cfg.data.system_prompt
-    # All views use the student's tokenizer and chat template (the vocabularies are checked equal):
-    # the rollout is a student completion, and each model scores the same ids after its own prompt.
+    # Views use the student's tokenizer and chat template, except for a teacher with another tokenizer
+    # (its own): a same-tokenizer teacher scores the sampled ids themselves after its own prompt.
     student_prompts = [student_view(tok, p, system).ids for p in problems]
     teacher_prompts, truncated = {}, {}
     for t in cfg.teachers:
-        views = [teacher_view(tok, p, t.context, partial_fraction=t.partial_fraction,
+        views = [teacher_view(crossed[t.name].tok if t.name in crossed else tok, p, t.context, partial_fraction=t.partial_fraction,
                               system_prompt=t.system_prompt or system, max_length=cfg.scoring.max_prompt_length)
                  for p in problems]
         teacher_prompts[t.name] = [v.ids for v in views]
@@ -135,16 +137,19 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
                                     f"teacher config '{t.name}' (model '{t.model}')", f"its view of {first}")
     fps = {role: fingerprint(m) for role, (_, _, m) in named.items()}
     return Prepared(cfg, problems, tok, student, base, teacher_models, stop_token_ids(student, tok),
-                    student_prompts, teacher_prompts, truncated, fps)
+                    student_prompts, teacher_prompts, truncated, fps, crossed)
 
 
-def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = ""):
+def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = "",
+            own: cross.CrossTeacher | None = None):
+    """Samples of ``model``; ``own``: a teacher with another tokenizer, which ends on its own stop ids."""
+    tok, stop_ids = (prep.tok, prep.stop_ids) if own is None else (own.tok, own.stop_ids)
     if prep.cfg.sampling.backend == "vllm":
-        return sample_vllm(model_name, prompts, settings, prep.stop_ids, prep.cfg.student.dtype,
+        return sample_vllm(model_name, prompts, settings, stop_ids, prep.cfg.student.dtype,
                            prep.cfg.student.trust_remote_code)
     sample = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast_decode
     try:
-        return sample(model, prep.tok, prompts, settings, prep.stop_ids)
+        return sample(model, tok, prompts, settings, stop_ids)
     except NonFiniteLogits as e:
         raise OpsdError(f"{who or f'model {model_name!r}'} produced non-finite logits (NaN or inf) while sampling, "
                         f"at completion position {e.position}: {NONFINITE_FIX}") from None
@@ -153,8 +158,8 @@ def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingS
 NONFINITE_FIX = "check its weights for NaN/inf and its dtype (float16 overflows: use bfloat16 or float32)"
 
 
-def _checked(prep: Prepared, problem: dict, ids: list[int]) -> tuple[str, str | None, bool | None]:
-    text = prep.tok.decode(ids, skip_special_tokens=True)
+def _checked(prep: Prepared, problem: dict, ids: list[int], tok=None) -> tuple[str, str | None, bool | None]:
+    text = (tok or prep.tok).decode(ids, skip_special_tokens=True)
     if problem.get("answer") is None:
         return text, extract_answer(text, prep.cfg.analysis.checker), None
     return text, extract_answer(text, prep.cfg.analysis.checker), is_correct(text, problem["answer"],
@@ -194,11 +199,12 @@ def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataF
                                    num_samples=cfg.sampling.teacher_samples)
         model_name = cfg.student.model if t.is_self else t.model
         prompts = [prep.teacher_prompts[t.name][i] for i in idx]
+        own = prep.cross.get(t.name)
         outs = _sample(prep, prep.teacher_models[t.name], model_name, prompts, ts,
-                       f"teacher config '{t.name}' (model '{model_name}')")
+                       f"teacher config '{t.name}' (model '{model_name}')", own)
         for i, per_prompt in zip(idx, outs):
             for j, c in enumerate(per_prompt):
-                text, pred, correct = _checked(prep, prep.problems[i], c.ids)
+                text, pred, correct = _checked(prep, prep.problems[i], c.ids, own and own.tok)
                 teacher_rows.append({"config": t.name, "problem_id": prep.problems[i]["id"], "sample_idx": j,
                                      "completion_ids": c.ids, "text": text, "answer_pred": pred, "correct": correct})
 
@@ -224,11 +230,14 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
         teachers = {t.name: TeacherInput(prep.teacher_models[t.name], [r[f"prompt_ids.{t.name}"] for r in batch],
                                          [r[f"prompt_ids.{t.name}"] for r in batch]
                                          if cfg.scoring.base_view == "teacher" else None)
-                    for t in cfg.teachers}
+                    for t in cfg.teachers if t.name not in prep.cross}
         base_prompts = [r["prompt_ids.student"] for r in batch] if cfg.scoring.base_view == "student" else None
+        rid = np.array([r["rollout_id"] for r in batch])
+        token_parts += score_cross_configs(prep, batch, rid, s, _check_finite)
+        if not teachers:
+            continue
         tokens, topk = score(prep.student, comps, [r["prompt_ids.student"] for r in batch], teachers, s, pad,
                               base=prep.base, base_prompts=base_prompts)
-        rid = np.array([r["rollout_id"] for r in batch])
         if not cfg.scoring.allow_nonfinite:
             _check_finite(prep, tokens, rid)
         flat_ids = np.array([t for c in comps for t in c])
@@ -250,10 +259,12 @@ def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataF
             pd.concat(topk_parts, ignore_index=True) if topk_parts else empty)
 
 
-def _check_finite(prep: Prepared, tokens: dict, rid: np.ndarray) -> None:
+def _check_finite(prep: Prepared, tokens: dict, rid: np.ndarray, names=None) -> None:
     """Stop at the first position where a model's logits were NaN or inf (its entropy is NaN exactly then)."""
     cfg = prep.cfg
     for t in cfg.teachers:
+        if t.name not in (tokens if names is None else names):
+            continue
         cols = tokens[t.name]
         checks = [("h_s", f"the student model '{cfg.student.model}'"),
                   ("h_t", f"teacher config '{t.name}' (model '{cfg.student.model if t.is_self else t.model}')")]
@@ -308,25 +319,6 @@ def finish(prep: Prepared, out_dir: Path) -> dict:
     return summary
 
 
-class _ShardClock:
-    """The main process' rollout and scoring seconds per shard, in status.json, so progress can show the two
-    sub-steps of a shard as phases with their own ETA (other processes' shards count once written)."""
-
-    def __init__(self, out_dir: Path, processes: int):
-        self.out_dir, self.t, self.step = out_dir, time.time(), None
-        self.sums = {"rollouts_s": 0.0, "rollouts_n": 0, "scoring_s": 0.0, "scoring_n": 0}
-        jobs.write_status(out_dir, processes=processes, **self.sums)
-
-    def lap(self, step: str | None, **fields) -> None:
-        """The previous step ended now; ``step`` (rollouts | scoring | None between shards) begins."""
-        now = time.time()
-        if self.step is not None:
-            self.sums[f"{self.step}_s"] += now - self.t
-            self.sums[f"{self.step}_n"] += 1
-        self.t, self.step = now, step
-        jobs.write_status(self.out_dir, shard_step=step, **self.sums, **fields)
-
-
 def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = True) -> Path:
     """Run (or resume) a diagnosis into ``out_dir``; shards are spread over accelerate processes.
 
@@ -360,7 +352,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
             jobs.write_status(out_dir, "running", kind="diagnosis", stage="rollouts and scoring", done=sum(done),
                               total=prep.n_shards)
         mine = [i for i in range(prep.n_shards) if i % state.num_processes == state.process_index and not done[i]]
-        clock = _ShardClock(out_dir, state.num_processes) if main else None
+        clock = ShardClock(out_dir, state.num_processes) if main else None
         for i in tqdm(mine, desc="shards", unit="shard", disable=not (show_progress and main)):
             if clock is not None:
                 clock.lap("rollouts")
