@@ -11,21 +11,10 @@ The base model scores each config on the tokens of the family it belongs to: the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from opsd_diag.engine.cross_scoring import CrossTeacher
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.models import check_compatible, stop_token_ids, vocab_fingerprint
 from opsd_diag.io.views import student_view, teacher_view
-
-
-@dataclass
-class CrossTeacher:
-    """One teacher config with another tokenizer."""
-    tok: object
-    stop_ids: list[int]  # what ends the teacher's own samples
-    eos: int | None  # paired with the student's final stop id (one span of no text)
-    base_side: str | None  # the base scores on the "student"'s or the "teacher"'s tokens; None: no base
-    base_prompts: list[list[int]] | None = None  # the base's prompt ids, in the base's tokenizer
 
 
 def plan(cfg, problems: list[dict], named: dict, teacher_toks: dict[str, object]) -> dict[str, CrossTeacher]:

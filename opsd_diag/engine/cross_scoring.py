@@ -10,17 +10,28 @@ compared chunk by chunk, so no ``[N, V]`` tensor of a whole batch exists. The co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import torch
 
 from opsd_diag.core import signals
 from opsd_diag.core import span_signals as spans_maths
-from opsd_diag.engine.cross import CrossTeacher
 from opsd_diag.engine.scoring import _hidden, lm_logits
 from opsd_diag.io.retokenize import Retokenized, retokenize
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.settings import ScoreSettings
+
+@dataclass
+class CrossTeacher:
+    """One teacher config with another tokenizer."""
+    tok: object
+    stop_ids: list[int]  # what ends the teacher's own samples
+    eos: int | None  # paired with the student's final stop id (one span of no text)
+    base_side: str | None  # the base scores on the "student"'s or the "teacher"'s tokens; None: no base
+    base_prompts: list[list[int]] | None = None  # the base's prompt ids, in the base's tokenizer
+
 
 SPAN_COLUMNS = ("span_len", "teacher_tokens", "uld")  # what a span row holds besides the token columns
 

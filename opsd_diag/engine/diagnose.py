@@ -21,7 +21,7 @@ import torch
 from opsd_diag import __version__, jobs
 from opsd_diag.core import aggregate
 from opsd_diag.engine import cross, fast_decode, fused_scoring
-from opsd_diag.engine.cross_scoring import score_cross_configs
+from opsd_diag.engine.cross_scoring import CrossTeacher, score_cross_configs
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf, sample_vllm
@@ -57,7 +57,7 @@ class Prepared:
     teacher_prompts: dict[str, list[list[int]]]
     truncated: dict[str, list[bool]]
     fingerprints: dict[str, str] = field(default_factory=dict)
-    cross: dict[str, cross.CrossTeacher] = field(default_factory=dict)  # configs with another tokenizer
+    cross: dict[str, CrossTeacher] = field(default_factory=dict)  # configs with another tokenizer
 
     @property
     def n_shards(self) -> int:
@@ -141,7 +141,7 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
 
 
 def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = "",
-            own: cross.CrossTeacher | None = None):
+            own: CrossTeacher | None = None):
     """Samples of ``model``; ``own``: a teacher with another tokenizer, which ends on its own stop ids."""
     tok, stop_ids = (prep.tok, prep.stop_ids) if own is None else (own.tok, own.stop_ids)
     if prep.cfg.sampling.backend == "vllm":

@@ -1,4 +1,4 @@
-"""The main process' rollout and scoring time per shard, in status.json (moved out of engine/diagnose.py)."""
+"""The main process' rollout and scoring seconds per shard, in status.json: the two phases of a shard and their ETA."""
 
 from __future__ import annotations
 
