@@ -8,6 +8,7 @@ saved, and reported as ``stopped``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ from opsd_diag import jobs
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from trainer import checkpoint, rundir, sharded
 from trainer.config import TrainConfig, trackers
+from trainer.cross_step import cross_micro_batch_backward
 from trainer.evaluate import evaluate
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
 from trainer.setup import Setup, prepare
@@ -112,6 +114,11 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     sums = StepSums()
     lr = scheduler.get_last_lr()[0]
     backward = sharded.micro_batch_backward if sharded.is_sharded(hidden_model) else micro_batch_backward
+    if st.roles.cross is not None:  # the teacher has another tokenizer: span losses (trainer.cross_step)
+        if sharded.is_sharded(hidden_model):
+            raise OpsdError("a teacher with another tokenizer than the student is not supported with FSDP: train "
+                            "on one process or with DDP")
+        backward = functools.partial(cross_micro_batch_backward, cross=st.roles.cross)
     for a, mb in enumerate(mbs):
         sync = contextlib.nullcontext() if a == len(mbs) - 1 else acc.no_sync(hidden_model)
         with sync:

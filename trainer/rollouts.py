@@ -61,16 +61,23 @@ def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> lis
 
 
 def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, tok, problems: list[dict], stop_ids: list[int], *,
-                      system: str | None = None, teacher=None, with_targets: bool = False) -> ProblemSet:
+                      system: str | None = None, teacher=None, with_targets: bool = False, teacher_tok=None,
+                      base_tok=None) -> ProblemSet:
+    """Every view tokenised once; ``teacher_tok``/``base_tok``: a teacher (base) with another tokenizer,
+    whose views are its own (``trainer.cross_step``)."""
     student = [student_view(tok, p, system).ids for p in problems]
-    teacher_prompts = None
-    if teacher is not None:
-        teacher_prompts = [teacher_view(tok, p, teacher.context, partial_fraction=teacher.partial_fraction,
-                                        system_prompt=teacher.system_prompt or system,
-                                        max_length=cfg.scoring.max_prompt_length).ids for p in problems]
+
+    def teacher_views(view_tok):
+        return [teacher_view(view_tok, p, teacher.context, partial_fraction=teacher.partial_fraction,
+                             system_prompt=teacher.system_prompt or system,
+                             max_length=cfg.scoring.max_prompt_length).ids for p in problems]
+    teacher_prompts = None if teacher is None else teacher_views(teacher_tok or tok)
     base_prompts = None
     if cfg.base is not None:
-        base_prompts = teacher_prompts if cfg.scoring.base_view == "teacher" and teacher_prompts else student
+        if cfg.scoring.base_view == "teacher" and teacher_prompts:
+            base_prompts = teacher_prompts if (base_tok or tok) is (teacher_tok or tok) else teacher_views(base_tok or tok)
+        else:
+            base_prompts = student if base_tok is None else [student_view(base_tok, p, system).ids for p in problems]
     targets = None
     if with_targets:
         targets = [reference_ids(tok, p, spec.sft_target, stop_ids[0]) for p in problems]

@@ -17,6 +17,7 @@ from opsd_diag.io import models as hub
 from opsd_diag.io import templates
 from opsd_diag.settings import LossSettings
 from trainer.config import TrainConfig
+from trainer.cross_step import plan_partner
 from trainer.evaluate import EvalSets
 from trainer.roles import Roles, add_lora, frozen_copy, load_lora, load_trainable
 from trainer.rollouts import ProblemSet, build_problem_set, load_set
@@ -78,8 +79,8 @@ def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -
     if cfg.base is not None and (spec.method == "opd2" or ref == "base"):
         b_tok, base = _frozen(cfg.base, device)
         named["base"] = (cfg.base.model, b_tok, base)
-    hub.check_compatible(named)
-    return Roles(student, peft_model, mode, teacher, base, initial)
+    cross = plan_partner(named, spec.loss_method, tok, hub.stop_token_ids(student, tok))  # or today's check
+    return Roles(student, peft_model, mode, teacher, base, initial, cross)
 
 
 def check_inputs(tc: TrainConfig) -> tuple[list[dict], list[dict] | None, list[dict] | None]:
@@ -121,8 +122,11 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
         else:
             roles.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     stop_ids = hub.stop_token_ids(roles.student, tok)
+    cross = roles.cross
     train = build_problem_set(cfg, spec, tok, train_problems, stop_ids, system=spec.data.system_prompt,
-                              teacher=tc.teacher, with_targets=spec.method == "sft")
+                              teacher=tc.teacher, with_targets=spec.method == "sft",
+                              teacher_tok=cross and cross.teacher_tok,
+                              base_tok=cross and cross.base_side == "teacher" and cross.teacher_tok or None)
     first = f"training problem '{train.problems[0]['id']}'"
     hub.check_finite_logits(roles.student, train.student_prompts[0], f"the student model '{cfg.student.model}'",
                             f"the prompt of {first}")

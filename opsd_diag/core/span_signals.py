@@ -50,17 +50,21 @@ def uld(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
 
 def span_signals(student_lp: Tensor, student_span: Tensor, teacher_lp: Tensor, teacher_span: Tensor, n_spans: int,
                  *, base_lp: Tensor | None = None, base_span: Tensor | None = None, ref: str = "student",
-                 exopd_lambda: float) -> dict[str, Tensor]:
+                 ref_lp: Tensor | None = None, exopd_lambda: float) -> dict[str, Tensor]:
     """Sampled-span log-probs and advantages (``[S]`` each) from token log-probs of the sampled ids.
 
     ``student_lp`` ``[N_s]`` with ``student_span`` ``[N_s]`` (each token's span), likewise for the
     teacher (on its own re-tokenisation) and the base (on the tokens of its tokenizer, the student's
-    or the teacher's). ``ref``: the ExOPD reference, the initial student (``student``) or ``base``.
+    or the teacher's). ``ref``: the ExOPD reference, the initial student (``student``: ``ref_lp``, its
+    token log-probs on the student's tokens, or by default the student itself) or ``base``.
     """
     lp_s = span_sum(student_lp.float(), student_span, n_spans)  # [S]
     lp_t = span_sum(teacher_lp.float(), teacher_span, n_spans)  # [S]
     lp_b = None if base_lp is None else span_sum(base_lp.float(), base_span, n_spans)  # [S]
-    lp_ref = lp_b if ref == "base" and lp_b is not None else None
+    if ref == "base":
+        lp_ref = lp_b
+    else:
+        lp_ref = None if ref_lp is None else span_sum(ref_lp.float(), student_span, n_spans)  # [S]
     out = signals.sampled_rewards(lp_s, lp_t, lp_b, lp_ref, exopd_lambda=exopd_lambda)
     out.update(lp_s=lp_s, lp_t=lp_t, lp_b=torch.full_like(lp_s, float("nan")) if lp_b is None else lp_b)
     return out
