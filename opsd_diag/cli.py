@@ -120,7 +120,7 @@ def _cmd_predict(args) -> None:
     from opsd_diag.engine.predict import run_predictor
 
     jobs.check_free(run_dir)  # another process writes this run: say so before the models load
-    prep = prepare(cfg)
+    prep = prepare(cfg.model_copy(update={"ideal": spec}))  # what the predictor cannot do is refused here
     lock = jobs.acquire_lock(run_dir, "opsd-diag predict")  # one writer per run directory
     try:
         if run.summary.ranking:

@@ -13,6 +13,7 @@ from conftest import ZOO, tiny_config, write_jsonl
 from fixtures_crosstok import build_other_family
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from opsd_diag import cli
 from opsd_diag.engine.diagnose import run_diagnosis
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.config import from_dict
@@ -107,7 +108,7 @@ def check_rows(tokens, rollouts, name, student_dir, teacher_dir, base_dir, base_
     return checked
 
 
-def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path):
+def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path, capsys):
     cfg = tiny_config(ZOO, family["data"])
     before, before_r = run(cfg, tmp_path / "today")
     cfg["teachers"].append({"name": "xt", "model": str(family["teacher"]), "context": "full_solution"})
@@ -120,6 +121,12 @@ def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path):
     spans = tokens[tokens.config == "xt"]
     assert (spans.span_len > 1).any() and (spans.teacher_tokens.map(len) > 1).any()  # splits differ both ways
     assert check_rows(tokens, rollouts, "xt", ZOO / "student", family["teacher"], ZOO / "base", "student", "student") > 20
+    # the predictor, run later on this diagnosis, is refused in one line and writes nothing
+    before_files = sorted(p.name for p in (tmp_path / "cross").iterdir())
+    assert cli.main(["predict", str(tmp_path / "cross")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the model loaders' progress bars
+    assert err.startswith("opsd-diag: error:") and "does not support teacher configs with another tokenizer" in err
+    assert sorted(p.name for p in (tmp_path / "cross").iterdir()) == before_files
 
 
 def test_cross_teacher_with_a_base_of_its_family(family, tmp_path):
