@@ -124,7 +124,8 @@ def cross_micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: Lo
         lp_s = _token_lp(roles.student, h_s, s_ids, s.temperature, chunk_size)[mask]  # [N_kept] detached
         extra = {}
         if ref == "base":
-            b_comps, b_ids, b_span, b_pad = ((s_comps, s_ids[al.mask], al.s_span, pad_id) if cross.base_side == "student"
+            on_student = cross.base_side == "student"
+            b_comps, b_ids, b_span, b_pad = ((s_comps, s_ids[al.mask], al.s_span, pad_id) if on_student
                                              else (al.t_comps, t_ids, al.t_span, cross.teacher_tok.pad_token_id))
             h_b = completion_hidden(roles.base, [mb.base_prompts[i] for i in al.kept], b_comps, b_pad)
             extra = {"base_lp": _token_lp(roles.base, h_b, b_ids, s.temperature, chunk_size),

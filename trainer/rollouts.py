@@ -75,7 +75,8 @@ def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, tok, problems: l
     base_prompts = None
     if cfg.base is not None:
         if cfg.scoring.base_view == "teacher" and teacher_prompts:
-            base_prompts = teacher_prompts if (base_tok or tok) is (teacher_tok or tok) else teacher_views(base_tok or tok)
+            same = (base_tok or tok) is (teacher_tok or tok)
+            base_prompts = teacher_prompts if same else teacher_views(base_tok or tok)
         else:
             base_prompts = student if base_tok is None else [student_view(base_tok, p, system).ids for p in problems]
     targets = None

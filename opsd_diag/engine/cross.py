@@ -37,7 +37,8 @@ def plan(cfg, problems: list[dict], named: dict, teacher_toks: dict[str, object]
     names = ", ".join(t.name for t in cross)
     if cfg.ideal is not None and cfg.ideal.enabled:
         raise OpsdError(f"the ideal-gradient predictor does not support teacher configs with another tokenizer than "
-                        f"the student ({names}): leave out the ideal section (and opsd-diag predict) for such a diagnosis")
+                        f"the student ({names}): leave out the ideal section (and opsd-diag predict) for such a "
+                        "diagnosis")
     if base is not None and base_fp != ref and len(cross) < len(cfg.teachers):
         raise OpsdError(f"the base model '{base[0]}' has another tokenizer than the student '{student_name}' while some "
                         "teacher configs share the student's: give each family its own diagnosis")

@@ -129,8 +129,9 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
         first = f"problem '{problems[0]['id']}'"
         check_finite_logits(student, student_prompts[0], f"the student model '{cfg.student.model}'",
                             f"the prompt of {first}")
-        if base is not None:
-            check_finite_logits(base, student_prompts[0], f"the base model '{cfg.base.model}'", f"the prompt of {first}")
+        if base is not None:  # a base of a cross teacher's family reads that family's ids
+            own = next((c.base_prompts[0] for c in crossed.values() if c.base_side == "teacher"), student_prompts[0])
+            check_finite_logits(base, own, f"the base model '{cfg.base.model}'", f"the prompt of {first}")
         for t in cfg.teachers:
             if not t.is_self:
                 check_finite_logits(teacher_models[t.name], teacher_prompts[t.name][0],

@@ -118,8 +118,9 @@ def _span_rows(t: pd.DataFrame) -> list[str]:
             out.append("")
             continue
         shown = " ".join(f"<span>{_token_html(str(x))}</span>" for x in pieces)
+        dist = f"{d:.3f}" if math.isfinite(d) else "n/a"  # >= 0: no sign
         out.append(f"<tr><td>span</td><td>{n:g} student tokens</td></tr><tr><td>teacher tokens</td>"
-                   f"<td class='alt'>{shown}</td></tr><tr><td>uld</td><td>{f'{d:.3f}' if math.isfinite(d) else 'n/a'}</td></tr>")  # >= 0: no sign
+                   f"<td class='alt'>{shown}</td></tr><tr><td>uld</td><td>{dist}</td></tr>")
     return out
 
 
