@@ -360,7 +360,7 @@ def methods_block() -> str:
         if fn is losses.sft_loss:
             return "token NLL at temperature 1"
         if fn is losses.uld_loss:
-            return "`uld`: Σ_i |p_(i) − q_(i)| over sorted probabilities"
+            return "`uld`: L1 distance between the sorted probabilities (ULD)"
         return "`loss: jsd` as `jsd`, `loss: opd` as `opd`"
 
     missing = [m for m in METHODS if m not in METHOD_HELP]

@@ -115,9 +115,6 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     lr = scheduler.get_last_lr()[0]
     backward = sharded.micro_batch_backward if sharded.is_sharded(hidden_model) else micro_batch_backward
     if st.roles.cross is not None:  # the teacher has another tokenizer: span losses (trainer.cross_step)
-        if sharded.is_sharded(hidden_model):
-            raise OpsdError("a teacher with another tokenizer than the student is not supported with FSDP: train "
-                            "on one process or with DDP")
         backward = functools.partial(cross_micro_batch_backward, cross=st.roles.cross)
     for a, mb in enumerate(mbs):
         sync = contextlib.nullcontext() if a == len(mbs) - 1 else acc.no_sync(hidden_model)
@@ -220,6 +217,9 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     resumed = checkpoint.read_state(ckpt, acc.process_index) if ckpt is not None else None  # damaged: an error now
     torch.manual_seed(spec.seed)
     st = prepare(tc, acc.device, ckpt)  # every user error surfaces before anything is written
+    if st.roles.cross is not None and sharded.fsdp_requested(acc):
+        raise OpsdError("a teacher with another tokenizer than the student is not supported with FSDP: train on one "
+                        "process or with DDP")
     lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
     if acc.is_main_process:
         rundir.check(run_dir, config_yaml, resume)  # again, now that no other run can write here
