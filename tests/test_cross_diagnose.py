@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import shutil
 
@@ -118,6 +119,10 @@ def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path, capsys):
     pd.testing.assert_frame_equal(same, before.reset_index(drop=True))
     assert (rollouts.completion_ids.map(list) == before_r.completion_ids.map(list)).all()
     assert (rollouts["left_out.xt"] == "").mean() > 0.5
+    summary = json.loads((tmp_path / "cross" / "summary.json").read_text())
+    assert summary["left_out"]["xt"]["rollouts"] == int((rollouts["left_out.xt"] != "").sum())
+    assert summary["left_out"]["xt"]["of"] == len(rollouts) and "left_out" not in json.loads(
+        (tmp_path / "today" / "summary.json").read_text())
     spans = tokens[tokens.config == "xt"]
     assert (spans.span_len > 1).any() and (spans.teacher_tokens.map(len) > 1).any()  # splits differ both ways
     assert check_rows(tokens, rollouts, "xt", ZOO / "student", family["teacher"], ZOO / "base", "student", "student") > 20

@@ -18,6 +18,7 @@ import torch
 
 from opsd_diag.core import signals
 from opsd_diag.core import span_signals as spans_maths
+from opsd_diag.errors import OpsdError
 from opsd_diag.engine.scoring import _hidden, lm_logits
 from opsd_diag.io.retokenize import Retokenized, retokenize
 from opsd_diag.schema import SIGNAL_COLUMNS
@@ -138,3 +139,20 @@ def score_cross_configs(prep, batch: list[dict], rid: np.ndarray, s: ScoreSettin
                 check_finite(prep, {name: cols}, rid, [name])
             frames.append(span_frame(cols, rid, name))
     return frames
+
+
+def left_out(rollouts: pd.DataFrame, configs: list[str]) -> dict[str, dict]:
+    """Per cross-tokenizer config: how many scored rollouts were left out, of how many, and why (for
+    summary.json); an OpsdError when not one rollout of a config could be aligned (it would have no rows)."""
+    out = {}
+    scored = rollouts[rollouts["length"] > 0] if len(rollouts) else rollouts
+    for name in configs:
+        reasons = scored.get(f"left_out.{name}", pd.Series([], dtype=object)).fillna("")
+        why = reasons[reasons != ""].value_counts()
+        out[name] = {"rollouts": int(why.sum()), "of": int(len(reasons)), "reasons": {str(k): int(v) for k, v in
+                                                                                     why.items()}}
+        if len(reasons) and int(why.sum()) == len(reasons):
+            raise OpsdError(f"teacher config '{name}': none of the {len(reasons)} rollouts could be aligned with its "
+                            f"tokenizer (most often: {why.index[0]}); see docs/signals.md, teachers with another "
+                            "tokenizer")
+    return out

@@ -21,7 +21,7 @@ import torch
 from opsd_diag import __version__, jobs
 from opsd_diag.core import aggregate
 from opsd_diag.engine import cross, fast_decode, fused_scoring
-from opsd_diag.engine.cross_scoring import CrossTeacher, score_cross_configs
+from opsd_diag.engine.cross_scoring import CrossTeacher, left_out, score_cross_configs
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf, sample_vllm
@@ -310,12 +310,15 @@ def manifest(prep: Prepared, status: str, **extra) -> dict:
 def finish(prep: Prepared, out_dir: Path) -> dict:
     """Merge shards and aggregate them into summary.json."""
     tables = store.merge_shards(out_dir, prep.n_shards)
+    dropped = left_out(tables["rollouts"], list(prep.cross))  # a config no rollout aligns with: an error here
     a = prep.cfg.analysis
     summary = aggregate.summarize(tables["tokens"], tables["rollouts"], tables["teacher_rollouts"],
                                   entropy_edges=a.entropy_edges, entropy_quantiles=a.entropy_quantiles,
                                   high_entropy=a.high_entropy, ks=tuple(a.pass_k or (1, 4)), n_boot=a.bootstrap,
                                   seed=prep.cfg.sampling.seed)
     summary["context_truncated"] = {t: int(sum(v)) for t, v in prep.truncated.items()}
+    if dropped:
+        summary["left_out"] = dropped  # rollouts a teacher with another tokenizer could not align with, and why
     store.atomic_write_json(Path(out_dir) / "summary.json", summary)
     return summary
 
