@@ -10,7 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 import torch
-from conftest import ZOO, tiny_config, write_jsonl
+from conftest import REPO, ZOO, tiny_config, write_jsonl
 from fixtures_crosstok import build_other_family
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -126,6 +126,16 @@ def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path, capsys):
     spans = tokens[tokens.config == "xt"]
     assert (spans.span_len > 1).any() and (spans.teacher_tokens.map(len) > 1).any()  # splits differ both ways
     assert check_rows(tokens, rollouts, "xt", ZOO / "student", family["teacher"], ZOO / "base", "student", "student") > 20
+    # the app's token page stacks a span heatmap (the teacher's pieces in its tooltips) under a token one
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120)
+    at.session_state["runs_root"], at.session_state["run_dir"] = str(tmp_path), str(tmp_path / "cross")
+    at = at.run().switch_page("views/tokens.py").run()
+    at.multiselect(key="tok_configs").set_value(["teacher", "xt"]).run()
+    at.selectbox(key="tt_config").select("xt").run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    assert at.html[0].value.count("class='opsd-hm'") == 2 and "teacher tokens" in at.html[0].value
     # the predictor, run later on this diagnosis, is refused in one line and writes nothing
     before_files = sorted(p.name for p in (tmp_path / "cross").iterdir())
     assert cli.main(["predict", str(tmp_path / "cross")]) == 2
