@@ -345,6 +345,8 @@ METHOD_HELP = {
     "opd2": "an external teacher model and the `base` model (required); centred per `centering`",
     "exopd": "an external teacher model; λ = `exopd_lambda`, reference R = the initial student or the "
              "`base` (`exopd_reference`)",
+    "uld": "an external teacher model, detached, of any tokenizer: the distance between sorted probabilities "
+           "(Universal Logit Distillation); with another tokenizer, at each common span's first position",
     "sft": "no teacher and no sampling: the reference response rendered from `sft_target` (the baseline to beat)",
 }
 
@@ -361,6 +363,8 @@ def methods_block() -> str:
             return "full-vocabulary `jsd` (generalised JSD)"
         if fn is losses.sft_loss:
             return "token NLL at temperature 1"
+        if fn is losses.uld_loss:
+            return "`uld`: L1 distance between the sorted probabilities (ULD)"
         return "`loss: jsd` as `jsd`, `loss: opd` as `opd`"
 
     missing = [m for m in METHODS if m not in METHOD_HELP]
@@ -413,6 +417,9 @@ METRIC_HELP = {
     "gate_fraction": "share of tokens the OPD² gate keeps (opd2)",
     "clipped_ratio": "share of advantages clipped by `clip` (all but sft; 0 without `clip`)",
     "nll": "mean token NLL of the reference response (sft)",
+    "uld": "mean ULD distance Σ_i |p_(i) − q_(i)| (uld; per common span with a teacher of another tokenizer)",
+    "left_out_ratio": "share of completions that do not round-trip through the teacher's tokenizer and train "
+                      "nothing (a teacher with another tokenizer; r_opd, kl_k1, kl_k3 are then means over spans)",
 }
 
 

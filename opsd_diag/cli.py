@@ -144,7 +144,7 @@ def _cmd_predict(args) -> None:
     run.table("rollouts"), run.table("tokens")  # damaged or foreign tables: said before the models load
     if note:
         print(f"opsd-diag: {note}", file=sys.stderr)
-    prep = prepare(cfg)
+    prep = prepare(cfg.model_copy(update={"ideal": spec}))  # what the predictor cannot do is refused here
     lock = jobs.acquire_lock(run_dir, "opsd-diag predict")  # one writer per run directory
     try:
         if run.summary.ranking:

@@ -8,6 +8,7 @@ saved, and reported as ``stopped``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe
 from trainer import checkpoint, rundir, sharded
 from trainer.config import TrainConfig, trackers
+from trainer.cross_step import cross_micro_batch_backward
 from trainer.evaluate import eval_size, evaluate
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
 from trainer.setup import Setup, prepare
@@ -113,6 +115,8 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     sums = StepSums()
     lr = scheduler.get_last_lr()[0]
     backward = sharded.micro_batch_backward if sharded.is_sharded(hidden_model) else micro_batch_backward
+    if st.roles.cross is not None:  # the teacher has another tokenizer: span losses (trainer.cross_step)
+        backward = functools.partial(cross_micro_batch_backward, cross=st.roles.cross)
     for a, mb in enumerate(mbs):
         sync = contextlib.nullcontext() if a == len(mbs) - 1 else acc.no_sync(hidden_model)
         with sync:
@@ -235,6 +239,9 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     st = prepare(tc, acc.device, ckpt)  # every user error surfaces before anything is written
     if resumed is not None:
         checkpoint.check_optimizer(ckpt, resumed[0], list(st.roles.trainable()))
+    if st.roles.cross is not None and sharded.fsdp_requested(acc):
+        raise OpsdError("a teacher with another tokenizer than the student is not supported with FSDP: train on one "
+                        "process or with DDP")
     lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
     if acc.is_main_process:
         rundir.check(run_dir, config_yaml, resume)  # again, now that no other run can write here

@@ -62,6 +62,7 @@ class Roles:
     teacher: nn.Module | None  # external teacher or the EMA copy
     base: nn.Module | None
     initial: nn.Module | None  # frozen initial student (None with LoRA: adapter off instead)
+    cross: object = None  # trainer.cross_step.CrossPartner: the teacher has another tokenizer
 
     @contextlib.contextmanager
     def teacher_model(self):

@@ -25,8 +25,8 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.view_set import build_views
-from opsd_diag.io.views import encode_text
+from opsd_diag.io.view_set import ViewRenderer, build_views
+from opsd_diag.io.views import encode_text, student_view
 from opsd_diag.settings import derive_seed
 
 
@@ -67,8 +67,10 @@ def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> lis
 
 def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, problems: list[dict],
                       stop_ids: list[int], *, system: str | None = None, teacher=None,
-                      with_targets: bool = False) -> ProblemSet:
-    """``renderers``: (the student's ``view_set.ViewRenderer``, the teacher's or None), the diagnosis' rule."""
+                      with_targets: bool = False, base_tok=None) -> ProblemSet:
+    """``renderers``: (the student's ``view_set.ViewRenderer``, the teacher's or None), the diagnosis' rule (a
+    teacher with another tokenizer renders in its own, ``trainer.cross_step``); ``base_tok``: the base's
+    tokenizer when it is of such a teacher's family (None: the student's)."""
     s_render, t_render = renderers
     tok = s_render.tok
     teachers = {teacher.name: t_render} if teacher is not None else {}
@@ -77,7 +79,14 @@ def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, probl
     teacher_prompts = views.teachers[teacher.name] if teacher is not None else None
     base_prompts = None
     if cfg.base is not None:
-        base_prompts = teacher_prompts if cfg.scoring.base_view == "teacher" and teacher_prompts else student
+        b_tok = base_tok or tok
+        if cfg.scoring.base_view == "teacher" and teacher_prompts:
+            base_prompts = (teacher_prompts if b_tok is t_render.tok else
+                            build_views(cfg, problems, s_render, {teacher.name: ViewRenderer(b_tok, t_render.fmt)},
+                                        system, [teacher]).teachers[teacher.name])
+        else:
+            base_prompts = student if b_tok is tok else [student_view(b_tok, p, system, s_render.fmt).ids
+                                                         for p in problems]
     targets = None
     if with_targets:
         targets = [reference_ids(tok, p, spec.sft_target, stop_ids[0]) for p in problems]

@@ -17,6 +17,7 @@ from opsd_diag.io import models as hub
 from opsd_diag.io import templates
 from opsd_diag.settings import LossSettings
 from trainer.config import TrainConfig
+from trainer.cross_step import plan_partner
 from trainer.evaluate import EvalSets
 from opsd_diag.io.model_options import teacher_model_spec
 from opsd_diag.io.view_set import student_renderer, teacher_renderer
@@ -82,8 +83,9 @@ def build_roles(tc: TrainConfig, device: torch.device, ckpt: Path | None, tok) -
     if cfg.base is not None and (spec.method == "opd2" or ref == "base"):
         b_tok, base = _frozen(cfg.base, device)
         named["base"] = (cfg.base.model, b_tok, base)
-    hub.check_compatible(named)
-    return Roles(student, peft_model, mode, teacher, base, initial), t_tok
+    stops = hub.stop_token_ids(student, tok, cfg.student.prompt_format == "chat")
+    cross = plan_partner(named, spec.loss_method, tok, stops)  # or today's check (one vocabulary)
+    return Roles(student, peft_model, mode, teacher, base, initial, cross), t_tok
 
 
 def check_inputs(tc: TrainConfig) -> tuple[list[dict], list[dict] | None, list[dict] | None]:
@@ -126,8 +128,10 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
         else:
             roles.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     stop_ids = hub.stop_token_ids(roles.student, tok, cfg.student.prompt_format == "chat")  # end of turn first
+    cross = roles.cross
     train = build_problem_set(cfg, spec, views, train_problems, stop_ids, system=spec.data.system_prompt,
-                              teacher=tc.teacher, with_targets=spec.method == "sft")
+                              teacher=tc.teacher, with_targets=spec.method == "sft",
+                              base_tok=cross and cross.base_side == "teacher" and cross.teacher_tok or None)
     n_new, key = spec.max_completion_length, "training.max_completion_length"  # prompt + completion fit the models
     hub.check_fits(roles.student, f"the student model '{cfg.student.model}'", train.student_prompts, train.problems,
                    n_new, key)

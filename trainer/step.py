@@ -40,7 +40,8 @@ def auto_chunk_size(vocab_size: int) -> int:
 
 # per-token statistic -> its name in metrics.jsonl (means over the step's generated tokens)
 STAT_NAMES = {"r_opd": "r_opd", "k1": "kl_k1", "k3": "kl_k3", "h_s": "entropy_student", "h_t": "entropy_teacher",
-              "gate": "gate_fraction", "clipped": "clipped_ratio", "nll": "nll"}
+              "gate": "gate_fraction", "clipped": "clipped_ratio", "nll": "nll",
+              "uld": "uld", "left_out": "left_out_ratio"}  # the last two: a teacher with another tokenizer
 
 
 @dataclass
@@ -152,11 +153,19 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
     ``hidden_model`` is the (possibly DDP-wrapped) ``CompletionHidden``; ``scale`` is ``world / N_global``.
     ``ref`` names the ExOPD reference (``student``: the initial student, ``base``) or None.
     """
-    sums = sums or StepSums()
     n = mb.n_tokens
-    token_ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
     h_s = _checked(hidden_model(mb.student_prompts, mb.completions, pad_id), n, "student")  # [N, H] grad
     partners = partner_hidden(roles, mb, s, pad_id, ref)
+    return backward_by_chunks(roles, mb, h_s, chunk_size, scale, autocast, sums or StepSums(),
+                              lambda logits, ids, sl: chunk_loss(logits, ids, sl, s, partners, ref, autocast))
+
+
+def backward_by_chunks(roles: Roles, mb: MicroBatch, h_s: Tensor, chunk_size: int, scale: float, autocast,
+                       sums: StepSums, loss_of_chunk) -> StepSums:
+    """The student's LM head chunk by chunk on ``h_s`` ``[N, H]``, ``loss_of_chunk(logits, ids, slice)`` ->
+    (summed loss, statistics), then one backward through the decoder. Shared by every loss path."""
+    n = mb.n_tokens
+    token_ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
     # the student's LM head runs per chunk below; its weights get their gradient with the decoder's
     head_params = [p for p in roles.student.get_output_embeddings().parameters() if p.requires_grad]
     grad_h = torch.zeros_like(h_s, dtype=torch.float32)  # [N, H]
@@ -168,7 +177,7 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
         h_chunk = h_s[sl].detach().requires_grad_(True)  # [n, H] a leaf: this chunk's graph ends here
         with autocast():
             student_logits = lm_logits(roles.student, h_chunk)  # [n, V] float32
-        total, stats = chunk_loss(student_logits, ids, sl, s, partners, ref, autocast)
+        total, stats = loss_of_chunk(student_logits, ids, sl)
         grads = torch.autograd.grad(total * scale, [h_chunk, *head_params])
         grad_h[sl] += grads[0].float()
         for acc, g in zip(grad_head, grads[1:]):

@@ -143,20 +143,31 @@ def advantages(student: Dist, teacher: Dist, token_ids: Tensor, *, base: Dist | 
 
     Grad-agnostic: the trainer passes detached student log-probs (advantages carry no gradient).
     """
-    r_opd = teacher.lp - student.lp  # [N]
-    lp_ref = student.lp if ref_logprob is None else ref_logprob.float()  # [N]
-    out = {"r_opd": r_opd,
-           "a_opd": centred_advantage(student, teacher.logp - student.logp, token_ids, centering=centering),
-           "a_ex": exopd_lambda * (teacher.lp - lp_ref) - (student.lp - lp_ref)}
+    out = sampled_rewards(student.lp, teacher.lp, None if base is None else base.lp, ref_logprob,
+                          exopd_lambda=exopd_lambda)
+    out["a_opd"] = centred_advantage(student, teacher.logp - student.logp, token_ids, centering=centering)
     if base is None:
-        nan = torch.full_like(r_opd, float("nan"))  # [N]
-        out.update(r_delta=nan, a_delta=nan, gate=nan, a_d2=nan)
+        nan = torch.full_like(out["r_opd"], float("nan"))  # [N]
+        out.update(a_delta=nan, gate=nan, a_d2=nan)
         return out
     a_delta = centred_advantage(student, teacher.logp - base.logp, token_ids, centering=centering)  # [N]
     joint = a_delta * out["a_opd"]  # [N]
     gate = (joint > 0).float().masked_fill(joint.isnan(), float("nan"))  # [N] OPD² joint conditioning; NaN stays
-    out.update(r_delta=teacher.lp - base.lp, a_delta=a_delta, gate=gate, a_d2=gate * a_delta)
+    out.update(a_delta=a_delta, gate=gate, a_d2=gate * a_delta)
     return out
+
+
+def sampled_rewards(lp_s: Tensor, lp_t: Tensor, lp_b: Tensor | None, lp_ref: Tensor | None, *,
+                    exopd_lambda: float) -> dict[str, Tensor]:
+    """The advantages that need only sampled log-probs (of a token, or of a common span of text):
+
+    ``r_opd`` = lp_t − lp_s, ``r_delta`` = lp_t − lp_b (NaN without a base), ``a_ex`` =
+    λ (lp_t − lp_ref) − (lp_s − lp_ref), ``lp_ref`` by default lp_s (the initial student: λ r_opd).
+    """
+    r_opd = lp_t - lp_s  # [N]
+    lp_ref = lp_s if lp_ref is None else lp_ref.float()  # [N]
+    return {"r_opd": r_opd, "a_ex": exopd_lambda * (lp_t - lp_ref) - (lp_s - lp_ref),
+            "r_delta": torch.full_like(r_opd, float("nan")) if lp_b is None else lp_t - lp_b}
 
 
 def token_signals(student_logits: Tensor, teacher_logits: Tensor, token_ids: Tensor, *,

@@ -15,28 +15,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import fast_decode, fused_scoring
+from opsd_diag.engine import cross, fast_decode, fused_scoring
+from opsd_diag.engine.cross_scoring import CrossTeacher, left_out
 from opsd_diag.engine.manifest import manifest
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
+from opsd_diag.engine.shard_clock import ShardClock
 from opsd_diag.engine.sampling import cut_at_strings, sample_hf, sample_vllm
-from opsd_diag.engine.scoring import TeacherInput, score_batch
+from opsd_diag.engine.shard_scoring import NONFINITE_FIX, score_rollouts
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe, store, templates
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.model_options import teacher_model_spec
-from opsd_diag.io.models import (check_compatible, check_finite_logits, check_fits, fingerprint, load_spec,
-                                 stop_token_ids)
+from opsd_diag.io.models import check_finite_logits, check_fits, fingerprint, load_spec, stop_token_ids
 from opsd_diag.io.thinking import check
-from opsd_diag.io.view_set import build_views, rendered_text, student_renderer, teacher_renderer, template_notes
-from opsd_diag.schema import SIGNAL_COLUMNS
+from opsd_diag.io.view_set import (base_renderer, build_views, rendered_text, student_renderer, teacher_renderer,
+                                   template_notes)
 from opsd_diag.settings import SamplingSettings, derive_seed
 
 
@@ -55,6 +55,7 @@ class Prepared:
     fingerprints: dict[str, str] = field(default_factory=dict)
     rendered: dict[str, str] = field(default_factory=dict)  # the first problem's views, as text
     notes: list[str] = field(default_factory=list)  # template warnings
+    cross: dict[str, CrossTeacher] = field(default_factory=dict)  # configs with another tokenizer
 
     @property
     def n_shards(self) -> int:
@@ -65,7 +66,7 @@ class Prepared:
 
     def sampler(self) -> Sampler:
         """The student's sampler (HF in-process, or the vLLM engine), for the predictor's continuations."""
-        return lambda prompts, s: _sample(self, self.student, self.cfg.student.model, prompts, s,
+        return lambda prompts, s: sample(self, self.student, self.cfg.student.model, prompts, s,
                                           f"the student model '{self.cfg.student.model}'")
 
 
@@ -103,27 +104,38 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
             continue
         teacher_toks[t.name], teacher_models[t.name] = _load(teacher_model_spec(cfg.student, t), cfg.device)
         named[f"teacher '{t.name}'"] = (t.model, teacher_toks[t.name], teacher_models[t.name])
-    check_compatible(named)
-    # Each model renders its own view (io.view_set) and scores the same completion ids (one vocabulary).
+    crossed = cross.plan(cfg, named, teacher_toks)  # same tokenizer checked, or another one planned
+    # Each model renders its own view (io.view_set); a same-tokenizer model scores the sampled ids themselves
+    # after its own prompt, a teacher with another tokenizer its own re-tokenisation (engine.cross_scoring).
     s_render = student_renderer(cfg, tok)
     renders = {t.name: teacher_renderer(cfg, t, tok, teacher_toks.get(t.name)) for t in cfg.teachers}
     n_new, key = cfg.sampling.max_completion_length, "sampling.max_completion_length"
+    other = {f"teacher '{n}'" for n in crossed} | ({"base"} if any(c.base_side == "teacher" for c in crossed.values())
+                                                   else set())  # models of another family: their own prompts
 
     def question_fits(student_prompts):  # the question itself must fit every model, context aside
         for role, (name, _, model) in named.items():
-            check_fits(model, f"the {role} model '{name}'" if role in ("student", "base") else
-                       f"{role} (model '{name}')", student_prompts, problems, n_new, key)
+            if role not in other:
+                check_fits(model, f"the {role} model '{name}'" if role in ("student", "base") else
+                           f"{role} (model '{name}')", student_prompts, problems, n_new, key)
     views = build_views(cfg, problems, s_render, renders, cfg.data.system_prompt, check_student=question_fits)
     student_prompts, teacher_prompts, truncated = views.student, views.teachers, views.truncated
     for t in cfg.teachers:
         check_fits(teacher_models[t.name], f"teacher config '{t.name}'", teacher_prompts[t.name], problems, n_new,
                    key, "lower scoring.max_prompt_length (its context is then shortened)")
+    for t in cfg.teachers:  # the base next to a teacher with another tokenizer reads its own family's tokens
+        c = crossed.get(t.name)
+        if c is not None and c.base_side is not None:
+            c.base_prompts = _base_prompts(cfg, problems, t, c, views, s_render, renders[t.name])
+            if c.base_side == "teacher":
+                check_fits(base, f"the base model '{cfg.base.model}'", c.base_prompts, problems, n_new, key)
     if not cfg.scoring.allow_nonfinite:  # broken weights fail here, before the run directory exists
         first = f"problem '{problems[0]['id']}'"
         check_finite_logits(student, student_prompts[0], f"the student model '{cfg.student.model}'",
                             f"the prompt of {first}")
-        if base is not None:
-            check_finite_logits(base, student_prompts[0], f"the base model '{cfg.base.model}'", f"the prompt of {first}")
+        if base is not None:  # a base of a cross teacher's family reads that family's ids
+            own = next((c.base_prompts[0] for c in crossed.values() if c.base_side == "teacher"), student_prompts[0])
+            check_finite_logits(base, own, f"the base model '{cfg.base.model}'", f"the prompt of {first}")
         for t in cfg.teachers:
             if not t.is_self:
                 check_finite_logits(teacher_models[t.name], teacher_prompts[t.name][0],
@@ -134,38 +146,51 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
         print(f"warning: {note}", file=sys.stderr)
     stops = stop_token_ids(student, tok, cfg.student.prompt_format == "chat")
     return Prepared(cfg, problems, tok, student, base, teacher_models, stops, student_prompts, teacher_prompts,
-                    truncated, fps, rendered_text(views, s_render, renders), notes)
+                    truncated, fps, rendered_text(views, s_render, renders), notes, crossed)
 
 
-def _sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = ""):
+def sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = "",
+           own: CrossTeacher | None = None):
+    """Samples of ``model``; ``own``: a teacher with another tokenizer, which ends on its own stop ids."""
+    tok, stop_ids = (prep.tok, prep.stop_ids) if own is None else (own.tok, own.stop_ids)
     if prep.cfg.sampling.backend == "vllm":
         s = prep.cfg.student
         revision = s.revision if model_name == s.model else next(t.revision for t in prep.cfg.teachers
                                                                  if t.model == model_name)
-        return _cut(prep, sample_vllm(model_name, prompts, settings, prep.stop_ids, s.dtype, s.trust_remote_code,
-                                      revision, prep.cfg.sampling.vllm_gpu_memory_utilization))
-    sample = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast_decode
+        return _cut(prep, sample_vllm(model_name, prompts, settings, stop_ids, s.dtype, s.trust_remote_code,
+                                      revision, prep.cfg.sampling.vllm_gpu_memory_utilization), tok)
+    sample_fn = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast_decode
     try:
-        return _cut(prep, sample(model, prep.tok, prompts, settings, prep.stop_ids))
+        return _cut(prep, sample_fn(model, tok, prompts, settings, stop_ids), tok)
     except NonFiniteLogits as e:
         raise OpsdError(f"{who or f'model {model_name!r}'} produced non-finite logits (NaN or inf) while sampling, "
                         f"at completion position {e.position}: {NONFINITE_FIX}") from None
 
 
-NONFINITE_FIX = "check its weights for NaN/inf and its dtype (float16 overflows: use bfloat16 or float32)"
-
-
-def _cut(prep: Prepared, samples):
-    """The student's stop strings (a Base student's raw prompts) applied to every completion."""
+def _cut(prep: Prepared, samples, tok):
+    """The student's stop strings (a Base student's raw prompts) applied to every completion, decoded by ``tok``
+    (the sampling model's tokenizer)."""
     strings = prep.cfg.student.stop_strings
-    return samples if not strings else [[cut_at_strings(prep.tok, c, strings) for c in per] for per in samples]
+    return samples if not strings else [[cut_at_strings(tok, c, strings) for c in per] for per in samples]
 
 
-def _checked(prep: Prepared, problem: dict, prompt: list[int], c) -> dict:
+def _checked(prep: Prepared, problem: dict, prompt: list[int], c, tok=None) -> dict:
+    """The answer columns of one completion; ``tok``: the tokenizer of its ids (default the student's)."""
     a = prep.cfg.analysis
-    r = check(prep.tok, prompt, c.ids, c.finished, problem.get("answer"), a.checker, a.truncated)
+    r = check(tok or prep.tok, prompt, c.ids, c.finished, problem.get("answer"), a.checker, a.truncated)
     return {"text": r.text, "answer_pred": r.pred, "correct": r.correct, "truncated": r.truncated,
             "in_thinking": r.in_thinking}
+
+
+def _base_prompts(cfg, problems: list[dict], t, c: CrossTeacher, views, s_render, t_render) -> list[list[int]]:
+    """The base's prompt ids next to cross config ``t`` (``io.view_set.base_renderer``), reusing a view
+    already rendered where the base reads exactly that one."""
+    r = base_renderer(cfg, t, s_render, t_render, c.tok if c.base_side == "teacher" else None)
+    if r is s_render or r is t_render:
+        return views.student if r is s_render else views.teachers[t.name]
+    on_teacher = cfg.scoring.base_view == "teacher"
+    own = build_views(cfg, problems, r, {t.name: r}, cfg.data.system_prompt, [t] if on_teacher else [])
+    return own.teachers[t.name] if on_teacher else own.student
 
 
 def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataFrame]:
@@ -175,7 +200,7 @@ def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataF
     idx = list(range(lo, min(len(prep.problems), lo + cfg.shard_size)))
     k = cfg.sampling.num_samples
     settings = cfg.sampling.settings(derive_seed(cfg.sampling.seed, index))
-    samples = _sample(prep, prep.student, cfg.student.model, [prep.student_prompts[i] for i in idx], settings,
+    samples = sample(prep, prep.student, cfg.student.model, [prep.student_prompts[i] for i in idx], settings,
                       f"the student model '{cfg.student.model}'")
 
     rollouts = []
@@ -200,121 +225,37 @@ def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataF
                                    num_samples=cfg.sampling.teacher_samples)
         model_name = cfg.student.model if t.is_self else t.model
         prompts = [prep.teacher_prompts[t.name][i] for i in idx]
-        outs = _sample(prep, prep.teacher_models[t.name], model_name, prompts, ts,
-                       f"teacher config '{t.name}' (model '{model_name}')")
+        own = prep.cross.get(t.name)
+        outs = sample(prep, prep.teacher_models[t.name], model_name, prompts, ts,
+                       f"teacher config '{t.name}' (model '{model_name}')", own)
         for i, per_prompt in zip(idx, outs):
             for j, c in enumerate(per_prompt):
                 teacher_rows.append({"config": t.name, "problem_id": prep.problems[i]["id"], "sample_idx": j,
-                                     "completion_ids": c.ids,
-                                     **_checked(prep, prep.problems[i], prep.teacher_prompts[t.name][i], c)})
+                                     "completion_ids": c.ids,  # a cross teacher's ids: in its own tokenizer
+                                     **_checked(prep, prep.problems[i], prep.teacher_prompts[t.name][i], c,
+                                               own and own.tok)})
 
     if on_scoring is not None:
         on_scoring()
-    tokens, topk = _score(prep, rollouts)
+    tokens, topk = score_rollouts(prep, rollouts)
     return {"rollouts": pd.DataFrame(rollouts), "tokens": tokens, "topk": topk,
             "teacher_rollouts": pd.DataFrame(teacher_rows)}
-
-
-def _score(prep: Prepared, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    cfg = prep.cfg
-    s = cfg.score_settings()
-    pad = prep.tok.pad_token_id
-    token_parts, topk_parts = [], []
-    names = cache_token_names(prep.tok)
-    bs = cfg.scoring.batch_size
-    scoreable = [r for r in rollouts if r["length"] > 0]
-    score = fused_scoring.pick(score_batch, cfg.scoring.engine)  # reference, or engine.fused_scoring
-    for start in range(0, len(scoreable), bs):
-        batch = scoreable[start:start + bs]
-        comps = [r["completion_ids"] for r in batch]
-        teachers = {t.name: TeacherInput(prep.teacher_models[t.name], [r[f"prompt_ids.{t.name}"] for r in batch],
-                                         [r[f"prompt_ids.{t.name}"] for r in batch]
-                                         if cfg.scoring.base_view == "teacher" else None)
-                    for t in cfg.teachers}
-        base_prompts = [r["prompt_ids.student"] for r in batch] if cfg.scoring.base_view == "student" else None
-        tokens, topk = score(prep.student, comps, [r["prompt_ids.student"] for r in batch], teachers, s, pad,
-                              base=prep.base, base_prompts=base_prompts)
-        rid = np.array([r["rollout_id"] for r in batch])
-        if not cfg.scoring.allow_nonfinite:
-            _check_finite(prep, tokens, rid)
-        flat_ids = np.array([t for c in comps for t in c])
-        for name, cols in tokens.items():
-            frame = pd.DataFrame({"rollout_id": rid[cols["row"]], "config": name, "pos": cols["pos"],
-                                  "token_id": flat_ids, "token": [names(t) for t in flat_ids],
-                                  **{c: cols[c] for c in SIGNAL_COLUMNS}})
-            token_parts.append(frame)
-        any_cols = next(iter(tokens.values()))
-        for role, (vals, ids) in topk.items():
-            kk = vals.shape[1]
-            topk_parts.append(pd.DataFrame({
-                "rollout_id": np.repeat(rid[any_cols["row"]], kk), "pos": np.repeat(any_cols["pos"], kk),
-                "role": "student" if role == "student" else "teacher",
-                "config": "" if role == "student" else role, "rank": np.tile(np.arange(kk), len(vals)),
-                "token_id": ids.reshape(-1), "logprob": vals.reshape(-1)}))
-    empty = pd.DataFrame()
-    return (pd.concat(token_parts, ignore_index=True) if token_parts else empty,
-            pd.concat(topk_parts, ignore_index=True) if topk_parts else empty)
-
-
-def _check_finite(prep: Prepared, tokens: dict, rid: np.ndarray) -> None:
-    """Stop at the first position where a model's logits were NaN or inf (its entropy is NaN exactly then)."""
-    cfg = prep.cfg
-    for t in cfg.teachers:
-        cols = tokens[t.name]
-        checks = [("h_s", f"the student model '{cfg.student.model}'"),
-                  ("h_t", f"teacher config '{t.name}' (model '{cfg.student.model if t.is_self else t.model}')")]
-        if prep.base is not None:
-            checks.append(("h_b", f"the base model '{cfg.base.model}'"))
-        for col, who in checks:
-            bad = np.flatnonzero(~np.isfinite(cols[col]))
-            if bad.size:
-                i = bad[0]
-                raise OpsdError(f"{who} produced non-finite logits (NaN or inf) scoring rollout {rid[cols['row'][i]]} "
-                                f"at completion position {cols['pos'][i]}: {NONFINITE_FIX}; or set "
-                                "scoring.allow_nonfinite: true to keep going with NaN in every column derived from it")
-
-
-def cache_token_names(tok):
-    cache: dict[int, str] = {}
-
-    def name(t: int) -> str:
-        t = int(t)
-        if t not in cache:
-            cache[t] = tok.decode([t])
-        return cache[t]
-    return name
 
 
 def finish(prep: Prepared, out_dir: Path) -> dict:
     """Merge shards and aggregate them into summary.json."""
     tables = store.merge_shards(out_dir, prep.n_shards)
+    dropped = left_out(tables["rollouts"], list(prep.cross))  # a config no rollout aligns with: an error here
     a = prep.cfg.analysis
     summary = aggregate.summarize(tables["tokens"], tables["rollouts"], tables["teacher_rollouts"],
                                   entropy_edges=a.entropy_edges, entropy_quantiles=a.entropy_quantiles,
                                   high_entropy=a.high_entropy, ks=tuple(a.pass_k or (1, 4)), n_boot=a.bootstrap,
                                   seed=prep.cfg.sampling.seed)
     summary["context_truncated"] = {t: int(sum(v)) for t, v in prep.truncated.items()}
+    if dropped:
+        summary["left_out"] = dropped  # rollouts a teacher with another tokenizer could not align with, and why
     store.atomic_write_json(Path(out_dir) / "summary.json", summary)
     return summary
-
-
-class _ShardClock:
-    """The main process' rollout and scoring seconds per shard, in status.json, so progress can show the two
-    sub-steps of a shard as phases with their own ETA (other processes' shards count once written)."""
-
-    def __init__(self, out_dir: Path, processes: int):
-        self.out_dir, self.t, self.step = out_dir, time.time(), None
-        self.sums = {"rollouts_s": 0.0, "rollouts_n": 0, "scoring_s": 0.0, "scoring_n": 0}
-        jobs.write_status(out_dir, processes=processes, **self.sums)
-
-    def lap(self, step: str | None, **fields) -> None:
-        """The previous step ended now; ``step`` (rollouts | scoring | None between shards) begins."""
-        now = time.time()
-        if self.step is not None:
-            self.sums[f"{self.step}_s"] += now - self.t
-            self.sums[f"{self.step}_n"] += 1
-        self.t, self.step = now, step
-        jobs.write_status(self.out_dir, shard_step=step, **self.sums, **fields)
 
 
 def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = True) -> Path:
@@ -350,7 +291,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
             jobs.write_status(out_dir, "running", kind="diagnosis", stage="rollouts and scoring", done=sum(done),
                               total=prep.n_shards)
         mine = [i for i in range(prep.n_shards) if i % state.num_processes == state.process_index and not done[i]]
-        clock = _ShardClock(out_dir, state.num_processes) if main else None
+        clock = ShardClock(lambda **f: jobs.write_status(out_dir, **f), state.num_processes) if main else None
         for i in tqdm(mine, desc="shards", unit="shard", disable=not (show_progress and main)):
             if clock is not None:
                 clock.lap("rollouts")

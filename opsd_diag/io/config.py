@@ -26,7 +26,7 @@ from opsd_diag.io.training_fit import training_teacher
 from opsd_diag.io.yamlfile import read_mapping
 from opsd_diag.settings import LossSettings, SamplingSettings, ScoreSettings
 
-METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft")
+METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft", "uld")
 
 
 class Strict(BaseModel):
@@ -245,7 +245,7 @@ class EvalSpec(Strict):
 
 class TrainingSpec(Strict):
     """The training run of ``opsd-train``; a setting left out (None) is inherited from the diagnosis."""
-    method: Literal["opd", "jsd", "opsd", "opd2", "exopd", "sft"] = Field(description="training method")
+    method: Literal["opd", "jsd", "opsd", "opd2", "exopd", "sft", "uld"] = Field(description="training method")
     teacher: str | None = Field(None, description="name of one `teachers` entry; default: the first that fits")
     loss: Literal["jsd", "opd"] = Field("jsd", description="opsd only: full-vocabulary JSD or the sampled-token "
                                                            "OPD reward")

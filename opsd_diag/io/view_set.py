@@ -4,12 +4,13 @@
 - A teacher view: the teacher model's own tokenizer and chat template when it has one (a warning
   says so when that template differs from the student's); a self-teacher, or a teacher without a
   template (a -Base checkpoint), is shown the student's rendering. Its options are its own
-  ``chat_template_kwargs``, else the student's.
+  ``chat_template_kwargs``, else the student's. A teacher with another vocabulary (``engine.cross``)
+  always reads its own tokens: without a template, in the student's ``prompt_format``.
 - The base never renders: it scores the student's or each teacher's view (``scoring.base_view``),
   so a base needs no chat template.
 
-The vocabularies are checked equal (``io.models.check_compatible``), so ids rendered by one
-tokenizer mean the same text to every model.
+Models of one vocabulary are checked equal (``io.models.check_compatible``), so ids rendered by one
+tokenizer mean the same text to each of them; a teacher of another vocabulary is aligned span by span.
 """
 
 from __future__ import annotations
@@ -41,8 +42,21 @@ def teacher_renderer(cfg, teacher, student_tok, teacher_tok=None) -> ViewRendere
         return ViewRenderer(teacher_tok, Format.of("chat", kwargs, f"teacher config '{teacher.name}' (model "
                                                                    f"'{teacher.model}')"))
     kind = cfg.student.prompt_format
+    if teacher_tok is not None and teacher_tok.get_vocab() != student_tok.get_vocab():  # its own tokens
+        return ViewRenderer(teacher_tok, Format.of(kind, kwargs, f"teacher config '{teacher.name}' (model "
+                                                                 f"'{teacher.model}')"))
     return ViewRenderer(student_tok, Format.of(kind, kwargs, f"teacher config '{teacher.name}' (the student's "
                                                              "template)"))
+
+
+def base_renderer(cfg, teacher, student: ViewRenderer, own: ViewRenderer, family_tok=None) -> ViewRenderer:
+    """What renders the base's prompts next to a teacher config with another tokenizer (``own``: its renderer):
+    the view ``scoring.base_view`` names, in the tokens of the base's family (``family_tok``: that teacher's
+    tokenizer for a base of its family; None for a base of the student's). Each view keeps its format."""
+    on_teacher = cfg.scoring.base_view == "teacher"
+    if family_tok is not None:
+        return own if on_teacher else ViewRenderer(family_tok, student.fmt)
+    return teacher_renderer(cfg, teacher, student.tok) if on_teacher else student
 
 
 def template_notes(cfg, student_tok, teacher_toks: dict) -> list[str]:
@@ -53,8 +67,10 @@ def template_notes(cfg, student_tok, teacher_toks: dict) -> list[str]:
         if tt is None:
             continue
         if not has_chat_template(tt):
+            how = ("in its own tokens, as the student's prompt_format says" if tt.get_vocab() != student_tok.get_vocab()
+                   else "with the student's")
             notes.append(f"teacher config '{t.name}': model '{t.model}' has no chat template, so its view is "
-                         "rendered with the student's")
+                         f"rendered {how}")
         elif getattr(tt, "chat_template", None) != getattr(student_tok, "chat_template", None):
             notes.append(f"teacher config '{t.name}': model '{t.model}' has a chat template different from the "
                          "student's; its view is rendered with its own (docs/recipes.md, which template renders "

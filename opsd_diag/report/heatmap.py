@@ -109,6 +109,21 @@ def _cells(col: str, values: np.ndarray) -> list[str]:
     return [f"<tr><td>{col}</td><td>{cell(col, v)}</td></tr>" for v in values.tolist()]
 
 
+def _span_rows(t: pd.DataFrame) -> list[str]:
+    """Per span row: its student token count, the teacher's own pieces and ``uld`` (NaN rows: a same-vocabulary
+    config stacked in the same table has none)."""
+    out = []
+    for n, pieces, d in zip(t["span_len"].tolist(), t["teacher_tokens"].tolist(), t["uld"].tolist()):
+        if pieces is None or (isinstance(pieces, float) and math.isnan(pieces)):
+            out.append("")
+            continue
+        shown = " ".join(f"<span>{_token_html(str(x))}</span>" for x in pieces)
+        dist = f"{d:.3f}" if math.isfinite(d) else "n/a"  # >= 0: no sign
+        out.append(f"<tr><td>span</td><td>{n:g} student tokens</td></tr><tr><td>teacher tokens</td>"
+                   f"<td class='alt'>{shown}</td></tr><tr><td>uld</td><td>{dist}</td></tr>")
+    return out
+
+
 def _tooltip(pos: int, token_id: int, text: str, rows: list[str], alts, decode, config: str = "",
              signal: str = "") -> str:
     who = (f"<tr><th colspan='2' class='who'>config {html.escape(config)} · coloured by {html.escape(signal)}"
@@ -194,6 +209,8 @@ def render_heatmap(tokens: pd.DataFrame, signal: str, topk: pd.DataFrame | None 
     rows = [_cells(c, t[c].to_numpy(dtype=float)) for c in cols]
     sel = cols.index(signal)
     rows[sel] = [r.replace("<tr>", "<tr class=sel>", 1) for r in rows[sel]]  # the chosen signal stands out
+    if "teacher_tokens" in t.columns:  # span rows of a teacher with another tokenizer (engine.cross_scoring)
+        rows += [_span_rows(t)]
     positions, ids, texts = t["pos"].to_numpy().tolist(), t["token_id"].to_numpy().tolist(), t["token"].astype(str).tolist()
     hot = hot or set()
     spans = []

@@ -1,0 +1,81 @@
+"""A student completion re-tokenised for a teacher with another tokenizer, with its round-trip checks.
+
+The completion ids are decoded once to text; that text is encoded by both fast tokenizers with
+``return_offsets_mapping`` and grouped into common spans (``opsd_diag.core.align``). A row is used
+only when every check holds, and is otherwise flagged with the reason and left out, never aligned
+approximately:
+
+- the completion holds no special token except a final stop id (a special token is not text the
+  teacher could read);
+- re-encoding the text with the student's tokenizer gives back the sampled ids (a sampled,
+  non-canonical tokenisation has no offsets of its own);
+- the teacher's encoding decodes back to the text and holds no special token;
+- every span's tokens decode, on each side, to exactly the span's text (this catches offsets that
+  lie, e.g. trimmed whitespace attributed to the wrong token). A tokenizer whose decoder drops a
+  leading space of a piece (SentencePiece "▁" decoders) fails this check on such spans: those rows
+  are flagged, not mis-aligned.
+
+A final stop id of the student is paired with the teacher's end-of-sequence id, as one extra span
+of no text: both models are asked to end the turn there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opsd_diag.core.align import Spans, common_spans
+
+
+@dataclass(frozen=True)
+class Retokenized:
+    """One row's teacher completion ids and spans (``spans`` includes the stop span when ``stopped``)."""
+    teacher_ids: list[int]
+    spans: Spans
+    stopped: bool
+
+
+def special_ids(tok) -> set[int]:
+    """Every id the tokenizer treats as special (named ones and added tokens marked special)."""
+    return set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
+
+
+def _decode(tok, ids: list[int]) -> str:
+    return tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def retokenize(student_ids: list[int], student_tok, teacher_tok, stop_ids: list[int],
+               teacher_eos: int | None) -> Retokenized | str:
+    """The teacher's re-tokenisation and common spans of one completion, or why the row is left out."""
+    body, stopped = list(student_ids), False
+    if body and body[-1] in stop_ids:
+        body, stopped = body[:-1], True
+    if stopped and teacher_eos is None:
+        return "the teacher's tokenizer has no end-of-sequence token to pair with the student's stop id"
+    specials = special_ids(student_tok)
+    if any(t in specials for t in body):
+        return "a special token inside the completion (not text the teacher can read)"
+    text = _decode(student_tok, body)
+    enc_s = student_tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    if list(enc_s["input_ids"]) != body:
+        return "the sampled ids are not the student tokenizer's own encoding of their text"
+    enc_t = teacher_tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    t_ids = list(enc_t["input_ids"])
+    if _decode(teacher_tok, t_ids) != text:
+        return "the teacher's tokenizer does not round-trip the completion text"
+    if set(t_ids) & special_ids(teacher_tok):
+        return "the completion text encodes to a special token of the teacher"
+    try:
+        spans = common_spans([tuple(o) for o in enc_s["offset_mapping"]],
+                             [tuple(o) for o in enc_t["offset_mapping"]], len(text))
+    except ValueError as e:
+        return f"offsets unusable: {e}"
+    for (s_lo, s_hi), (t_lo, t_hi), (a, b) in zip(spans.student, spans.teacher, spans.chars):
+        piece = text[a:b]
+        if _decode(student_tok, body[s_lo:s_hi]) != piece or _decode(teacher_tok, t_ids[t_lo:t_hi]) != piece:
+            return f"the tokens of characters {a}-{b} do not decode to their text"
+    if stopped:
+        n_s, n_t = len(body), len(t_ids)
+        spans = Spans(spans.student + ((n_s, n_s + 1),), spans.teacher + ((n_t, n_t + 1),),
+                      spans.chars + ((len(text), len(text)),))
+        t_ids = t_ids + [teacher_eos]
+    return Retokenized(t_ids, spans, stopped)
