@@ -95,7 +95,8 @@ def test_a_second_diagnosis_on_the_same_out_is_refused_naming_the_first(world, t
     from opsd_diag.zoo import task
 
     data = tmp_path / "many.jsonl"
-    data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(40, 3)))
+    n = 120  # long enough that the first is still writing when the second has started (a fast CPU did 40 first)
+    data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(n, 3)))
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(diag_config(world, data={"path": str(data)}, shard_size=2,
                                               sampling={"num_samples": 2, "max_completion_length": 16,
@@ -117,8 +118,8 @@ def test_a_second_diagnosis_on_the_same_out_is_refused_naming_the_first(world, t
             first.kill()
     run = Run.load(out)  # finished and whole: every rollout once, every shard once, nothing half-written
     assert run.manifest["status"] == "finished" and jobs.read_status(out)["status"] == "finished"
-    assert len(run.rollouts) == 40 * 2 and run.rollouts["rollout_id"].is_unique
-    assert sorted(p.name for p in (out / "shards").iterdir()) == [f"{i:05d}" for i in range(20)]
+    assert len(run.rollouts) == n * 2 and run.rollouts["rollout_id"].is_unique
+    assert sorted(p.name for p in (out / "shards").iterdir()) == [f"{i:05d}" for i in range(n // 2)]
     assert set(run.tokens["rollout_id"]) <= set(run.rollouts["rollout_id"])
 
 
