@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO
 from fixtures_trainer import build_world
+from test_hardening import diag_config as hardening_config
 
 from opsd_diag import cli as diag_cli
 from opsd_diag import jobs
@@ -32,17 +34,11 @@ from opsd_diag.io import models
 from trainer import cli as train_cli
 from trainer import launch
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def diag_config(world: Path, **over) -> dict:
-    cfg = {"student": {"model": str(world / "student")}, "base": {"model": str(world / "base")},
-           "teachers": [{"name": "teacher", "model": str(world / "teacher")},
-                        {"name": "self_full", "context": "full_solution"}],
-           "data": {"path": str(world / "dev.jsonl")},
-           "sampling": {"num_samples": 2, "max_completion_length": 4, "teacher_samples": 0},
-           "analysis": {"bootstrap": 10, "checker": "toy"}, "shard_size": 2}
-    return {**cfg, **over}
+    """test_hardening's small diagnosis, shorter: 4 new tokens, shards of 2 problems."""
+    return hardening_config(world, **{"sampling": {"num_samples": 2, "max_completion_length": 4, "teacher_samples": 0},
+                                      "shard_size": 2, **over})
 
 
 @pytest.fixture(scope="module")
