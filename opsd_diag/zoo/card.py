@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from opsd_diag.zoo import effects
+
 OP_WORDS = {"+": "adding", "-": "subtracting", "*": "multiplying by"}
 
 REBUILD_NOTE = ("`tests/test_zoo.py` rebuilds the reduced `ci` size twice in CI and checks the weights are "
@@ -51,6 +53,8 @@ def world_section(r, world, cols: list[str]) -> str:
     if r.style:
         parts.append(f"Style: share of greedy replies that open with the base's preamble "
                      f"`{world.base.prefers}`: " + ", ".join(f"{k} {v:.2f}" for k, v in r.style.items()))
+    if world.expect:
+        parts.append(effects.markdown(effects.check(r, world.expect)))
     if world.teacher.misconceptions:
         parts.append(f"The teacher holds its own misconception: {misconception_text(world.teacher.misconceptions)}.")
     return "\n\n".join(parts) + "\n"

@@ -16,6 +16,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import Strict, validate
 from opsd_diag.io.yamlfile import read_mapping
+from opsd_diag.zoo.effects import KINDS
 
 Op = Literal["+", "-", "*"]
 Share = confloat(ge=0.0, le=1.0)
@@ -121,12 +122,33 @@ class Training(Spec):
     pass_k_samples: int = Field(0, ge=0, le=64)  # > 0: the card also gives sampled pass@1 / pass@4 from this many samples
 
 
+class Expect(Spec):
+    """A check the world's card must pass (``zoo/effects.py``): ``value - minus`` within the bounds."""
+    what: str = Field(min_length=1, max_length=120)
+    value: str
+    minus: str | None = None
+    at_least: float | None = None
+    at_most: float | None = None
+
+    @model_validator(mode="after")
+    def _known(self):
+        for name in filter(None, (self.value, self.minus)):
+            kind, _, row = name.partition(":")
+            if kind not in KINDS or (kind != "probe" and not row):
+                raise ValueError(f"quantity {name!r}: write KIND:ROW with KIND one of {', '.join(KINDS)} "
+                                 "(e.g. accuracy:student); probe takes no row")
+        if self.at_least is None and self.at_most is None:
+            raise ValueError("an expectation needs at_least or at_most")
+        return self
+
+
 class World(Spec):
     name: str = Field("chains", pattern=NAME)
     seed: int = 0
     out: str | None = None           # models folder, relative to the spec file (default <name>/models)
     problems: str | None = None      # problem splits folder (default <name>/problems)
     shows: str | None = None         # the card's "what this world shows": which rule of thumb misleads
+    expect: list[Expect] = Field(default_factory=list)  # pre-declared checks the card must pass
     task: Task = Task()
     student: Student = Student()
     teacher: Teacher = Teacher()
