@@ -189,8 +189,11 @@ def _cmd_zoo_build(args) -> None:
         spec, out, command = world_mod.World(), Path(args.out or MODELS_DIR), ""
         problems_dir = Path(args.problems_dir) if args.problems_dir != "" else None
         problems_dir = PROBLEMS_DIR if args.problems_dir is None else problems_dir
-    from opsd_diag.zoo.build import build
+    from opsd_diag.zoo.build import build, rerender_card
 
+    if args.card_only:
+        rerender_card(out, spec, command=command)
+        return
     build(out, problems_dir=problems_dir, size=args.size, seed=args.seed, world=spec, command=command)
 
 
@@ -254,6 +257,8 @@ def parser() -> argparse.ArgumentParser:
                         "problems folder); '' to skip")
     b.add_argument("--size", default="full", help="full (the spec's models) or ci (a seconds-long smoke build)")
     b.add_argument("--seed", type=int, help="seed (default: the world's, 0 for the bundled zoo)")
+    b.add_argument("--card-only", action="store_true",
+                   help="train nothing: render MODEL_CARD.md again from the built build_report.json and the spec")
     b.set_defaults(func=_cmd_zoo_build)
     return p
 

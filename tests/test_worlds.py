@@ -55,6 +55,9 @@ def test_every_spec_loads_and_chains_is_the_bundled_zoo():
     ("training.pass_k_samples", 2, "pass_k_samples must be 0 (off) or at least 4"),
     ("contexts.rule", "no prompt here", "has no {prompt} placeholder"),
     ("name", "Bad Name", "name"),
+    ("expect", [{"what": "x", "value": "accuracy", "at_least": 0.1}], "write KIND:ROW"),
+    ("expect", [{"what": "x", "value": "gap:student", "at_least": 0.1}], "write KIND:ROW"),
+    ("expect", [{"what": "x", "value": "accuracy:student"}], "needs at_least or at_most"),
 ])
 def test_bad_spec_is_one_clear_error(tmp_path, key, value, match):
     with pytest.raises(OpsdError) as e:
@@ -125,28 +128,50 @@ def test_chains_spec_regenerates_the_shipped_splits_and_card():
     assert card.rstrip("\n") == (ZOO / "MODEL_CARD.md").read_text().split("## Rebuild check")[0].rstrip("\n")
 
 
-# ------------------------------------------------------------------ recorded builds
+# ------------------------------------------------------------------ built worlds
 
-RECORDS = sorted(p.parent for p in (REPO / "benchmarks/validity/worlds/builds").glob("*/build_report.json"))
+BUILT = sorted(p.parent for p in WORLDS.glob("*/models/build_report.json"))
 
 
-def test_recorded_world_builds_render_to_their_cards():
-    """benchmarks/validity/worlds/builds/<world>/: a full-size build's report and card (weights not kept);
-    the card is what the report renders to with the world's spec, and the measured time is recorded."""
-    from opsd_diag.zoo import build
+def test_effect_checks_against_explicit_arithmetic():
+    """zoo/effects.py: value - minus against its bounds, on a report written out by hand."""
+    from opsd_diag.zoo import build, effects
+
+    r = build.BuildReport(seed=0, size="full", accuracy={"student": {"all": 0.2}, "student + x": {"all": 0.7}},
+                          probe={"p": {"all": 0.25}}, pass_k={"teacher": {"pass@1": 0.6, "pass@4": 0.7}},
+                          style={"teacher": 0.95}, second_skill={"student": 0.85})
+    E = world.Expect
+    got = effects.check(r, [E(what="gap", value="accuracy:student + x", minus="accuracy:student", at_least=0.5),
+                            E(what="probe", value="probe", minus="accuracy:student", at_most=0.04),
+                            E(what="k", value="pass@4:teacher", minus="pass@1:teacher", at_least=0.05, at_most=0.2),
+                            E(what="style", value="style:teacher", at_least=0.9),
+                            E(what="skill", value="second_skill:student", at_least=0.9),
+                            E(what="absent", value="pass@1:student", at_least=0.0)])
+    assert [o.holds for o in got] == [True, False, True, True, False, False]
+    assert [None if o.value is None else round(o.value, 9) for o in got] == [0.5, 0.05, 0.1, 0.95, 0.85, None]
+    md = effects.markdown(got)
+    assert "| probe | `probe - accuracy[student]` | +0.05 | <= 0.04 | **no** |" in md and "does not show" in md
+    assert "every declared check holds" not in md.lower()
+
+
+@pytest.mark.parametrize("models", BUILT, ids=[p.parent.name for p in BUILT])
+def test_built_world_is_small_its_card_renders_and_shows_its_effect(models):
+    """sample_data/worlds/<world>/models: a full-size build within the issue's bounds (<= 5 MB of weights,
+    <= 20 min), its card the render of its report and spec, and every check its spec declared holds."""
+    from opsd_diag.zoo import build, effects
     from opsd_diag.zoo.card import model_card
 
-    assert RECORDS, "no recorded build"
-    times = {line.split("\t")[0]: line.split("\t") for line in
-             (REPO / "benchmarks/validity/worlds/builds/times.tsv").read_text().splitlines()}
-    for d in RECORDS:
-        w = world.load(WORLDS / f"{d.name}.yaml")
-        report = json.loads((d / "build_report.json").read_text())
-        assert report["world"] == d.name and report["size"] == "full"
-        card = model_card(build.BuildReport(**report), build.size_of(w, "full"), w,
-                          command=f"opsd-diag zoo build --world sample_data/worlds/{d.name}.yaml")
-        assert (d / "MODEL_CARD.md").read_text() == card
-        assert times[d.name][1] == "0" and float(times[d.name][2]) >= report["seconds"]
+    name = models.parent.name
+    w = world.load(WORLDS / f"{name}.yaml")
+    report = build.BuildReport(**json.loads((models / "build_report.json").read_text()))
+    assert report.world == name and report.size == "full"
+    weights = sum(p.stat().st_size for p in models.glob("*/model.safetensors"))
+    assert len(list(models.glob("*/model.safetensors"))) == 3 and weights <= 5_000_000
+    assert report.seconds <= 20 * 60
+    card = model_card(report, build.size_of(w, "full"), w, command=f"opsd-diag zoo build --world sample_data/worlds/{name}.yaml")
+    assert (models / "MODEL_CARD.md").read_text() == card
+    outcomes = effects.check(report, w.expect)
+    assert w.expect and all(o.holds for o in outcomes), [o for o in outcomes if not o.holds]
 
 
 @pytest.mark.slow

@@ -292,6 +292,20 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
     return report
 
 
+def rerender_card(out_dir: Path, world: World, command: str = "") -> Path:
+    """MODEL_CARD.md again from a finished build's report (e.g. after the spec's ``expect`` or text changed)."""
+    path = Path(out_dir) / "build_report.json"
+    try:
+        report = BuildReport(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as e:
+        raise OpsdError(f"cannot read the build report {path} ({e}): build the world first") from None
+    card = Path(out_dir) / "MODEL_CARD.md"
+    tmp = card.with_name(".MODEL_CARD.md.tmp")
+    tmp.write_text(model_card(report, size_of(world, report.size), world, command=command))
+    tmp.replace(card)
+    return card
+
+
 def _swap_in(stage: Path, out_dir: Path) -> None:
     """Replace the model folders of ``out_dir`` by the staged ones, one rename each."""
     out_dir.mkdir(parents=True, exist_ok=True)
