@@ -52,7 +52,7 @@ SIGNALS: tuple[Column, ...] = (
     Column("teachability", f"Σ_{{v ∈ top_k(p)}} q_v, k = {COMPAT_K}",
            f"teachability (TA-OPD): the teacher's probability mass on the student's own top-{COMPAT_K} tokens",
            signed=False),
-    Column("topk_overlap", f"|top_k(p) ∩ top_k(q)| / k, k = {COMPAT_K}",
+    Column("topk_overlap", f"#{{v ∈ top_k(p) ∩ top_k(q)}} / k, k = {COMPAT_K}",
            f"top-k overlap (Rethinking-OPD): the share of the student's top-{COMPAT_K} tokens also in the teacher's",
            signed=False),
 )
