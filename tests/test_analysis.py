@@ -345,3 +345,22 @@ def test_summary_frame_headline_numbers():
         s["configs"]["plain"]["teacher_minus_student_accuracy"]["estimate"])
     assert frame.drop(columns=["config", "n_tokens"]).dtypes.eq(float).all()
     assert frame["n_tokens"].tolist() == tokens.groupby("config").size().tolist()
+
+
+def test_a_token_table_without_the_later_columns_opens_with_them_nan(tmp_path):
+    """A run written before teachability and topk_overlap existed still opens (they read as not measured, NaN,
+    never 0); where present they must be numbers, like every signal column."""
+    from opsd_diag.io import store
+    from opsd_diag.schema import LATER_COLUMNS, TABLE_COLUMNS
+
+    (tmp_path / "manifest.json").write_text("{}")
+    tokens, _ = make_tables(seed=8, configs=("a",), n_problems=2, samples=1)
+    tokens["token_id"], tokens["token"] = 3, "x"
+    old = tokens[[c for c in TABLE_COLUMNS["tokens"]]]
+    assert not set(LATER_COLUMNS["tokens"]) & set(old.columns)
+    old.to_parquet(tmp_path / "tokens.parquet")
+    got = store.read_table(tmp_path, "tokens")
+    assert got[list(LATER_COLUMNS["tokens"])].isna().all().all() and len(got) == len(old)
+    tokens.assign(teachability="high").to_parquet(tmp_path / "tokens.parquet")
+    with pytest.raises(OpsdError, match="column 'teachability' holds"):
+        store.read_table(tmp_path, "tokens")

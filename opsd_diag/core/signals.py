@@ -89,7 +89,8 @@ def generalized_jsd(student_logp: Tensor, teacher_logp: Tensor, beta: float, *, 
 
 def top_k_mask(logp: Tensor, k: int) -> Tensor:
     """``[N, V]`` bool: the ``min(k, V)`` largest entries of each row, ties at the k-th value broken toward the
-    lower token id (the order ``torch.topk`` gives on CPU, made explicit so every device picks the same set)."""
+    lower token id (``torch.topk`` leaves which tied entries it returns open; fixed here, so every device and
+    chunking picks the same set)."""
     k = min(k, logp.shape[-1])
     kth = logp.topk(k, dim=-1).values[..., -1:]  # [N, 1] the k-th largest value
     above = logp > kth  # [N, V] fewer than k entries

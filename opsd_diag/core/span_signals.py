@@ -9,9 +9,9 @@ token log-probs, and every sampled advantage is ``signals.sampled_rewards`` of t
 Signals that compare the two distributions id by id (KL, JSD, the centred advantages and the
 OPD² gate, top-1 agreement, teachability and top-k overlap) have no meaning across two vocabularies
 and are NaN (not available), never computed on mismatched ids. In their place: ``uld``, the
-Universal Logit Distillation distance between the sorted probability vectors at the span's first position, where both models
-predict the start of the same text from the same text before it. Entropies and ``rank_t`` are read
-at that position too, each within its own model's vocabulary.
+Universal Logit Distillation distance between the sorted probability vectors at the span's first
+position, where both models predict the start of the same text from the same text before it.
+Entropies and ``rank_t`` are read at that position too, each within its own model's vocabulary.
 """
 
 from __future__ import annotations

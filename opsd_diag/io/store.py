@@ -204,7 +204,9 @@ def read_table(run_dir: Path, name: str, optional: bool = False) -> pd.DataFrame
     manifest = read_manifest(run_dir)
     frame = _read_parquet(path, manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else None,
                           TABLE_COLUMNS.get(name, {}), manifest.get("vocab_size"))
-    for c in LATER_COLUMNS.get(name, ()):  # a run of an older version: not measured (NaN), never a zero
+    later = LATER_COLUMNS.get(name, ())
+    frame = check_table(frame, path, {c: "f" for c in later if c in frame.columns})  # numbers where present
+    for c in later:  # a run of an older version: not measured (NaN), never a zero
         if c not in frame.columns:
             frame[c] = pd.Series(float("nan"), index=frame.index, dtype="float32")
     return frame
