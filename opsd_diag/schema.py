@@ -20,9 +20,6 @@ class Column:
     dtype: str = "float32"
 
 
-# k of the two top-k compatibility columns (teachability, topk_overlap): one value for every run, so runs compare
-COMPAT_K = 5
-
 SIGNALS: tuple[Column, ...] = (
     Column("lp_s", "log p(y_t)", "student log-prob of the sampled token", signed=False),
     Column("lp_t", "log q(y_t)", "teacher log-prob of the sampled token", signed=False),
@@ -49,11 +46,11 @@ SIGNALS: tuple[Column, ...] = (
            signed=False),
     Column("top1_agree", "1[argmax p = argmax q]", "student and teacher agree on the most likely token",
            signed=False),
-    Column("teachability", f"Σ_{{v ∈ top_k(p)}} q_v, k = {COMPAT_K}",
-           f"teachability (TA-OPD): the teacher's probability mass on the student's own top-{COMPAT_K} tokens",
-           signed=False),
-    Column("topk_overlap", f"#{{v ∈ top_k(p) ∩ top_k(q)}} / k, k = {COMPAT_K}",
-           f"top-k overlap (Rethinking-OPD): the share of the student's top-{COMPAT_K} tokens also in the teacher's",
+    # k = core.signals.COMPAT_K (schema holds no torch; tests/test_signals.py keeps this text equal to it)
+    Column("teachability", "Σ_{v ∈ top_k(p)} q_v, k = 5",
+           "teachability (TA-OPD): the teacher's probability mass on the student's own top-5 tokens", signed=False),
+    Column("topk_overlap", "#{v ∈ top_k(p) ∩ top_k(q)} / k, k = 5",
+           "top-k overlap (Rethinking-OPD): the share of the student's top-5 tokens also in the teacher's",
            signed=False),
 )
 SIGNAL_COLUMNS: tuple[str, ...] = tuple(c.name for c in SIGNALS)

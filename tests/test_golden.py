@@ -188,9 +188,9 @@ TIE = 1e-5  # log-probs closer than this may order either way in float32 (docs/d
 
 def check_added_signals(run_dir: Path, tokens: pd.DataFrame) -> int:
     """teachability and topk_overlap of every token row against float64 sorting of the run's models' full
-    distributions (k = schema.COMPAT_K, ties toward the lower id), where the k-th and (k+1)-th log-probs of
+    distributions (k = core.signals.COMPAT_K, ties toward the lower id), where the k-th and (k+1)-th log-probs of
     student and teacher are apart by more than TIE; returns how many rows were checked."""
-    from opsd_diag.schema import COMPAT_K as K
+    from opsd_diag.core.signals import COMPAT_K as K
 
     checked = 0
     for i, _, ls, lt, _ in float64_rows(run_dir, tokens):

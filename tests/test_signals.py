@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from opsd_diag.core import signals as S
-from opsd_diag.schema import BASE_COLUMNS, COMPAT_K, SIGNAL_COLUMNS
+from opsd_diag.core.signals import COMPAT_K
+from opsd_diag.schema import BASE_COLUMNS, BY_NAME, SIGNAL_COLUMNS
 
 N, V = 5, 11
 RTOL, ATOL = 1e-5, 1e-5
@@ -340,6 +341,12 @@ def test_top_k_mask_breaks_ties_toward_the_lower_id():
     x = torch.tensor([[1.0, 2.0, 2.0, 2.0, 0.0, 2.0], [3.0, 2.0, 2.0, 1.0, 2.0, 0.0]])
     assert S.top_k_mask(x, 2).nonzero().tolist() == [[0, 1], [0, 2], [1, 0], [1, 1]]
     assert S.top_k_mask(x, 9).all()  # k above the vocabulary: every id
+
+
+def test_the_column_reference_states_the_named_k():
+    assert COMPAT_K == 5  # changing it changes what every stored run means: say so in docs/signals.md
+    for name in ("teachability", "topk_overlap"):
+        assert BY_NAME[name].formula.endswith(f"k = {COMPAT_K}") and f"top-{COMPAT_K} " in BY_NAME[name].meaning
 
 
 def test_token_signals_use_the_named_k():

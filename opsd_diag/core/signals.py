@@ -24,8 +24,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from opsd_diag.schema import COMPAT_K
-
 
 def log_probs(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """float32 ``log_softmax(logits / temperature)`` over the last (vocabulary) dimension."""
@@ -85,6 +83,10 @@ def generalized_jsd(student_logp: Tensor, teacher_logp: Tensor, beta: float, *, 
                                student_logp + math.log1p(-beta))  # [N, V] log m
     return (beta * kl(teacher_logp, mix_logp, teacher_p)
             + (1.0 - beta) * kl(student_logp, mix_logp, student_p))  # [N]
+
+
+# k of the two top-k compatibility columns (teachability, topk_overlap): one value for every run, so runs compare
+COMPAT_K = 5
 
 
 def top_k_mask(logp: Tensor, k: int) -> Tensor:

@@ -7,7 +7,7 @@
 Both per token of the diagnosis' student rollouts, at tau = 1, averaged over every scored token of
 a configuration (the diagnosis' own token set). The formula is the product's own
 (``opsd_diag.core.signals.topk_compat``). A diagnosis written since it became a token column holds
-both columns (k = ``opsd_diag.schema.COMPAT_K``), and they are read from its tokens.parquet; for a
+both columns (k = ``opsd_diag.core.signals.COMPAT_K``), and they are read from its tokens.parquet; for a
 run written before, or another ``--k``, they are computed with the same function from the run's
 models and each view's prompt ids (its config and rollouts.parquet), so nothing is re-sampled.
 
@@ -28,9 +28,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from opsd_diag.core import signals  # noqa: E402 (after the path set-up above)
-from opsd_diag.schema import COMPAT_K  # noqa: E402
 
-K = COMPAT_K
+K = signals.COMPAT_K
 COLUMNS = ("teachability", "topk_overlap")
 
 
@@ -44,7 +43,7 @@ def stored_compat(diag: Path, run, names: list[str], k: int) -> dict | None:
     table does not hold the columns (a run written before they existed) or ``k`` is not the product's."""
     import pyarrow.parquet as pq
 
-    if k != COMPAT_K or not set(COLUMNS) <= set(pq.read_schema(diag / "tokens.parquet").names):
+    if k != K or not set(COLUMNS) <= set(pq.read_schema(diag / "tokens.parquet").names):
         return None
     tokens, out = run.tokens, {}
     for name in names:
