@@ -46,10 +46,19 @@ SIGNALS: tuple[Column, ...] = (
            signed=False),
     Column("top1_agree", "1[argmax p = argmax q]", "student and teacher agree on the most likely token",
            signed=False),
+    # k = core.signals.COMPAT_K (schema holds no torch; tests/test_signals.py keeps this text equal to it)
+    Column("teachability", "Σ_{v ∈ top_k(p)} q_v, k = 5",
+           "teachability (TA-OPD): the teacher's probability mass on the student's own top-5 tokens", signed=False),
+    Column("topk_overlap", "#{v ∈ top_k(p) ∩ top_k(q)} / k, k = 5",
+           "top-k overlap (Rethinking-OPD): the share of the student's top-5 tokens also in the teacher's",
+           signed=False),
 )
 SIGNAL_COLUMNS: tuple[str, ...] = tuple(c.name for c in SIGNALS)
 BASE_COLUMNS: tuple[str, ...] = tuple(c.name for c in SIGNALS if c.needs_base)
 BY_NAME: dict[str, Column] = {c.name: c for c in SIGNALS}
+# Columns added after runs were already written: a stored table without them still opens, and reads them as NaN
+# (not measured), so runs of an older version keep working (io.store.read_table)
+LATER_COLUMNS: dict[str, tuple[str, ...]] = {"tokens": ("teachability", "topk_overlap")}
 # The key columns in front of the signals in tokens.parquet (one row per rollout x position x config)
 TOKEN_KEYS: tuple[str, ...] = ("rollout_id", "config", "pos", "token_id", "token")
 # Names a teacher config may not take: they collide with a column or with the student's view
@@ -90,7 +99,7 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
     "rollouts": {"rollout_id": "i", "problem_index": "i", "sample_idx": "i", "completion_ids": "l", "length": "i",
                  "finished": "b", "text": "s", "correct": "b"},
     "tokens": {"rollout_id": "i", "config": "s", "pos": "i", "token_id": "i", "token": "s",
-               **{c: "f" for c in SIGNAL_COLUMNS}},
+               **{c: "f" for c in SIGNAL_COLUMNS if c not in LATER_COLUMNS["tokens"]}},
     "topk": {"rollout_id": "i", "pos": "i", "role": "s", "config": "s", "rank": "i", "token_id": "i", "logprob": "f"},
     "teacher_rollouts": {"config": "s", "sample_idx": "i", "correct": "b"},
     "nodes": {"node_id": "i", "config": "s", "rollout_id": "i", "pos": "i", "token_id": "i", "cand_ids": "l"},

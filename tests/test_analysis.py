@@ -291,6 +291,31 @@ def test_summarize_json_nan_base_and_no_teacher():
     assert frame["sign_agreement"].isna().all() and frame["teacher_accuracy"].isna().all()
 
 
+def test_summary_means_of_the_top_k_compatibility_columns_equal_the_token_means():
+    """mean_teachability and mean_topk_overlap of each config (summary.json -> overall, and the binned
+    frames' mean_ columns) are the means of the token columns; a config of another vocabulary (all NaN)
+    has none (null, never 0)."""
+    tokens, rollouts = make_tables(seed=7, configs=("ctx", "plain", "cross"))
+    rng = np.random.default_rng(7)
+    tokens["teachability"] = rng.uniform(0, 1, len(tokens))
+    tokens["topk_overlap"] = rng.integers(0, 6, len(tokens)) / 5
+    cross = tokens["config"] == "cross"
+    tokens.loc[cross, ["teachability", "topk_overlap"]] = np.nan
+    s = Summary.model_validate(json.loads(json.dumps(an.summarize(tokens, rollouts, n_boot=20))))
+    for config in ("ctx", "plain", "cross"):
+        mine = tokens[tokens["config"] == config]
+        for col in ("teachability", "topk_overlap"):
+            got = s.configs[config].overall.columns[col]
+            if config == "cross":
+                assert got.mean is None and got.n == 0
+            else:
+                assert got.mean == pytest.approx(float(np.mean(mine[col].to_numpy())), rel=1e-12)
+                assert got.n == len(mine)
+    pos = s.position_frame().set_index(["config", "bucket"])
+    early = tokens[(tokens["config"] == "ctx") & (tokens["pos"] < 16)]
+    assert pos.loc[("ctx", "0-15"), "mean_teachability"] == pytest.approx(early["teachability"].mean())
+
+
 def test_summarize_deterministic_and_checks_inputs():
     tokens, rollouts = make_tables(seed=4, configs=("a",), n_problems=4)
     one = an.summarize(tokens, rollouts, n_boot=50, seed=3)
@@ -320,3 +345,22 @@ def test_summary_frame_headline_numbers():
         s["configs"]["plain"]["teacher_minus_student_accuracy"]["estimate"])
     assert frame.drop(columns=["config", "n_tokens"]).dtypes.eq(float).all()
     assert frame["n_tokens"].tolist() == tokens.groupby("config").size().tolist()
+
+
+def test_a_token_table_without_the_later_columns_opens_with_them_nan(tmp_path):
+    """A run written before teachability and topk_overlap existed still opens (they read as not measured, NaN,
+    never 0); where present they must be numbers, like every signal column."""
+    from opsd_diag.io import store
+    from opsd_diag.schema import LATER_COLUMNS, TABLE_COLUMNS
+
+    (tmp_path / "manifest.json").write_text("{}")
+    tokens, _ = make_tables(seed=8, configs=("a",), n_problems=2, samples=1)
+    tokens["token_id"], tokens["token"] = 3, "x"
+    old = tokens[[c for c in TABLE_COLUMNS["tokens"]]]
+    assert not set(LATER_COLUMNS["tokens"]) & set(old.columns)
+    old.to_parquet(tmp_path / "tokens.parquet")
+    got = store.read_table(tmp_path, "tokens")
+    assert got[list(LATER_COLUMNS["tokens"])].isna().all().all() and len(got) == len(old)
+    tokens.assign(teachability="high").to_parquet(tmp_path / "tokens.parquet")
+    with pytest.raises(OpsdError, match="column 'teachability' holds"):
+        store.read_table(tmp_path, "tokens")

@@ -103,7 +103,8 @@ def check_rows(tokens, rollouts, name, student_dir, teacher_dir, base_dir, base_
             assert list(row.teacher_tokens) == [t_tok.decode([t]) for t in al.teacher_ids[t_lo:t_hi]]
             for c in CROSS_COLUMNS:
                 assert row[c] == pytest.approx(want[c], rel=1e-4, abs=1e-4), (c, j)
-            for c in ("kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "top1_agree"):
+            for c in ("kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "top1_agree", "teachability",
+                      "topk_overlap"):
                 assert math.isnan(row[c])
             checked += 1
     return checked
@@ -121,6 +122,9 @@ def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path, capsys):
     assert (rollouts["left_out.xt"] == "").mean() > 0.5
     summary = json.loads((tmp_path / "cross" / "summary.json").read_text())
     assert summary["left_out"]["xt"]["rollouts"] == int((rollouts["left_out.xt"] != "").sum())
+    for c in ("teachability", "topk_overlap"):  # one vocabulary only: not available for xt, measured beside it
+        assert summary["configs"]["xt"]["overall"]["columns"][c]["mean"] is None
+        assert summary["configs"]["teacher"]["overall"]["columns"][c]["mean"] is not None
     assert summary["left_out"]["xt"]["of"] == len(rollouts) and "left_out" not in json.loads(
         (tmp_path / "today" / "summary.json").read_text())
     spans = tokens[tokens.config == "xt"]

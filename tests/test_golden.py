@@ -8,7 +8,10 @@ within 1e-5 of it, and every aggregate of ``gate`` (its means, the sign agreemen
 counts of the alignment) moves with it; the predictor's description string now cites the
 project's own docs. Since the predictive-validity work (issue 11) the alignment statistics are taken
 among the tokens whose advantages are not numerically zero, with ``large_gap_share`` dropped; the
-verdicts rest on them and are compared by their (config, signal, verdict) triples.
+verdicts rest on them and are compared by their (config, signal, verdict) triples. Two token
+columns were added later (issue 20: ``teachability`` and ``topk_overlap``, with their means in the
+summary); the golden files predate them and are left as they are: the new columns are checked
+against a float64 recomputation from the run's models instead, and every old number as before.
 """
 
 from __future__ import annotations
@@ -64,8 +67,18 @@ def test_tables_equal_the_golden_run(new_run, name):
     compare_table(name, pd.read_parquet(GOLDEN / f"{name}.parquet"), pd.read_parquet(new_run / f"{name}.parquet"))
 
 
+# issue 20 added two token columns (the top-k compatibility of one vocabulary); the golden files predate them
+ADDED_SIGNALS = ("teachability", "topk_overlap")
+
+
+def without_added_signals(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """The new token table without the columns added since the old one was written (checked apart)."""
+    return new.drop(columns=[c for c in ADDED_SIGNALS if c in new.columns and c not in old.columns])
+
+
 def test_tokens_equal_except_gates_of_near_zero_delta_advantages(new_run):
     old, new = pd.read_parquet(GOLDEN / "tokens.parquet"), pd.read_parquet(new_run / "tokens.parquet")
+    new = without_added_signals(old, new)
     assert_frames_close(old, new, skip=("gate",))
     flipped = old["gate"] != new["gate"]
     # the listed change, and nothing else: 0 -> 1 where the textbook float32 form had cancelled
@@ -79,7 +92,8 @@ def test_tokens_equal_except_gates_of_near_zero_delta_advantages(new_run):
 # the alignment statistics of the predictive-validity issue (11): agreement among the informative
 # tokens, the near-zero share reported apart, and the teacher-independent large_gap_share dropped
 ADDED_KEYS = {"candidates",  # ideal.candidates: the predictor option of issue 11 (its default is the old behaviour)
-              "student_truncated_share", "teacher_truncated_share"}  # issue 21: the truncation shares
+              "student_truncated_share", "teacher_truncated_share",  # issue 21: the truncation shares
+              *ADDED_SIGNALS}  # issue 20: their means, by split (test_added_signals_equal_a_float64_recomputation)
 ALIGNMENT_FIELDS_NOW = {"n", "gate_keep", "near_zero_share", "n_informative", "sign_agreement", "pearson", "spearman",
                         "q_pp", "q_pn", "q_np", "q_nn"}
 
@@ -113,15 +127,25 @@ def _walk(old, new, path=""):
         assert old == new, path
 
 
+def test_added_signals_equal_a_float64_recomputation(new_run):
+    tokens = pd.read_parquet(new_run / "tokens.parquet")
+    assert check_added_signals(new_run, tokens) >= 0.9 * len(tokens)  # near ties at the 5th place are rare
+    summary = json.loads((new_run / "summary.json").read_text())
+    for config, rows in tokens.groupby("config"):
+        for c in ADDED_SIGNALS:
+            assert close(summary["configs"][config]["overall"]["columns"][c]["mean"], float(rows[c].mean()))
+
+
 def test_summary_equals_the_golden_run_and_verdicts_are_unchanged(new_run):
     old = json.loads((GOLDEN / "summary.json").read_text())
     new = json.loads((new_run / "summary.json").read_text())
     _walk(old, new)  # the ranking within it: the same verdicts, reordered only where scores tie
 
 
-def float64_advantages(run_dir: Path, tokens: pd.DataFrame) -> pd.DataFrame:
-    """a_opd and a_delta of the given token rows recomputed in float64 (textbook form, full forwards
-    of the models named in the run's config; base_view student, one scoring temperature)."""
+def float64_rows(run_dir: Path, tokens: pd.DataFrame):
+    """Per given token row: (row index, sampled id, float64 log-probs [V] of student, teacher and base at its
+    position), from full forwards of the models named in the run's config (base_view student, one scoring
+    temperature)."""
     import torch
 
     from opsd_diag.io.models import load_model
@@ -132,7 +156,6 @@ def float64_advantages(run_dir: Path, tokens: pd.DataFrame) -> pd.DataFrame:
     tau = cfg.scoring_temperature
     load = functools.lru_cache(maxsize=None)(lambda name: load_model.__wrapped__(name, None, "float32", "cpu").double())
     teachers = {t.name: (cfg.student.model if t.is_self else t.model) for t in cfg.teachers}
-    out = []
     for (rid, config), g in tokens.groupby(["rollout_id", "config"]):
         row = rollouts.loc[rid]
         comp = [int(x) for x in row["completion_ids"]]
@@ -147,10 +170,39 @@ def float64_advantages(run_dir: Path, tokens: pd.DataFrame) -> pd.DataFrame:
         lt = logp(teachers[config], row[f"prompt_ids.{config}"])
         lb = logp(cfg.base.model, row["prompt_ids.student"])
         for i, pos in zip(g.index, g["pos"]):
-            y, p = comp[int(pos)], ls[int(pos)].exp()
-            out.append({"index": i, "a_opd": float((lt[pos, y] - ls[pos, y]) - (p * (lt[pos] - ls[pos])).sum()),
-                        "a_delta": float((lt[pos, y] - lb[pos, y]) - (p * (lt[pos] - lb[pos])).sum())})
+            yield i, comp[int(pos)], ls[int(pos)], lt[int(pos)], lb[int(pos)]
+
+
+def float64_advantages(run_dir: Path, tokens: pd.DataFrame) -> pd.DataFrame:
+    """a_opd and a_delta of the given token rows recomputed in float64 (textbook form)."""
+    out = []
+    for i, y, ls, lt, lb in float64_rows(run_dir, tokens):
+        p = ls.exp()
+        out.append({"index": i, "a_opd": float((lt[y] - ls[y]) - (p * (lt - ls)).sum()),
+                    "a_delta": float((lt[y] - lb[y]) - (p * (lt - lb)).sum())})
     return pd.DataFrame(out).set_index("index")
+
+
+TIE = 1e-5  # log-probs closer than this may order either way in float32 (docs/design.md, conventions)
+
+
+def check_added_signals(run_dir: Path, tokens: pd.DataFrame) -> int:
+    """teachability and topk_overlap of every token row against float64 sorting of the run's models' full
+    distributions (k = core.signals.COMPAT_K, ties toward the lower id), where the k-th and (k+1)-th log-probs of
+    student and teacher are apart by more than TIE; returns how many rows were checked."""
+    from opsd_diag.core.signals import COMPAT_K as K
+
+    checked = 0
+    for i, _, ls, lt, _ in float64_rows(run_dir, tokens):
+        s, t = ls.sort(descending=True, stable=True), lt.sort(descending=True, stable=True)
+        if min(float(s.values[K - 1] - s.values[K]), float(t.values[K - 1] - t.values[K])) <= TIE:
+            continue
+        top_s, top_t = set(s.indices[:K].tolist()), set(t.indices[:K].tolist())
+        teach = float(lt.exp()[sorted(top_s)].sum())
+        assert close(float(tokens.at[i, "teachability"]), teach, rtol=1e-4, atol=1e-5), (i, teach)
+        assert tokens.at[i, "topk_overlap"] == len(top_s & top_t) / K, i
+        checked += 1
+    return checked
 
 
 def compare_runs(old_dir: Path, new_dir: Path) -> None:
@@ -161,6 +213,10 @@ def compare_runs(old_dir: Path, new_dir: Path) -> None:
         compare_table(name, pd.read_parquet(old_dir / f"{name}.parquet"), pd.read_parquet(new_dir / f"{name}.parquet"))
         print(f"{name}: equal")
     old, new = pd.read_parquet(old_dir / "tokens.parquet"), pd.read_parquet(new_dir / "tokens.parquet")
+    added = [c for c in ADDED_SIGNALS if c in new.columns and c not in old.columns]
+    if added:
+        print(f"tokens: {added} added, checked against float64 on {check_added_signals(new_dir, new)} of {len(new)} rows")
+        new = without_added_signals(old, new)
     moved_by = {}
     for c in ("a_opd", "a_delta", "a_d2"):
         d = np.abs(new[c].to_numpy() - old[c].to_numpy())

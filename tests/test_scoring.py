@@ -10,6 +10,7 @@ from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.models import load_model, load_tokenizer
 from opsd_diag.io.views import encode_chat, student_view, teacher_view
+from opsd_diag.core.signals import COMPAT_K
 from opsd_diag.schema import SIGNAL_COLUMNS as COLUMNS
 from opsd_diag.settings import ScoreSettings
 from opsd_diag.zoo import task
@@ -61,6 +62,7 @@ def test_signals_match_unpadded_float64_reference(world):
     comps = _rollouts(world, probs)
     tokens, topk = _score(world, probs, comps)
     tok, T = world["tok"], 0.9
+    compat_checked = 0
     for i, (p, c) in enumerate(zip(probs, comps)):
         sp = student_view(tok, p).ids
         tp = teacher_view(tok, p, "full_solution").ids
@@ -88,7 +90,15 @@ def test_signals_match_unpadded_float64_reference(world):
                 s_top, t_top = (set(np.flatnonzero((r >= r.max() - TIE).numpy())) for r in (ls[j], lt[j]))
                 if len(s_top) == len(t_top) == 1:
                     assert got["top1_agree"][j] == float(s_top == t_top), (name, i, j, "top1_agree")
+                # the top-5 sets, from float64 sorting: exact unless the 5th and 6th log-probs tie within noise
+                s5, t5 = (r.sort(descending=True) for r in (ls[j], lt[j]))
+                if all(float(v.values[COMPAT_K - 1] - v.values[COMPAT_K]) > TIE for v in (s5, t5)):
+                    top_s, top_t = set(s5.indices[:COMPAT_K].tolist()), set(t5.indices[:COMPAT_K].tolist())
+                    assert got["teachability"][j] == pytest.approx(float(q_[list(top_s)].sum()), abs=2e-4)
+                    assert got["topk_overlap"][j] == len(top_s & top_t) / COMPAT_K, (name, i, j, "topk_overlap")
+                    compat_checked += 1
                 assert got["pos"][j] == j
+    assert compat_checked >= sum(len(c) for c in comps)  # a near tie at every position would check nothing
     # top-k: the student's best alternatives at each position
     vals, ids = topk["student"]
     ls0 = _reference(world["student"], student_view(tok, probs[0]).ids, comps[0], T)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from opsd_diag.core import signals as S
-from opsd_diag.schema import BASE_COLUMNS, SIGNAL_COLUMNS
+from opsd_diag.core.signals import COMPAT_K
+from opsd_diag.schema import BASE_COLUMNS, BY_NAME, SIGNAL_COLUMNS
 
 N, V = 5, 11
 RTOL, ATOL = 1e-5, 1e-5
@@ -54,6 +55,18 @@ def ref_centered(lp, f, tok, k):
     return sum(math.exp(float(lp[v])) * float(f[v]) for v in support)
 
 
+def ref_top_k(lp, k):
+    """The k most likely ids, ties toward the lower id (a stable sort), k clamped to the vocabulary."""
+    return set(sorted(range(len(lp)), key=lambda v: (-lp[v], v))[:min(k, len(lp))])
+
+
+def ref_compat(lp, lq, k=COMPAT_K):
+    """teachability and topk_overlap at one position, float64 loops."""
+    top_p, top_q = ref_top_k(lp, k), ref_top_k(lq, k)
+    return {"teachability": sum(math.exp(lq[v]) for v in top_p),
+            "topk_overlap": len(top_p & top_q) / min(k, len(lp))}
+
+
 def ref_rows(logits, tau=1.0):
     x = logits.detach().double()
     return [[float(y) for y in ref_log_softmax(list(x[n]), tau)] for n in range(x.shape[0])]
@@ -80,6 +93,7 @@ def ref_signals(student, teacher, tokens, base=None, tau=1.0, beta=0.5, k=None, 
             "h_s": float(ref_entropy(as_t(lp))), "h_t": float(ref_entropy(as_t(lq))),
             "rank_t": float(sum(1 for v in range(vocab) if lq[v] > lq[y])),
             "top1_agree": float(max(range(V), key=lambda v: lp[v]) == max(range(V), key=lambda v: lq[v])),
+            **ref_compat(lp, lq),
         }
         if lpb_rows is None:
             row.update({key: math.nan for key in BASE_COLUMNS})
@@ -298,6 +312,49 @@ def test_rank_t_counts_strictly_better_tokens():
     teacher = torch.tensor([[0.0, 5.0, 1.0, 5.0], [9.0, 1.0, 2.0, 3.0]])
     got = sig(torch.zeros(2, 4), teacher, torch.tensor([2, 0]))
     assert got["rank_t"].tolist() == [2.0, 0.0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("k", [1, 3, COMPAT_K, V, V + 9])  # V + 9: clamped to the vocabulary
+@pytest.mark.parametrize("tied", [False, True])
+def test_topk_compat_against_float64_loops(seed, k, tied):
+    """teachability and topk_overlap, also where several ids tie at the k-th value (integer logits)."""
+    g = torch.Generator().manual_seed(seed)
+    if tied:
+        student, teacher = (torch.randint(-1, 2, (N, V), generator=g).float() for _ in range(2))
+    else:
+        student, teacher = (torch.randn(N, V, generator=g) * 3 for _ in range(2))
+    for tau in (1.0, 0.7):
+        lp, lq = S.log_probs(student, tau), S.log_probs(teacher, tau)
+        got = S.topk_compat(lp, lq, k)
+        rp, rq = ref_rows(student, tau), ref_rows(teacher, tau)
+        want = [ref_compat(rp[n], rq[n], k) for n in range(N)]
+        for key in ("teachability", "topk_overlap"):
+            close(got[key], torch.tensor([w[key] for w in want], dtype=torch.float64))
+        assert S.top_k_mask(lp, k).sum(-1).tolist() == [min(k, V)] * N  # exactly k ids, ties or not
+    same = S.topk_compat(lp, lp, k)  # a teacher equal to the student: full overlap, its own top-k mass
+    assert (same["topk_overlap"] == 1).all()
+    close(same["teachability"], lp.double().exp().topk(min(k, V), -1).values.sum(-1))
+
+
+def test_top_k_mask_breaks_ties_toward_the_lower_id():
+    x = torch.tensor([[1.0, 2.0, 2.0, 2.0, 0.0, 2.0], [3.0, 2.0, 2.0, 1.0, 2.0, 0.0]])
+    assert S.top_k_mask(x, 2).nonzero().tolist() == [[0, 1], [0, 2], [1, 0], [1, 1]]
+    assert S.top_k_mask(x, 9).all()  # k above the vocabulary: every id
+
+
+def test_the_column_reference_states_the_named_k():
+    assert COMPAT_K == 5  # changing it changes what every stored run means: say so in docs/signals.md
+    for name in ("teachability", "topk_overlap"):
+        assert BY_NAME[name].formula.endswith(f"k = {COMPAT_K}") and f"top-{COMPAT_K} " in BY_NAME[name].meaning
+
+
+def test_token_signals_use_the_named_k():
+    student, teacher, _, tokens = make(13)
+    got = sig(student, teacher, tokens, temperature=0.8)
+    want = S.topk_compat(S.log_probs(student, 0.8), S.log_probs(teacher, 0.8), COMPAT_K)
+    for key in ("teachability", "topk_overlap"):
+        torch.testing.assert_close(got[key], want[key], rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------- training helpers

@@ -260,25 +260,70 @@ def test_worlds_layout_writes_valid_configs_for_every_arm(tmp_path):
 
 @pytest.mark.parametrize("seed, k", [(0, 5), (1, 3), (2, 20)])
 def test_teachability_and_topk_overlap_against_float64_loops(seed, k):
+    """The product's formula (core.signals.topk_compat), which compat.py uses, against explicit loops."""
     sys.path.insert(0, str(REPO))
     import torch
 
     from benchmarks.validity.worlds.compat import compat_columns
+    from opsd_diag.core.signals import topk_compat
 
     g = torch.Generator().manual_seed(seed)
     n, vocab = 7, 11
     logp = torch.log_softmax(torch.randn(n, vocab, generator=g) * 3, -1)
     logq = torch.log_softmax(torch.randn(n, vocab, generator=g) * 3, -1)
-    got = compat_columns(logp, logq, k)
+    got = topk_compat(logp, logq, k)
+    bench = compat_columns(logp, logq, k)
+    assert all(torch.equal(got[c], bench[c]) for c in ("teachability", "topk_overlap"))  # one formula
     kk = min(k, vocab)
     for i in range(n):
         p = [float(x) for x in logp[i].double()]
         q = [float(x) for x in logq[i].double()]
-        top_p = sorted(range(vocab), key=lambda v: -p[v])[:kk]
-        top_q = sorted(range(vocab), key=lambda v: -q[v])[:kk]
+        top_p = sorted(range(vocab), key=lambda v: (-p[v], v))[:kk]
+        top_q = sorted(range(vocab), key=lambda v: (-q[v], v))[:kk]
         teach = sum(math.exp(q[v]) for v in top_p)
         assert abs(float(got["teachability"][i]) - teach) < 1e-5
         assert float(got["topk_overlap"][i]) == pytest.approx(len(set(top_p) & set(top_q)) / kk, abs=1e-7)
-    same = compat_columns(logp, logp, k)  # a teacher equal to the student: full overlap, its own top-k mass
+    same = topk_compat(logp, logp, k)  # a teacher equal to the student: full overlap, its own top-k mass
     assert torch.allclose(same["topk_overlap"], torch.ones(n))
     assert torch.allclose(same["teachability"], logp.exp().topk(kk, -1).values.sum(-1))
+
+
+@pytest.mark.slow
+def test_compat_reads_the_diagnosis_columns_and_recomputes_them_for_an_older_run(ci_zoo, problems_file, tmp_path):
+    """compat.json from the token table of a new run equals the recomputation from the run's models (the path
+    for a run written before the columns existed, simulated by dropping them), and the summary's means."""
+    sys.path.insert(0, str(REPO))
+    import numpy as np
+    import pyarrow.parquet as pq
+    from conftest import tiny_config
+
+    from benchmarks.validity.worlds import compat
+    from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.io.config import from_dict
+    from opsd_diag.run import Run
+
+    diag = tmp_path / "diag"
+    run_diagnosis(from_dict(tiny_config(ci_zoo, problems_file)), diag, show_progress=False)
+    assert compat.main(["--diag", str(diag)]) == 0
+    read = json.loads((diag / "compat.json").read_text())
+    tokens = Run.load(diag).tokens
+    summary = json.loads((diag / "summary.json").read_text())
+    assert set(read) == {"teacher", "self_full"}
+    for name, entry in read.items():
+        rows = tokens[tokens["config"] == name]
+        assert entry["n_tokens"] == len(rows) > 0 and entry["k"] == compat.K == 5
+        for c in compat.COLUMNS:
+            assert np.isfinite(rows[c]).all()
+            assert entry[c] == pytest.approx(float(rows[c].astype(float).mean()), rel=1e-9)
+            assert entry[c] == pytest.approx(summary["configs"][name]["overall"]["columns"][c]["mean"], rel=1e-6)
+    # an older run: the same table without the two columns (its run id kept)
+    table = pq.read_table(diag / "tokens.parquet")
+    pq.write_table(table.drop_columns(list(compat.COLUMNS)), diag / "tokens.parquet")
+    old = Run.load(diag).tokens
+    assert old[list(compat.COLUMNS)].isna().all().all()  # it opens; the columns read as not measured
+    assert compat.stored_compat(diag, Run.load(diag), list(read), compat.K) is None
+    again = compat.run_compat(diag)
+    for name in read:
+        assert again[name]["n_tokens"] == read[name]["n_tokens"] and again[name]["k"] == 5
+        for c in compat.COLUMNS:
+            assert again[name][c] == pytest.approx(read[name][c], rel=1e-5, abs=1e-6), (name, c)

@@ -85,6 +85,39 @@ def generalized_jsd(student_logp: Tensor, teacher_logp: Tensor, beta: float, *, 
             + (1.0 - beta) * kl(student_logp, mix_logp, student_p))  # [N]
 
 
+# k of the two top-k compatibility columns (teachability, topk_overlap): one value for every run, so runs compare
+COMPAT_K = 5
+
+
+def top_k_mask(logp: Tensor, k: int) -> Tensor:
+    """``[N, V]`` bool: the ``min(k, V)`` largest entries of each row, ties at the k-th value broken toward the
+    lower token id (``torch.topk`` leaves which tied entries it returns open; fixed here, so every device and
+    chunking picks the same set)."""
+    k = min(k, logp.shape[-1])
+    kth = logp.topk(k, dim=-1).values[..., -1:]  # [N, 1] the k-th largest value
+    above = logp > kth  # [N, V] fewer than k entries
+    tied = logp == kth  # [N, V]
+    room = k - above.sum(-1, keepdim=True)  # [N, 1] how many tied entries still fit
+    return above | (tied & (torch.cumsum(tied, -1, dtype=torch.int32) <= room))  # [N, V]
+
+
+def topk_compat(student_logp: Tensor, teacher_logp: Tensor, k: int = COMPAT_K, *,
+                teacher_p: Tensor | None = None) -> dict[str, Tensor]:
+    """The two top-k compatibility columns of one vocabulary (``[N]`` each, docs/signals.md):
+
+    - ``teachability`` = Σ_{v ∈ top_k(p)} q_v, the teacher's mass on the student's own top-k tokens (TA-OPD);
+    - ``topk_overlap`` = |top_k(p) ∩ top_k(q)| / k, the share of top-k tokens both models hold
+      ("thinking-pattern" compatibility, Rethinking-OPD).
+
+    k is clamped to the vocabulary; ties as in ``top_k_mask``. ``teacher_p``: ``teacher_logp.exp()`` if at hand.
+    """
+    k = min(k, student_logp.shape[-1])
+    top_s, top_t = top_k_mask(student_logp, k), top_k_mask(teacher_logp, k)  # [N, V]
+    q = teacher_logp.exp() if teacher_p is None else teacher_p  # [N, V]
+    return {"teachability": torch.where(top_s, q, torch.zeros_like(q)).sum(-1),  # [N]
+            "topk_overlap": (top_s & top_t).sum(-1).float() / k}  # [N]
+
+
 class Dist(NamedTuple):
     """One model's distribution on a chunk, computed once and reused by every teacher config."""
     logp: Tensor  # [N, V] float32 log-probs
@@ -199,6 +232,7 @@ def signals_from(student: Dist, teacher: Dist, token_ids: Tensor, *, base: Dist 
         "h_s": student.h, "h_t": teacher.h, "h_b": nan if base is None else base.h,
         "rank_t": (teacher.logp > teacher.lp.unsqueeze(-1)).sum(-1).float(),  # [N]
         "top1_agree": (student.top1 == teacher.top1).float(),  # [N]
+        **topk_compat(student.logp, teacher.logp, teacher_p=teacher.p),
     })
     return _nan_where_nonfinite(out, {"student": student, "teacher": teacher, "base": base})
 
@@ -210,9 +244,9 @@ def signals_from(student: Dist, teacher: Dist, token_ids: Tensor, *, base: Dist 
 # beside a NaN KL.
 READS = {
     "student": ("lp_s", "r_opd", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "a_ex", "h_s",
-                "top1_agree"),
+                "top1_agree", "teachability", "topk_overlap"),
     "teacher": ("lp_t", "r_opd", "r_delta", "kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "a_ex",
-                "h_t", "rank_t", "top1_agree"),
+                "h_t", "rank_t", "top1_agree", "teachability", "topk_overlap"),
     "base": ("lp_b", "r_delta", "a_delta", "gate", "a_d2", "h_b"),
 }
 

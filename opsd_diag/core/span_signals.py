@@ -7,11 +7,11 @@ sampled-span log-probs ``lp_s``, ``lp_t`` (and ``lp_b`` of a base, on its own to
 token log-probs, and every sampled advantage is ``signals.sampled_rewards`` of them.
 
 Signals that compare the two distributions id by id (KL, JSD, the centred advantages and the
-OPD² gate, top-1 agreement) have no meaning across two vocabularies and are NaN (not available),
-never computed on mismatched ids. In their place: ``uld``, the Universal Logit Distillation
-distance between the sorted probability vectors at the span's first position, where both models
-predict the start of the same text from the same text before it. Entropies and ``rank_t`` are read
-at that position too, each within its own model's vocabulary.
+OPD² gate, top-1 agreement, teachability and top-k overlap) have no meaning across two vocabularies
+and are NaN (not available), never computed on mismatched ids. In their place: ``uld``, the
+Universal Logit Distillation distance between the sorted probability vectors at the span's first
+position, where both models predict the start of the same text from the same text before it.
+Entropies and ``rank_t`` are read at that position too, each within its own model's vocabulary.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from torch import Tensor
 from opsd_diag.core import signals
 
 # The per-token columns that compare two distributions id by id: NaN on span rows.
-NOT_AVAILABLE = ("kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "top1_agree")
+NOT_AVAILABLE = ("kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "top1_agree", "teachability",
+                 "topk_overlap")
 
 
 def span_sum(values: Tensor, span_index: Tensor, n_spans: int) -> Tensor:

@@ -13,7 +13,7 @@ work for 8 x 1024 tokens:
   instead of ~25 materialised float32 ``[n, V]`` temporaries. The last chunk is padded to the chunk
   size so one compiled graph serves every chunk.
 - Results stay on the device, written into ``[N]`` buffers; one copy to the host at the end
-  (the reference copies 18 columns per teacher per chunk, each a host synchronisation).
+  (the reference copies every column (20) per teacher per chunk, each a host synchronisation).
 - Top-k runs once per model on the log-probs, exactly ``top_k`` wide, and only when asked.
 
 The maths is ``core.signals`` itself (``distribution`` + ``signals_from``, full-vocabulary centring),

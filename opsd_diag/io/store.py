@@ -25,7 +25,7 @@ import pandas as pd
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
-from opsd_diag.schema import TABLE_COLUMNS
+from opsd_diag.schema import LATER_COLUMNS, TABLE_COLUMNS
 
 RUN_ID_KEY = b"opsd_run_id"
 SPACE_PROBE = 64 << 10  # bytes written once to prove the run directory's disk has room
@@ -202,8 +202,14 @@ def read_table(run_dir: Path, name: str, optional: bool = False) -> pd.DataFrame
             return pd.DataFrame()
         raise OpsdError(f"{path} is missing: the run is incomplete or damaged; rerun the diagnosis into a new --out")
     manifest = read_manifest(run_dir)
-    return _read_parquet(path, manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else None,
-                         TABLE_COLUMNS.get(name, {}), manifest.get("vocab_size"))
+    frame = _read_parquet(path, manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else None,
+                          TABLE_COLUMNS.get(name, {}), manifest.get("vocab_size"))
+    later = LATER_COLUMNS.get(name, ())
+    frame = check_table(frame, path, {c: "f" for c in later if c in frame.columns})  # numbers where present
+    for c in later:  # a run of an older version: not measured (NaN), never a zero
+        if c not in frame.columns:
+            frame[c] = pd.Series(float("nan"), index=frame.index, dtype="float32")
+    return frame
 
 
 def check_table(frame: pd.DataFrame, path: Path, columns: dict[str, str], vocab_size=None) -> pd.DataFrame:
