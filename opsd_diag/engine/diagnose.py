@@ -62,7 +62,7 @@ class Prepared:
         return -(-len(self.problems) // self.cfg.shard_size)
 
     def node_models(self) -> NodeModels:
-        return NodeModels(self.tok, self.student, self.teacher_models, self.stop_ids)
+        return NodeModels(self.tok, self.student, self.teacher_models, self.stop_ids, self.cross)
 
     def sampler(self) -> Sampler:
         """The student's sampler (HF in-process, or the vLLM engine), for the predictor's continuations."""

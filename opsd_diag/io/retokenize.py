@@ -79,3 +79,63 @@ def retokenize(student_ids: list[int], student_tok, teacher_tok, stop_ids: list[
                       spans.chars + ((len(text), len(text)),))
         t_ids = t_ids + [teacher_eos]
     return Retokenized(t_ids, spans, stopped)
+
+
+FRAGMENT = "\ufffd"  # what a token holding part of a multi-byte character decodes to
+
+
+def _same_special(token_id: int, src_tok, dst_tok) -> int | None:
+    """The special token of ``dst_tok`` spelled like special ``token_id`` of ``src_tok``, if it has one."""
+    content = src_tok.convert_ids_to_tokens(token_id)
+    dst = dst_tok.convert_tokens_to_ids(content) if isinstance(content, str) else None
+    ok = isinstance(dst, int) and dst in special_ids(dst_tok) and dst_tok.convert_ids_to_tokens(dst) == content
+    return dst if ok else None  # (an unknown name converts to the unk id, which is not spelled like it)
+
+
+def candidate_teacher_ids(cand: int, student_tok, teacher_tok, stop_ids: list[int],
+                          teacher_eos: int | None) -> list[int] | None:
+    """The teacher's ids that spell a student candidate token after a common span boundary, or None.
+
+    The predictor's cross-vocabulary approximation (docs/signals.md): the candidate's text encoded
+    on its own by the teacher (its canonical tokenisation from that boundary). A special token maps
+    to the teacher's special of the same name, else a stop id to the teacher's end of sequence (as
+    ``retokenize`` pairs them); a text the teacher cannot spell back, or that holds one of its
+    special tokens, or a byte fragment of a character (it decodes to U+FFFD), has no mapping.
+    """
+    if cand in special_ids(student_tok):
+        same = _same_special(cand, student_tok, teacher_tok)
+        if same is not None:
+            return [same]
+        return [teacher_eos] if cand in stop_ids and teacher_eos is not None else None
+    text = _decode(student_tok, [cand])
+    if FRAGMENT in text:  # a byte of a multi-byte character: no text of its own to spell
+        return None
+    ids = list(teacher_tok(text, add_special_tokens=False)["input_ids"])
+    if not ids or _decode(teacher_tok, ids) != text or set(ids) & special_ids(teacher_tok):
+        return None
+    return ids
+
+
+def teacher_candidate_student_id(tid: int, teacher_tok, student_tok, stop_ids: list[int],
+                                 teacher_eos: int | None) -> int | None:
+    """The student token a teacher's top-k token proposes, or None: its text when the student spells it
+    as exactly one token; a special token by its name, else the teacher's end of sequence as the
+    student's first stop id."""
+    if tid in special_ids(teacher_tok):
+        same = _same_special(tid, teacher_tok, student_tok)
+        if same is not None:
+            return same
+        return stop_ids[0] if tid == teacher_eos and stop_ids else None
+    text = _decode(teacher_tok, [tid])
+    if FRAGMENT in text:
+        return None
+    ids = list(student_tok(text, add_special_tokens=False)["input_ids"])
+    ok = len(ids) == 1 and _decode(student_tok, ids) == text and ids[0] not in special_ids(student_tok)
+    return ids[0] if ok else None
+
+
+def single_token_spans(r: Retokenized) -> dict[int, int]:
+    """Student position -> teacher prefix length, for every span of exactly one student token: where
+    the predictor can put a node of a cross-tokenizer config (the text before it is whole tokens on
+    both sides, and the span's sampled advantage is that one token's)."""
+    return {s_lo: t_lo for (s_lo, s_hi), (t_lo, _) in zip(r.spans.student, r.spans.teacher) if s_hi - s_lo == 1}
