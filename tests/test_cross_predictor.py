@@ -3,6 +3,7 @@ vocabularies), against float64 references; and the same-tokenizer case through t
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -100,8 +101,8 @@ def test_candidate_logprobs_match_float64_forwards(t_tok, tmp_path):
     assert math.isnan(got[3]) and np.isfinite(got[:3]).all()
     # the teacher's top-k as student candidates: the ones it spells as one student token
     top = node.topk(6).indices.tolist()
-    assert mapped_topk(node, 6, ct, S_TOK, STOP) == [c for c in (
-        teacher_candidate_student_id(t, t_tok, S_TOK, STOP, eos) for t in top) if c is not None]
+    assert mapped_topk(node, 6, ct, S_TOK, STOP, prefix) == [c for c in (
+        teacher_candidate_student_id(t, t_tok, S_TOK, STOP, eos, prefix[-1:]) for t in top) if c is not None]
 
 
 def predictor_config(root) -> dict:
@@ -133,6 +134,7 @@ def test_cross_predictor_matches_a_float64_reference(runs):
     assert (xt_spans.span_len > 1).any()  # spans of several student tokens exist, and get no node
     ro = rollouts.set_index("rollout_id")
     checked = multi = 0
+    union = nodes[nodes.config == "teacher"].set_index("node_id").cand_ids
     for _, n in nodes[nodes.config == "xt"].iterrows():
         rid, pos = int(n.rollout_id), int(n.pos)
         assert xt_spans.loc[(rid, pos), "span_len"] == 1
@@ -144,6 +146,9 @@ def test_cross_predictor_matches_a_float64_reference(runs):
         enc = t_tok(text, add_special_tokens=False, return_offsets_mapping=True)
         prefix_t = [i for i, (_, b) in zip(enc["input_ids"], enc["offset_mapping"]) if b <= at]
         assert "".join(t_tok.decode([i]) for i in prefix_t) == text[:at]  # a boundary of the teacher's tokens
+        # the union's candidates the teacher cannot spell are exactly the ones left out of its K
+        assert n.cand_ids.tolist() == [c for c in union[n.node_id].tolist() if candidate_teacher_ids(
+            c, S_TOK, t_tok, STOP, t_tok.eos_token_id, prefix_t[-1:]) is not None]
         lq = []
         for c in n.cand_ids:
             ids = [t_tok.eos_token_id] if c in STOP else t_tok(S_TOK.decode([int(c)]), add_special_tokens=False)[
@@ -171,14 +176,6 @@ def test_cross_predictor_matches_a_float64_reference(runs):
         checked += 1
     print("CHECKED", checked, multi)
     assert checked >= 5 and multi >= 1, (checked, multi)
-    # the union's candidates the teacher cannot spell are exactly the ones left out of its K
-    for nid, grp in nodes.groupby("node_id"):
-        union = grp[grp.config == "teacher"].cand_ids.iloc[0].tolist()
-        if (grp.config == "xt").any():
-            kept = grp[grp.config == "xt"].cand_ids.iloc[0].tolist()
-            assert kept == [c for c in union if c in STOP or candidate_teacher_ids(
-                c, S_TOK, t_tok, STOP, t_tok.eos_token_id) is not None]
-    import json
     ideal = json.loads((run_dir / "summary.json").read_text())["ideal"]
     assert "xt" in ideal["configs"] and "cross_tokenizer" in ideal
     assert set(ideal["cross_tokenizer"]["left_out"]) == {"xt"}

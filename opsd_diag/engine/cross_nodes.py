@@ -49,9 +49,10 @@ def teacher_prefixes(ct, student_tok, stop_ids: list[int], completions: list[lis
     return out
 
 
-def mapped_topk(t_logp: torch.Tensor, k: int, ct, student_tok, stop_ids: list[int]) -> list[int]:
-    """The student tokens the teacher's top-k proposes (``teacher_candidate_student_id``; others dropped)."""
-    out = (teacher_candidate_student_id(int(t), ct.tok, student_tok, stop_ids, ct.eos)
+def mapped_topk(t_logp: torch.Tensor, k: int, ct, student_tok, stop_ids: list[int], prefix: list[int]) -> list[int]:
+    """The student tokens the teacher's top-k proposes after its ``prefix`` ids
+    (``teacher_candidate_student_id``; others dropped)."""
+    out = (teacher_candidate_student_id(int(t), ct.tok, student_tok, stop_ids, ct.eos, list(prefix[-1:]))
            for t in t_logp.topk(k).indices.tolist())
     return [c for c in out if c is not None]
 
@@ -61,7 +62,7 @@ def candidate_logprobs(model, ct, student_tok, stop_ids: list[int], prompt: list
                        node_logp: torch.Tensor, cands: list[int], temperature: float) -> np.ndarray:
     """float64 ``[K]``: log q of the teacher ids spelling each candidate after ``prompt + prefix``
     (NaN where there are none); ``node_logp`` ``[V_t]`` is the teacher's next-token distribution there."""
-    seqs = [candidate_teacher_ids(c, student_tok, ct.tok, stop_ids, ct.eos) for c in cands]
+    seqs = [candidate_teacher_ids(c, student_tok, ct.tok, stop_ids, ct.eos, list(prefix[-1:])) for c in cands]
     out = np.array([math.nan if s is None else float(node_logp[s[0]]) for s in seqs])  # [K]
     longer = [i for i, s in enumerate(seqs) if s is not None and len(s) > 1]
     if not longer:

@@ -167,12 +167,13 @@ def _ids(x) -> list[int]:
     return [int(v) for v in x]
 
 
-def _teacher_topk(models: NodeModels, config: str, t_logp: torch.Tensor, k: int) -> list[int]:
-    """A config's top-k candidates as student ids (a cross config's: the student tokens its top-k spell)."""
+def _teacher_topk(models: NodeModels, config: str, t_logp: torch.Tensor, k: int, prefix: list[int]) -> list[int]:
+    """A config's top-k candidates as student ids (a cross config's: the student tokens its top-k spell
+    after its own ``prefix`` ids)."""
     ct = models.cross.get(config)
     if ct is None:
         return t_logp.topk(k).indices.tolist()
-    return cross_nodes.mapped_topk(t_logp, k, ct, models.tok, models.stop_ids)
+    return cross_nodes.mapped_topk(t_logp, k, ct, models.tok, models.stop_ids, prefix)
 
 
 def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict], plan: pd.DataFrame,
@@ -207,7 +208,8 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
                                  models.cross[c].tok.pad_token_id if c in t_pre else pad, temperature)
                 for c in configs}  # [n, V] of each config's own vocabulary
         for j, (node, r) in enumerate(zip(part.itertuples(index=False), rows)):
-            own = {c: [sampled[j], *s_lp[j].topk(k).indices.tolist(), *_teacher_topk(models, c, t_lp[c][j], k)]
+            own = {c: [sampled[j], *s_lp[j].topk(k).indices.tolist(),
+                       *_teacher_topk(models, c, t_lp[c][j], k, t_pre.get(c, prefixes)[j])]
                    for c in configs}  # each config's own candidates: the sampled token, its and the student's top-k
             cands = list(dict.fromkeys(int(x) for c in configs for x in own[c]))  # the union: one estimate each
             own = {c: [cands.index(int(x)) for x in dict.fromkeys(int(x) for x in ks)] for c, ks in own.items()}
