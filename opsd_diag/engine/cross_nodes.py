@@ -13,6 +13,7 @@ ids gets NaN (``nodes`` leaves it out of that config's candidates).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -80,3 +81,27 @@ def candidate_logprobs(model, ct, student_tok, stop_ids: list[int], prompt: list
         out[i] += float(lps[at:at + n].sum())
         at += n
     return out
+
+
+@dataclass(frozen=True)
+class CrossSide:
+    """One cross-tokenizer config as ``engine.nodes`` calls it (``NodeModels.cross``; it does not import
+    this module, which keeps the import graph shallow)."""
+    ct: object  # engine.cross_scoring.CrossTeacher
+    student_tok: object
+    stop_ids: list[int]
+
+    @property
+    def pad_id(self) -> int:
+        return self.ct.tok.pad_token_id
+
+    def prefixes(self, completions: list[list[int]], positions: list[int], config: str) -> list[list[int]]:
+        return teacher_prefixes(self.ct, self.student_tok, self.stop_ids, completions, positions, config)
+
+    def topk(self, t_logp: torch.Tensor, k: int, prefix: list[int]) -> list[int]:
+        return mapped_topk(t_logp, k, self.ct, self.student_tok, self.stop_ids, prefix)
+
+    def logprobs(self, model, prompt: list[int], prefix: list[int], node_logp: torch.Tensor, cands: list[int],
+                 temperature: float) -> np.ndarray:
+        return candidate_logprobs(model, self.ct, self.student_tok, self.stop_ids, prompt, prefix, node_logp, cands,
+                                  temperature)

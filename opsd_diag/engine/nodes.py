@@ -18,7 +18,6 @@ import pandas as pd
 import torch
 
 from opsd_diag.core import signals
-from opsd_diag.engine import cross_nodes
 from opsd_diag.engine.sampling import Completion
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.io.verify import is_correct
@@ -160,7 +159,7 @@ class NodeModels:
     student: torch.nn.Module
     teachers: dict[str, torch.nn.Module]  # config name -> the model that scores its view (the student for `self`)
     stop_ids: list[int]
-    cross: dict = field(default_factory=dict)  # config name -> engine.cross_scoring.CrossTeacher (another tokenizer)
+    cross: dict = field(default_factory=dict)  # config name -> engine.cross_nodes.CrossSide (another tokenizer)
 
 
 def _ids(x) -> list[int]:
@@ -170,10 +169,8 @@ def _ids(x) -> list[int]:
 def _teacher_topk(models: NodeModels, config: str, t_logp: torch.Tensor, k: int, prefix: list[int]) -> list[int]:
     """A config's top-k candidates as student ids (a cross config's: the student tokens its top-k spell
     after its own ``prefix`` ids)."""
-    ct = models.cross.get(config)
-    if ct is None:
-        return t_logp.topk(k).indices.tolist()
-    return cross_nodes.mapped_topk(t_logp, k, ct, models.tok, models.stop_ids, prefix)
+    side = models.cross.get(config)
+    return t_logp.topk(k).indices.tolist() if side is None else side.topk(t_logp, k, prefix)
 
 
 def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict], plan: pd.DataFrame,
@@ -184,7 +181,7 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
     Returns (node, rollout row, NodeJob, cost, student log-probs of K, {config: teacher log-probs of K},
     {config: positions in K of that config's own candidates}) per admitted node, K being the union
     of every config's candidates (each estimated once); ``cap`` bounds each continuation. A config in
-    ``models.cross`` (another tokenizer) is scored by ``engine.cross_nodes``, at nodes the plan took from
+    ``models.cross`` (another tokenizer) is scored by its ``engine.cross_nodes.CrossSide``, at nodes the plan took from
     its one-token spans (``cross_nodes.plan_rows``).
     """
     ro = rollouts.set_index("rollout_id")
@@ -201,11 +198,10 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
         s_lp = node_logprobs(models.student, [_ids(r["prompt_ids.student"]) for r in rows], prefixes, pad,
                              temperature)
         t_prompts = {c: [_ids(r[f"prompt_ids.{c}"]) for r in rows] for c in configs}
-        t_pre = {c: cross_nodes.teacher_prefixes(ct, models.tok, models.stop_ids,
-                                                 [_ids(r["completion_ids"]) for r in rows], list(part["pos"]), c)
-                 for c, ct in models.cross.items() if c in configs}  # a cross config reads its own ids of y_<t
+        t_pre = {c: side.prefixes([_ids(r["completion_ids"]) for r in rows], list(part["pos"]), c)
+                 for c, side in models.cross.items() if c in configs}  # a cross config reads its own ids of y_<t
         t_lp = {c: node_logprobs(models.teachers[c], t_prompts[c], t_pre.get(c, prefixes),
-                                 models.cross[c].tok.pad_token_id if c in t_pre else pad, temperature)
+                                 models.cross[c].pad_id if c in t_pre else pad, temperature)
                 for c in configs}  # [n, V] of each config's own vocabulary
         for j, (node, r) in enumerate(zip(part.itertuples(index=False), rows)):
             own = {c: [sampled[j], *s_lp[j].topk(k).indices.tolist(),
@@ -223,8 +219,8 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
                 full = True
                 break
             left -= cost
-            q = {c: t_lp[c][j][cands].numpy() if c not in t_pre else cross_nodes.candidate_logprobs(
-                models.teachers[c], models.cross[c], models.tok, models.stop_ids, t_prompts[c][j], t_pre[c][j],
-                t_lp[c][j], cands, temperature) for c in configs}  # a cross config: NaN where a candidate has no ids
+            q = {c: t_lp[c][j][cands].numpy() if c not in t_pre else models.cross[c].logprobs(
+                models.teachers[c], t_prompts[c][j], t_pre[c][j], t_lp[c][j], cands, temperature)
+                for c in configs}  # a cross config: NaN where a candidate has no ids
             admitted.append((node, r, job, cost, s_lp[j][cands].numpy(), q, own))
     return admitted
