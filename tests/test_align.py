@@ -219,3 +219,73 @@ def test_offsets_that_lie_are_caught_by_the_span_decode_check(tokenizers_pair):
     # the teacher's "1" claims the ":" too, which makes a false common cut after the student's ":"
     lying = retokenize(ids, student_tok, LyingOffsets(teacher_tok, 4), [], None)
     assert isinstance(lying, str) and "do not decode" in lying, lying
+
+
+# ---------------------------------------------------------------- a SentencePiece-style ("▁") teacher
+
+
+@pytest.fixture(scope="module")
+def metaspace_tok():
+    """A Llama-2/Gemma-like tokenizer: Metaspace pre-tokenizer and decoder (the first piece's "▁" dropped
+    on decode), every character of the test texts in its alphabet; trained in the test."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first")
+    tok.train_from_iterator(corpus() + ["x"], trainer=trainers.BpeTrainer(vocab_size=420, special_tokens=[
+        "<unk>", "<s>", "</s>"], show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<unk>")
+
+
+def metaspace_pieces(tok, ids: list[int]) -> list[bytes]:
+    """Each token's bytes from its own string ("▁" a space), the prepended "▁" of the first word none:
+    independent of offsets and of the decoder."""
+    out = []
+    for k, t in enumerate(tok.convert_ids_to_tokens(ids)):
+        piece = t.replace("\u2581", " ").encode()
+        out.append(piece[1:] if k == 0 and piece.startswith(b" ") else piece)
+    return out
+
+
+def test_a_metaspace_teacher_aligns_on_offsets(tokenizers_pair, metaspace_tok):
+    student_tok = tokenizers_pair[0]
+    rng = random.Random(1)
+    kept = spaced = 0
+    for _ in range(120):
+        text = random_text(rng).lstrip(" ")
+        ids = student_tok(text, add_special_tokens=False)["input_ids"]
+        out = retokenize(ids, student_tok, metaspace_tok, [], None)
+        if text != text.lstrip() or not text:  # a leading newline or nothing: below
+            continue
+        assert isinstance(out, Retokenized), (text, out)
+        kept += 1
+        t_pieces = metaspace_pieces(metaspace_tok, out.teacher_ids)
+        ref = ref_spans(text, byte_pieces(student_tok, ids), t_pieces[1:] if not t_pieces[0] else t_pieces)
+        if not t_pieces[0]:  # the prepended "▁" (no text) belongs to the first span
+            ref = [(s, (t[0] + 1 if j else 0, t[1] + 1), c) for j, (s, t, c) in enumerate(ref)]
+        assert as_list(out.spans) == ref, text
+        for (t_lo, t_hi), (a, b) in zip(out.spans.teacher, out.spans.chars):
+            piece = text[a:b]
+            spaced += piece.startswith(" ") and metaspace_tok.decode(out.teacher_ids[t_lo:t_hi]) != piece
+    assert kept > 80 and spaced > 50  # spans whose pieces alone decode without their space: aligned now
+    # a completion that starts with a space does not round-trip through such a decoder: left out, with why
+    ids = student_tok(" Step 1", add_special_tokens=False)["input_ids"]
+    assert "does not round-trip" in retokenize(ids, student_tok, metaspace_tok, [], None)
+
+
+def test_candidates_of_a_metaspace_teacher_are_spelled_in_context(tokenizers_pair, metaspace_tok):
+    from opsd_diag.io.retokenize import candidate_teacher_ids, teacher_candidate_student_id
+
+    student_tok = tokenizers_pair[0]
+    context = metaspace_tok("Step", add_special_tokens=False)["input_ids"][-1:]
+    word = student_tok(" Apply", add_special_tokens=False)["input_ids"]
+    assert len(word) == 1
+    ids = candidate_teacher_ids(word[0], student_tok, metaspace_tok, [], None, context)
+    assert ids is not None and b"".join(metaspace_pieces(metaspace_tok, context + ids)[1:]) == b" Apply"
+    # a candidate without a space: the encoder's "▁" would add one, so it has no spelling (never " ep")
+    tails = [i for i in range(len(student_tok)) if student_tok.decode([i]).isalpha()]  # no space before
+    assert tails and all(candidate_teacher_ids(i, student_tok, metaspace_tok, [], None, context) is None
+                         for i in tails)
+    # a teacher token "▁Apply" after a word proposes the student's " Apply", not "Apply"
+    t_word = metaspace_tok.convert_tokens_to_ids("\u2581Apply")
+    assert teacher_candidate_student_id(t_word, metaspace_tok, student_tok, [], None, context) == word[0]

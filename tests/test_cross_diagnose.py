@@ -15,6 +15,7 @@ from fixtures_crosstok import build_other_family
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from opsd_diag import cli
+from opsd_diag.engine.cross_scoring import SPAN_COLUMNS
 from opsd_diag.engine.diagnose import run_diagnosis
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.config import from_dict
@@ -106,17 +107,20 @@ def check_rows(tokens, rollouts, name, student_dir, teacher_dir, base_dir, base_
             for c in ("kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "top1_agree", "teachability",
                       "topk_overlap"):
                 assert math.isnan(row[c])
+            top_v, top_i = lpt[t_lo].topk(5)  # the teacher's top-k there, its own pieces as text
+            assert list(row.teacher_topk) == [t_tok.decode([t]) for t in top_i.tolist()], j
+            assert list(row.teacher_topk_lp) == pytest.approx(top_v.tolist(), abs=1e-4)
             checked += 1
     return checked
 
 
-def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path, capsys):
+def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path):
     cfg = tiny_config(ZOO, family["data"])
     before, before_r = run(cfg, tmp_path / "today")
     cfg["teachers"].append({"name": "xt", "model": str(family["teacher"]), "context": "full_solution"})
     tokens, rollouts = run(cfg, tmp_path / "cross")
     # the same-tokenizer configs give exactly today's numbers, in the same run
-    same = tokens[tokens.config != "xt"].drop(columns=["span_len", "teacher_tokens", "uld"]).reset_index(drop=True)
+    same = tokens[tokens.config != "xt"].drop(columns=list(SPAN_COLUMNS)).reset_index(drop=True)
     pd.testing.assert_frame_equal(same, before.reset_index(drop=True))
     assert (rollouts.completion_ids.map(list) == before_r.completion_ids.map(list)).all()
     assert (rollouts["left_out.xt"] == "").mean() > 0.5
@@ -140,12 +144,10 @@ def test_cross_teacher_beside_same_tokenizer_configs(family, tmp_path, capsys):
     at.selectbox(key="tt_config").select("xt").run()
     assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
     assert at.html[0].value.count("class='opsd-hm'") == 2 and "teacher tokens" in at.html[0].value
-    # the predictor, run later on this diagnosis, is refused in one line and writes nothing
-    before_files = sorted(p.name for p in (tmp_path / "cross").iterdir())
-    assert cli.main(["predict", str(tmp_path / "cross")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the model loaders' progress bars
-    assert err.startswith("opsd-diag: error:") and "does not support teacher configs with another tokenizer" in err
-    assert sorted(p.name for p in (tmp_path / "cross").iterdir()) == before_files
+    # the predictor, run later on this diagnosis, judges the cross config too (tests/test_cross_predictor.py)
+    assert cli.main(["predict", str(tmp_path / "cross"), "--budget", "40", "--k", "1", "--m", "1"]) == 0
+    nodes = pd.read_parquet(tmp_path / "cross" / "nodes.parquet")
+    assert set(nodes.config) == {"teacher", "self_full", "xt"}
 
 
 def test_cross_teacher_with_a_base_of_its_family(family, tmp_path):
@@ -158,7 +160,6 @@ def test_cross_teacher_with_a_base_of_its_family(family, tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"ideal": {"budget": 40}}, "ideal-gradient predictor does not support teacher configs with another tokenizer"),
     ({"base_family": True}, "has another tokenizer than the student"),
 ])
 def test_what_is_not_supported_is_refused_in_one_line(family, tmp_path, change, message):

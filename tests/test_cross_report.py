@@ -30,6 +30,17 @@ def test_heatmap_shows_spans_and_the_teachers_tokens():
     assert "<td>kl_rev</td><td>n/a</td>" in out  # not available across vocabularies
 
 
+def test_the_teachers_top_k_are_its_own_pieces_as_text():
+    frame = span_rows().assign(teacher_topk=[["Step", "So"], [" ", " 1"], ["<", "\u4e2d"]],
+                               teacher_topk_lp=[[-0.1, -2.5], [-0.7, -0.9], [-1.0, -3.0]])
+    out = render_heatmap(frame, "r_opd", config="xt")
+    assert out.count("teacher top-2") == 3
+    q = "&quot;"  # text as JSON, escaped as the student's alternatives are
+    assert f"<span><u>{q}Step{q}</u> -0.10</span> <span>{q}So{q} -2.50</span>" in out  # its own first piece underlined
+    assert f"{q}\u4e2d{q} -3.00" in out and f"<u>{q}&lt;{q}</u> -1.00" in out
+    assert "teacher top" not in render_heatmap(span_rows(), "r_opd", config="xt")  # a run without the columns
+
+
 def test_a_same_vocabulary_config_has_no_span_rows():
     frame = span_rows().drop(columns=["span_len", "teacher_tokens", "uld"])
     assert "student tokens" not in render_heatmap(frame, "r_opd", config="t")

@@ -35,11 +35,6 @@ def plan(cfg, named: dict, teacher_toks: dict[str, object]) -> dict[str, CrossTe
     check_compatible(same)  # today's check, for everything that shares the student's tokenizer
     if not cross:
         return {}
-    names = ", ".join(t.name for t in cross)
-    if cfg.ideal is not None and cfg.ideal.enabled:
-        raise OpsdError(f"the ideal-gradient predictor does not support teacher configs with another tokenizer than "
-                        f"the student ({names}): leave out the ideal section (and opsd-diag predict) for such a "
-                        "diagnosis")
     if base is not None and base_fp != ref and len(cross) < len(cfg.teachers):
         raise OpsdError(f"the base model '{base[0]}' has another tokenizer than the student '{student_name}' while some "
                         "teacher configs share the student's: give each family its own diagnosis")

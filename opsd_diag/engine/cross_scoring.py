@@ -34,7 +34,9 @@ class CrossTeacher:
     base_prompts: list[list[int]] | None = None  # the base's prompt ids, in the base's tokenizer
 
 
-SPAN_COLUMNS = ("span_len", "teacher_tokens", "uld")  # what a span row holds besides the token columns
+# what a span row holds besides the token columns; the teacher's top-k at the span's first position are its
+# own pieces as text (``topk.parquet`` holds ids of the student's vocabulary only)
+SPAN_COLUMNS = ("span_len", "teacher_tokens", "uld", "teacher_topk", "teacher_topk_lp")
 
 
 def _token_stats(model, hidden: torch.Tensor, ids: torch.Tensor, s: ScoreSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +68,8 @@ def score_cross(student, student_tok, teacher, ct: CrossTeacher, completions: li
 
     Columns: ``row`` (index in the batch), ``pos`` (the span's first student position), ``span_len``,
     ``token_id`` (its first student id), ``token`` (its text), ``teacher_tokens`` (the teacher's
-    pieces), ``uld`` and every column of ``schema.SIGNAL_COLUMNS``, numpy arrays over the spans.
+    pieces), ``teacher_topk`` / ``teacher_topk_lp`` (its ``top_k`` pieces and log-probs at the span's first
+    position, as text), ``uld`` and every column of ``schema.SIGNAL_COLUMNS``, numpy arrays over the spans.
     """
     results = [retokenize(c, student_tok, ct.tok, stop_ids, ct.eos) for c in completions]
     reasons = [r if isinstance(r, str) else "" for r in results]
@@ -93,12 +96,15 @@ def score_cross(student, student_tok, teacher, ct: CrossTeacher, completions: li
         base_kw = {"base_lp": lp_b, "base_h": ent_b, "base_span": b_span.to(lp_b.device)}
     fs = spans_maths.first_positions(s_span, n_spans)  # [S]
     ft = spans_maths.first_positions(t_span, n_spans)  # [S]
-    starts = []
+    starts, tops = [], []
     for lo in range(0, n_spans, s.chunk_size):
         sl = slice(lo, lo + s.chunk_size)
         student_logp = signals.log_probs(lm_logits(student, h_s[fs[sl].to(h_s.device)]), s.temperature)  # [n, V_s]
         teacher_logp = signals.log_probs(lm_logits(teacher, h_t[ft[sl].to(h_t.device)]), s.temperature)  # [n, V_t]
         starts.append(spans_maths.start_signals(student_logp, teacher_logp, t_ids[ft[sl]].to(h_t.device)))
+        if s.top_k:
+            v, ix = signals.topk(teacher_logp, s.top_k)  # [n, k] in the teacher's vocabulary
+            tops += [([ct.tok.decode([t]) for t in row_i], row_v) for row_i, row_v in zip(ix.tolist(), v.tolist())]
     start = {k: torch.cat([c[k] for c in starts]) for k in starts[0]}
     device = lp_s.device
     out = spans_maths.span_rows(lp_s, ent_s, s_span.to(device), lp_t, ent_t, t_span.to(device), start, n_spans,
@@ -112,6 +118,8 @@ def score_cross(student, student_tok, teacher, ct: CrossTeacher, completions: li
             meta["token"].append(student_tok.decode(completions[i][s_lo:s_hi]))
             meta["teacher_tokens"].append([ct.tok.decode([t]) for t in r.teacher_ids[t_lo:t_hi]])
     meta = {k: v if k == "teacher_tokens" else np.array(v) for k, v in meta.items()}
+    meta["teacher_topk"] = [t[0] for t in tops] if tops else [[] for _ in range(n_spans)]
+    meta["teacher_topk_lp"] = [t[1] for t in tops] if tops else [[] for _ in range(n_spans)]
     return {**meta, **cols}, reasons
 
 

@@ -21,6 +21,7 @@ import torch
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
 from opsd_diag.engine import cross, fast_decode, fused_scoring
+from opsd_diag.engine.cross_nodes import CrossSide
 from opsd_diag.engine.cross_scoring import CrossTeacher, left_out
 from opsd_diag.engine.manifest import manifest
 from opsd_diag.engine.nodes import NodeModels, Sampler
@@ -62,7 +63,8 @@ class Prepared:
         return -(-len(self.problems) // self.cfg.shard_size)
 
     def node_models(self) -> NodeModels:
-        return NodeModels(self.tok, self.student, self.teacher_models, self.stop_ids)
+        return NodeModels(self.tok, self.student, self.teacher_models, self.stop_ids,
+                          {n: CrossSide(ct, self.tok, self.stop_ids) for n, ct in self.cross.items()})
 
     def sampler(self) -> Sampler:
         """The student's sampler (HF in-process, or the vLLM engine), for the predictor's continuations."""

@@ -10,7 +10,7 @@ EOS or after min(ideal.max_continuation_length, max_completion_length − depth)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -159,10 +159,18 @@ class NodeModels:
     student: torch.nn.Module
     teachers: dict[str, torch.nn.Module]  # config name -> the model that scores its view (the student for `self`)
     stop_ids: list[int]
+    cross: dict = field(default_factory=dict)  # config name -> engine.cross_nodes.CrossSide (another tokenizer)
 
 
 def _ids(x) -> list[int]:
     return [int(v) for v in x]
+
+
+def _teacher_topk(models: NodeModels, config: str, t_logp: torch.Tensor, k: int, prefix: list[int]) -> list[int]:
+    """A config's top-k candidates as student ids (a cross config's: the student tokens its top-k spell
+    after its own ``prefix`` ids)."""
+    side = models.cross.get(config)
+    return t_logp.topk(k).indices.tolist() if side is None else side.topk(t_logp, k, prefix)
 
 
 def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict], plan: pd.DataFrame,
@@ -172,7 +180,9 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
 
     Returns (node, rollout row, NodeJob, cost, student log-probs of K, {config: teacher log-probs of K},
     {config: positions in K of that config's own candidates}) per admitted node, K being the union
-    of every config's candidates (each estimated once); ``cap`` bounds each continuation.
+    of every config's candidates (each estimated once); ``cap`` bounds each continuation. A config in
+    ``models.cross`` (another tokenizer) is scored by its ``engine.cross_nodes.CrossSide``, at nodes the plan took from
+    its one-token spans (``cross_nodes.plan_rows``).
     """
     ro = rollouts.set_index("rollout_id")
     pad = models.tok.pad_token_id
@@ -187,10 +197,15 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
         sampled = [int(r["completion_ids"][t]) for r, t in zip(rows, part["pos"])]
         s_lp = node_logprobs(models.student, [_ids(r["prompt_ids.student"]) for r in rows], prefixes, pad,
                              temperature)
-        t_lp = {c: node_logprobs(models.teachers[c], [_ids(r[f"prompt_ids.{c}"]) for r in rows], prefixes, pad,
-                                 temperature) for c in configs}
+        t_prompts = {c: [_ids(r[f"prompt_ids.{c}"]) for r in rows] for c in configs}
+        t_pre = {c: side.prefixes([_ids(r["completion_ids"]) for r in rows], list(part["pos"]), c)
+                 for c, side in models.cross.items() if c in configs}  # a cross config reads its own ids of y_<t
+        t_lp = {c: node_logprobs(models.teachers[c], t_prompts[c], t_pre.get(c, prefixes),
+                                 models.cross[c].pad_id if c in t_pre else pad, temperature)
+                for c in configs}  # [n, V] of each config's own vocabulary
         for j, (node, r) in enumerate(zip(part.itertuples(index=False), rows)):
-            own = {c: [sampled[j], *s_lp[j].topk(k).indices.tolist(), *t_lp[c][j].topk(k).indices.tolist()]
+            own = {c: [sampled[j], *s_lp[j].topk(k).indices.tolist(),
+                       *_teacher_topk(models, c, t_lp[c][j], k, t_pre.get(c, prefixes)[j])]
                    for c in configs}  # each config's own candidates: the sampled token, its and the student's top-k
             cands = list(dict.fromkeys(int(x) for c in configs for x in own[c]))  # the union: one estimate each
             own = {c: [cands.index(int(x)) for x in dict.fromkeys(int(x) for x in ks)] for c, ks in own.items()}
@@ -204,6 +219,8 @@ def build_jobs(models: NodeModels, rollouts: pd.DataFrame, problems: list[dict],
                 full = True
                 break
             left -= cost
-            admitted.append((node, r, job, cost, s_lp[j][cands].numpy(),
-                             {c: t_lp[c][j][cands].numpy() for c in configs}, own))
+            q = {c: t_lp[c][j][cands].numpy() if c not in t_pre else models.cross[c].logprobs(
+                models.teachers[c], t_prompts[c][j], t_pre[c][j], t_lp[c][j], cands, temperature)
+                for c in configs}  # a cross config: NaN where a candidate has no ids
+            admitted.append((node, r, job, cost, s_lp[j][cands].numpy(), q, own))
     return admitted

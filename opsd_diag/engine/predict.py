@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from opsd_diag.core import verdict
 from opsd_diag.core.ideal import SAMPLED, aggregate_nodes, node_metrics
 from opsd_diag.core.stats import jsonable
+from opsd_diag.engine.cross_nodes import plan_rows
 from opsd_diag.engine.nodes import NodeModels, Sampler, build_jobs, estimate_success, plan_nodes
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
@@ -27,6 +29,11 @@ from opsd_diag.io.thinking import answer_text
 
 ESTIMATOR = ("our estimator (docs/signals.md, the ideal-gradient predictor): m student continuations per "
              "candidate token, checked by the answer checker")
+
+
+CROSS_APPROXIMATION = ("a config with another tokenizer: nodes only where the next student token is a span of "
+                       "its own; a candidate's teacher probability is that of the teacher's own spelling of its "
+                       "text (docs/signals.md, the predictor across vocabularies)")
 
 
 def skipped(reason: str, **extra) -> dict:
@@ -65,7 +72,8 @@ def run_predictor(run_dir: Path, cfg: DiagnosisConfig, problems: list[dict], mod
 def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, sampler: Sampler, spec: IdealSpec,
              rollouts: pd.DataFrame, tokens: pd.DataFrame, show_progress: bool, status=None) -> dict:
     configs = [t.name for t in cfg.teachers]
-    plan = plan_nodes(tokens[tokens["config"] == configs[0]], rollouts[rollouts["correct"].notna()])
+    cross = [c for c in configs if c in models.cross]  # configs with another tokenizer: nodes on one-token spans
+    plan = plan_nodes(plan_rows(tokens, configs, cross), rollouts[rollouts["correct"].notna()])
     max_len = cfg.sampling.max_completion_length
     try:
         admitted = build_jobs(models, rollouts, problems, plan, configs, budget=spec.budget, k=spec.k, m=spec.m,
@@ -86,12 +94,19 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
             top_p=cfg.sampling.top_p, seed=spec.seed, batch_rows=max(cfg.sampling.batch_size, 1),
             on_progress=_reporting(status, bar))
     tok_idx = tokens.set_index(["config", "rollout_id", "pos"])[["kl_rev", "jsd", *SAMPLED]].sort_index()
-    rows = []
+    rows, unmapped = [], {c: {"candidates": 0, "nodes": 0} for c in cross}
     for n_id, ((node, r, job, cost, s_lp, t_lps, own), (s_hat, n_used, _)) in enumerate(zip(admitted, estimates)):
         for c in configs:
             sig = tok_idx.loc[(c, node.rollout_id, node.pos)]
             # per_config: the config's own candidates only, so its numbers do not depend on the run's other configs
             ix = own[c] if spec.candidates == "per_config" else list(range(len(job.candidates)))
+            if c in unmapped:  # a candidate whose text the teacher cannot spell is left out of this config's K
+                kept = [i for i in ix if np.isfinite(t_lps[c][i])]
+                unmapped[c]["candidates"] += len(ix) - len(kept)
+                if not kept or kept[0] != 0:  # not even the sampled token: no row for this config here
+                    unmapped[c]["nodes"] += 1
+                    continue
+                ix = kept
             met = node_metrics(s_lp[ix], t_lps[c][ix], s_hat[ix], 0, {a: float(sig[a]) for a in SAMPLED},
                                cfg.scoring.jsd_beta)
             rows.append({
@@ -112,6 +127,7 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
             "prefix_tokens": int(sum(a[3] * (len(a[2].prompt) + len(a[2].prefix) + 1) for a in admitted)),
             "n_nodes": len(admitted), "n_prompts": int(nodes["problem_id"].nunique()),
             "jsd_beta": cfg.scoring.jsd_beta,
+            **({"cross_tokenizer": {"approximation": CROSS_APPROXIMATION, "left_out": unmapped}} if cross else {}),
             "configs": aggregate_nodes(nodes, n_boot=cfg.analysis.bootstrap, seed=cfg.sampling.seed)}
 
 

@@ -10,10 +10,11 @@ approximately:
 - re-encoding the text with the student's tokenizer gives back the sampled ids (a sampled,
   non-canonical tokenisation has no offsets of its own);
 - the teacher's encoding decodes back to the text and holds no special token;
-- every span's tokens decode, on each side, to exactly the span's text (this catches offsets that
-  lie, e.g. trimmed whitespace attributed to the wrong token). A tokenizer whose decoder drops a
-  leading space of a piece (SentencePiece "▁" decoders) fails this check on such spans: those rows
-  are flagged, not mis-aligned.
+- every span's tokens decode, on each side, to exactly the span's text after the token before it
+  (``spelled``; this catches offsets that lie, e.g. trimmed whitespace attributed to the wrong
+  token). The one token of context is what lets a SentencePiece "▁" decoder, which drops the
+  leading space of the first piece it decodes, spell a span that starts with a space; a completion
+  that itself starts with a space still fails the round trip with such a decoder and is flagged.
 
 A final stop id of the student is paired with the teacher's end-of-sequence id, as one extra span
 of no text: both models are asked to end the turn there.
@@ -41,6 +42,17 @@ def special_ids(tok) -> set[int]:
 
 def _decode(tok, ids: list[int]) -> str:
     return tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def spelled(tok, context: list[int], ids: list[int]) -> str | None:
+    """The text ``ids`` add after ``context`` (one token before them, or none at the start), or None.
+
+    Decoding ``ids`` alone is not enough: a SentencePiece "▁" decoder drops the leading space of the
+    first piece it decodes, so " world" alone reads "world"; after one token of context it does not.
+    """
+    head = _decode(tok, list(context))
+    both = _decode(tok, list(context) + list(ids))
+    return both[len(head):] if both.startswith(head) else None
 
 
 def retokenize(student_ids: list[int], student_tok, teacher_tok, stop_ids: list[int],
@@ -71,7 +83,8 @@ def retokenize(student_ids: list[int], student_tok, teacher_tok, stop_ids: list[
         return f"offsets unusable: {e}"
     for (s_lo, s_hi), (t_lo, t_hi), (a, b) in zip(spans.student, spans.teacher, spans.chars):
         piece = text[a:b]
-        if _decode(student_tok, body[s_lo:s_hi]) != piece or _decode(teacher_tok, t_ids[t_lo:t_hi]) != piece:
+        if (spelled(student_tok, body[max(s_lo - 1, 0):s_lo], body[s_lo:s_hi]) != piece
+                or spelled(teacher_tok, t_ids[max(t_lo - 1, 0):t_lo], t_ids[t_lo:t_hi]) != piece):
             return f"the tokens of characters {a}-{b} do not decode to their text"
     if stopped:
         n_s, n_t = len(body), len(t_ids)
@@ -79,3 +92,65 @@ def retokenize(student_ids: list[int], student_tok, teacher_tok, stop_ids: list[
                       spans.chars + ((len(text), len(text)),))
         t_ids = t_ids + [teacher_eos]
     return Retokenized(t_ids, spans, stopped)
+
+
+FRAGMENT = "\ufffd"  # what a token holding part of a multi-byte character decodes to
+
+
+def _same_special(token_id: int, src_tok, dst_tok) -> int | None:
+    """The special token of ``dst_tok`` spelled like special ``token_id`` of ``src_tok``, if it has one."""
+    content = src_tok.convert_ids_to_tokens(token_id)
+    dst = dst_tok.convert_tokens_to_ids(content) if isinstance(content, str) else None
+    ok = isinstance(dst, int) and dst in special_ids(dst_tok) and dst_tok.convert_ids_to_tokens(dst) == content
+    return dst if ok else None  # (an unknown name converts to the unk id, which is not spelled like it)
+
+
+def candidate_teacher_ids(cand: int, student_tok, teacher_tok, stop_ids: list[int],
+                          teacher_eos: int | None, context: list[int] = ()) -> list[int] | None:
+    """The teacher's ids that spell a student candidate token after a common span boundary, or None.
+
+    The predictor's cross-vocabulary approximation (docs/signals.md): the candidate's text encoded
+    on its own by the teacher (its canonical tokenisation from that boundary). A special token maps
+    to the teacher's special of the same name, else a stop id to the teacher's end of sequence (as
+    ``retokenize`` pairs them); a text the teacher cannot spell back, or that holds one of its
+    special tokens, or a byte fragment of a character (it decodes to U+FFFD), has no mapping.
+    ``context``: the teacher's token before the node (none at the start), against which the ids must
+    spell the text (``spelled``: an encoder that puts a "▁" before a text that has no space fails).
+    """
+    if cand in special_ids(student_tok):
+        same = _same_special(cand, student_tok, teacher_tok)
+        if same is not None:
+            return [same]
+        return [teacher_eos] if cand in stop_ids and teacher_eos is not None else None
+    text = _decode(student_tok, [cand])
+    if FRAGMENT in text:  # a byte of a multi-byte character: no text of its own to spell
+        return None
+    ids = list(teacher_tok(text, add_special_tokens=False)["input_ids"])
+    if not ids or spelled(teacher_tok, context, ids) != text or set(ids) & special_ids(teacher_tok):
+        return None
+    return ids
+
+
+def teacher_candidate_student_id(tid: int, teacher_tok, student_tok, stop_ids: list[int],
+                                 teacher_eos: int | None, context: list[int] = ()) -> int | None:
+    """The student token a teacher's top-k token proposes, or None: its text (after the teacher's
+    ``context`` token, ``spelled``) when the student spells it as exactly one token; a special token
+    by its name, else the teacher's end of sequence as the student's first stop id."""
+    if tid in special_ids(teacher_tok):
+        same = _same_special(tid, teacher_tok, student_tok)
+        if same is not None:
+            return same
+        return stop_ids[0] if tid == teacher_eos and stop_ids else None
+    text = spelled(teacher_tok, context, [tid])
+    if not text or FRAGMENT in text:
+        return None
+    ids = list(student_tok(text, add_special_tokens=False)["input_ids"])
+    ok = len(ids) == 1 and _decode(student_tok, ids) == text and ids[0] not in special_ids(student_tok)
+    return ids[0] if ok else None
+
+
+def single_token_spans(r: Retokenized) -> dict[int, int]:
+    """Student position -> teacher prefix length, for every span of exactly one student token: where
+    the predictor can put a node of a cross-tokenizer config (the text before it is whole tokens on
+    both sides, and the span's sampled advantage is that one token's)."""
+    return {s_lo: t_lo for (s_lo, s_hi), (t_lo, _) in zip(r.spans.student, r.spans.teacher) if s_hi - s_lo == 1}

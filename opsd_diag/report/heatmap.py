@@ -110,17 +110,29 @@ def _cells(col: str, values: np.ndarray) -> list[str]:
 
 
 def _span_rows(t: pd.DataFrame) -> list[str]:
-    """Per span row: its student token count, the teacher's own pieces and ``uld`` (NaN rows: a same-vocabulary
-    config stacked in the same table has none)."""
+    """Per span row: its student token count, the teacher's own pieces, its top-k pieces at the span's first
+    position (text: ids of another vocabulary) and ``uld`` (NaN rows: a same-vocabulary config stacked in
+    the same table has none)."""
     out = []
-    for n, pieces, d in zip(t["span_len"].tolist(), t["teacher_tokens"].tolist(), t["uld"].tolist()):
+    n_rows = len(t)
+    tops = t["teacher_topk"].tolist() if "teacher_topk" in t.columns else [None] * n_rows  # runs before the column
+    top_lps = t["teacher_topk_lp"].tolist() if "teacher_topk_lp" in t.columns else [None] * n_rows
+    for n, pieces, d, top, top_lp in zip(t["span_len"].tolist(), t["teacher_tokens"].tolist(), t["uld"].tolist(),
+                                         tops, top_lps):
         if pieces is None or (isinstance(pieces, float) and math.isnan(pieces)):
             out.append("")
             continue
         shown = " ".join(f"<span>{_token_html(str(x))}</span>" for x in pieces)
         dist = f"{d:.3f}" if math.isfinite(d) else "n/a"  # >= 0: no sign
-        out.append(f"<tr><td>span</td><td>{n:g} student tokens</td></tr><tr><td>teacher tokens</td>"
-                   f"<td class='alt'>{shown}</td></tr><tr><td>uld</td><td>{dist}</td></tr>")
+        row = (f"<tr><td>span</td><td>{n:g} student tokens</td></tr><tr><td>teacher tokens</td>"
+               f"<td class='alt'>{shown}</td></tr><tr><td>uld</td><td>{dist}</td></tr>")
+        if top is not None and not isinstance(top, float) and len(top):
+            first = str(pieces[0]) if len(pieces) else None  # the teacher's own first piece, underlined
+            items = " ".join(("<span><u>{}</u>" if str(x) == first else "<span>{}").format(
+                html.escape(json.dumps(str(x), ensure_ascii=False))) + f" {float(lp):.2f}</span>"
+                for x, lp in zip(top, top_lp))
+            row += f"<tr><td>teacher top-{len(top)}</td><td class='alt'>{items}</td></tr>"
+        out.append(row)
     return out
 
 
