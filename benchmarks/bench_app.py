@@ -67,7 +67,8 @@ def build(run: Path, rows: int, seed: int = 0) -> int:
     tokens = tokens.iloc[:rows] if len(tokens) > rows else tokens
     rollouts = pd.DataFrame({"rollout_id": np.r_[ids, long_id], "problem_id": [f"p{i // 4}" for i in range(n_roll + 1)],
                              "problem_index": np.r_[ids, long_id] // 4, "sample_idx": np.r_[ids, long_id] % 4,
-                             "length": [per] * n_roll + [LONG], "finished": True, "text": "a) 8*7=6\nAnswer: 6",
+                             "length": [per] * n_roll + [LONG], "finished": True,
+                             "completion_ids": [[1] * per] * n_roll + [[1] * LONG], "text": "a) 8*7=6\nAnswer: 6",
                              "answer_pred": "6", "correct": rng.random(n_roll + 1) < 0.5, "difficulty": 1})
     topk = pd.DataFrame([{"rollout_id": long_id, "pos": p, "role": role, "config": c, "rank": r,
                           "token_id": int(rng.integers(0, 300)), "logprob": -float(r)}

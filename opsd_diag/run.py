@@ -15,6 +15,7 @@ the run directory goes through ``io.store``, which turns a missing or corrupt fi
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts", "nodes")
+TIP_CACHE = 16  # (rollout, config) tooltips kept per run: a 4,000-token rollout's are ~6 MB of text
 SUMMARY_TABLES = ("summary", "ci", "accuracy", "entropy_bins", "positions", "verdicts")
 
 
@@ -42,6 +44,8 @@ class Run:
         self.path, self.manifest, self.summary = Path(path), manifest, summary
         self._tables: dict[str, pd.DataFrame] = {}
         self._memo: dict[tuple, object] = {}  # derived tables (indices, scales, token types), built once
+        self._tips: dict[tuple, tuple] = {}  # tooltips of the last TIP_CACHE heatmaps (rollout, config, tokenizer)
+        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
@@ -188,8 +192,23 @@ class Run:
                      f"{config} · correct={row['correct']} · finished={row['finished']} · {len(t)} tokens")
             parts.append(heatmap.render_heatmap(t, signal, topk, config, tokenizer, title, scale=value,
                                                 scope="this rollout" if scale == "rollout" else "the whole run",
-                                                dim=dim, hot=hot))
+                                                dim=dim, hot=hot, tips=self._tooltips(rollout, config, t, topk,
+                                                                                      tokenizer)))
         return "".join(parts)
+
+    def _tooltips(self, rollout: int, config: str, t: pd.DataFrame, topk, tokenizer) -> list[str]:
+        """``heatmap.tooltips`` of one rollout under one config, kept for the last few (rollout, config,
+        tokenizer): changing the signal, the scale or a filter re-colours the tokens and reuses them."""
+        key = (rollout, config, id(tokenizer))
+        with self._lock:  # the app shares one Run between its sessions (threads)
+            kept = self._tips.pop(key, None)
+        if kept is None or kept[0] is not tokenizer:  # an id is only trusted with its object alive
+            kept = (tokenizer, heatmap.tooltips(t, topk, config, tokenizer))
+        with self._lock:
+            self._tips[key] = kept  # last used goes last
+            while len(self._tips) > TIP_CACHE:
+                self._tips.pop(next(iter(self._tips)))
+        return kept[1]
 
     def heatmap_figure(self, rollout: int, configs: list[str] | None = None, signal: str = "r_opd", *,
                        scale: str = "rollout") -> go.Figure:

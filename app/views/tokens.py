@@ -129,7 +129,7 @@ if types.empty:
 else:
     from opsd_diag.report.tables import token_types_figure
 
-    st.plotly_chart(token_types_figure(types, signal), key="tt_fig")
+    st.plotly_chart(token_types_figure(types, signal, tt_config), key="tt_fig")
     st.caption(f"Which token strings {signal} pushes up (mean > 0) or down most, over every occurrence in the run "
                "under this config (the word-level view of OPD²); click a column to sort the table.")
     st.dataframe(types, hide_index=True, key="tt_table", column_config={
