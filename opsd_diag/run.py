@@ -33,7 +33,7 @@ from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts", "nodes")
-TIP_CACHE = 16  # (rollout, config) tooltips kept per run: a 4,000-token rollout's are ~6 MB of text
+RECENT = 32  # rollout rows and tooltips kept per run (``Run._recent``): a 4,000-token rollout's tooltips are ~6 MB
 SUMMARY_TABLES = ("summary", "ci", "accuracy", "entropy_bins", "positions", "verdicts")
 
 
@@ -44,7 +44,7 @@ class Run:
         self.path, self.manifest, self.summary = Path(path), manifest, summary
         self._tables: dict[str, pd.DataFrame] = {}
         self._memo: dict[tuple, object] = {}  # derived tables (indices, scales, token types), built once
-        self._tips: dict[tuple, tuple] = {}  # tooltips of the last TIP_CACHE heatmaps (rollout, config, tokenizer)
+        self._recents: dict[tuple, tuple] = {}  # the last RECENT rollouts' token rows and tooltips (``_recent``)
         self._lock = threading.Lock()
 
     @classmethod
@@ -128,8 +128,10 @@ class Run:
         config = config or (self.configs[0] if self.configs else None)
         if config not in self.configs:
             raise OpsdError(f"unknown config '{config}': this run has {', '.join(self.configs)}")
-        t = self._rows("tokens", rollout_id)
-        return match.iloc[0], t[t["config"] == config].sort_values("pos"), config
+        def tokens():
+            t = self._rows("tokens", rollout_id)
+            return t[t["config"] == config].sort_values("pos")
+        return match.iloc[0], self._recent(("tokens", rollout_id, config), tokens).copy(deep=False), config
 
     def top_config(self) -> str | None:
         """The config of the best-ranked verdict, else the first config (the pages' default)."""
@@ -196,19 +198,24 @@ class Run:
                                                                                       tokenizer)))
         return "".join(parts)
 
-    def _tooltips(self, rollout: int, config: str, t: pd.DataFrame, topk, tokenizer) -> list[str]:
-        """``heatmap.tooltips`` of one rollout under one config, kept for the last few (rollout, config,
-        tokenizer): changing the signal, the scale or a filter re-colours the tokens and reuses them."""
-        key = (rollout, config, id(tokenizer))
+    def _recent(self, key: tuple, make, owner=None):
+        """``make()``, kept for the last RECENT keys (a rollout's token rows, its tooltips): the Tokens page
+        re-colours the same rollout for every signal, scale or filter. ``owner`` (a tokenizer) must be the
+        very object the value was made with (an id alone could be reused)."""
         with self._lock:  # the app shares one Run between its sessions (threads)
-            kept = self._tips.pop(key, None)
-        if kept is None or kept[0] is not tokenizer:  # an id is only trusted with its object alive
-            kept = (tokenizer, heatmap.tooltips(t, topk, config, tokenizer))
+            kept = self._recents.pop(key, None)
+        if kept is None or kept[0] is not owner:
+            kept = (owner, make())
         with self._lock:
-            self._tips[key] = kept  # last used goes last
-            while len(self._tips) > TIP_CACHE:
-                self._tips.pop(next(iter(self._tips)))
+            self._recents[key] = kept  # last used goes last
+            while len(self._recents) > RECENT:
+                self._recents.pop(next(iter(self._recents)))
         return kept[1]
+
+    def _tooltips(self, rollout: int, config: str, t: pd.DataFrame, topk, tokenizer) -> list[str]:
+        """``heatmap.tooltips`` of one rollout under one config and tokenizer (``_recent``)."""
+        return self._recent(("tips", rollout, config, id(tokenizer)),
+                            lambda: heatmap.tooltips(t, topk, config, tokenizer), tokenizer)
 
     def heatmap_figure(self, rollout: int, configs: list[str] | None = None, signal: str = "r_opd", *,
                        scale: str = "rollout") -> go.Figure:

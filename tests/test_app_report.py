@@ -348,3 +348,32 @@ def test_entropy_figure_says_why_its_third_panel_is_empty(run):
     assert not any("no token reaches" in a.text for a in figures.entropy_figure(s).layout.annotations) or \
         all((e.high_entropy_share.student or 0) == 0 and (e.high_entropy_share.teacher or 0) == 0
             for e in s.configs.values())
+
+
+def test_tooltip_cells_match_cell_value_by_value():
+    """The per-column formatting of the tooltip (one %-format over a column) prints what ``cell`` prints."""
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-5, -1e-4, 5e-4, 1e-3, -1e-3, 0.0015, 123.456, -2.5, 17.0])
+    for col in ("r_opd", "kl_rev", "rank_t", "gate", "lp_s", "jsd"):
+        assert heatmap._cells(col, v) == [f"<tr><td>{col}</td><td>{heatmap.cell(col, x)}</td></tr>" for x in v]
+
+
+def test_kept_tooltips_give_the_heatmap_a_fresh_run_draws(run, tmp_path):
+    """Run.heatmap keeps a rollout's tooltips across signals: the HTML equals a fresh Run's, per tokenizer."""
+    from opsd_diag.run import Run
+
+    class Tok:
+        def __init__(self, mark):
+            self.mark = mark
+
+        def decode(self, ids):
+            return f"{self.mark}{ids[0]}"
+
+    a, b = Tok("a"), Tok("b")
+    for signal in ("r_opd", "jsd", "rank_t"):
+        run.heatmap(2, ["teacher", "self_ctx"], signal, a, hot={1})
+    kept = run.heatmap(2, ["teacher", "self_ctx"], "a_d2", a, hot={1}, entropy_bin="[0.5, 1)")
+    fresh = Run.load(run.path).heatmap(2, ["teacher", "self_ctx"], "a_d2", a, hot={1}, entropy_bin="[0.5, 1)")
+    assert kept == fresh and "&quot;a" in kept and "<tr class=sel><td>a_d2</td>" in kept
+    other = run.heatmap(2, ["teacher", "self_ctx"], "a_d2", b, hot={1}, entropy_bin="[0.5, 1)")
+    assert "&quot;b" in other and "&quot;a" not in other  # another tokenizer: its own alternatives
+    assert kept.count("class=sel>") == kept.count("data-pos=")  # one marked row per token, never two

@@ -89,7 +89,8 @@ def check(fig: go.Figure, configs: list[str], signal: str | None = None, x_is: s
                 if trace.name in configs:
                     assert f"config {trace.name}" in text, text
             counts = trace.name == "tokens per bucket"  # how many tokens each mean is over: a count, of no signal
-            assert counts or re.search(r"pass@\d+:", text) or any(re.search(rf"(?<![\w@]){re.escape(q)}(?!\w)", text) for q in QUANTITIES), text
+            assert counts or re.search(r"pass@\d+:", text) or any(
+                re.search(rf"(?<![\w@]){re.escape(q)}(?!\w)", text) for q in QUANTITIES), text
             if signal and trace.name not in NOT_PER_CONFIG and not text.startswith("student"):
                 assert re.search(rf"(?<!\w){signal}(?!\w)", text), (signal, text)
     return n

@@ -51,7 +51,7 @@ def _rgb(values, scale: float, signed: bool) -> list[str]:
     else:
         end = np.broadcast_to(np.array(_SEQ), (len(x), 3))
     rgb = np.rint(255 + np.abs(x)[:, None] * (end - 255)).astype(int)
-    return [NAN_COLOR if not np.isfinite(val) else f"rgb({r},{g},{b})" for val, (r, g, b) in zip(v, rgb)]
+    return [f"rgb({r},{g},{b})" if ok else NAN_COLOR for ok, (r, g, b) in zip(np.isfinite(v).tolist(), rgb.tolist())]
 
 
 def signal_color(value: float, scale: float, signed: bool = True) -> str:
