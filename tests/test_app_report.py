@@ -368,12 +368,12 @@ def test_kept_tooltips_give_the_heatmap_a_fresh_run_draws(run, tmp_path):
         def decode(self, ids):
             return f"{self.mark}{ids[0]}"
 
-    a, b = Tok("a"), Tok("b")
+    a, b = Tok("alt-a"), Tok("alt-b")
     for signal in ("r_opd", "jsd", "rank_t"):
         run.heatmap(2, ["teacher", "self_ctx"], signal, a, hot={1})
     kept = run.heatmap(2, ["teacher", "self_ctx"], "a_d2", a, hot={1}, entropy_bin="[0.5, 1)")
     fresh = Run.load(run.path).heatmap(2, ["teacher", "self_ctx"], "a_d2", a, hot={1}, entropy_bin="[0.5, 1)")
-    assert kept == fresh and "&quot;a" in kept and "<tr class=sel><td>a_d2</td>" in kept
+    assert kept == fresh and "&quot;alt-a" in kept and "<tr class=sel><td>a_d2</td>" in kept
     other = run.heatmap(2, ["teacher", "self_ctx"], "a_d2", b, hot={1}, entropy_bin="[0.5, 1)")
-    assert "&quot;b" in other and "&quot;a" not in other  # another tokenizer: its own alternatives
+    assert "&quot;alt-b" in other and "alt-a" not in other  # another tokenizer: its own alternatives
     assert kept.count("class=sel>") == kept.count("data-pos=")  # one marked row per token, never two
