@@ -203,6 +203,24 @@ def tokenizer(run: Run, note: bool = True):
     return tok
 
 
+@st.cache_data(show_spinner=False, max_entries=16, ttl=3600)
+def _heatmap(path: str, stamp_: int, rollout: int, configs: tuple, signal: str, scale: str, entropy_bin, hot: tuple,
+             fmt: str) -> str | bytes:
+    run, tok = _load(path, stamp_), _tokenizer(path, stamp_)
+    if fmt == "page":
+        return run.heatmap(rollout, list(configs), signal, tok, scale=scale, entropy_bin=entropy_bin, hot=set(hot))
+    return run.export_heatmap(rollout, list(configs), signal, fmt, tok, scale=scale)
+
+
+def heatmap(run: Run, rollout: int, configs: list[str], signal: str, *, scale: str = "rollout", entropy_bin=None,
+            hot=(), fmt: str = "page") -> str | bytes:
+    """``Run.heatmap`` (``fmt`` "page") or ``Run.export_heatmap`` (html, png, svg) with the student's tokenizer,
+    kept per run (its manifest's and summary's stamp) and arguments: a rerun of the Tokens page for any other
+    widget redraws no heatmap (a 4,000-token one takes a second on a busy machine)."""
+    return _heatmap(canonical(str(run.path)), stamp(run.path), int(rollout), tuple(configs), signal, scale,
+                    entropy_bin, tuple(sorted(int(h) for h in hot)), fmt)
+
+
 def signal_select(key: str, default: str = "r_opd", label_text: str = "Signal") -> str:
     cols = list(SIGNAL_COLUMNS)
     return st.selectbox(label_text, cols, index=cols.index(default), key=key, format_func=label)

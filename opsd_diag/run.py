@@ -15,6 +15,7 @@ the run directory goes through ``io.store``, which turns a missing or corrupt fi
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts", "nodes")
+RECENT = 32  # rollout rows and tooltips kept per run (``Run._recent``): a 4,000-token rollout's tooltips are ~6 MB
 SUMMARY_TABLES = ("summary", "ci", "accuracy", "entropy_bins", "positions", "verdicts")
 
 
@@ -42,6 +44,8 @@ class Run:
         self.path, self.manifest, self.summary = Path(path), manifest, summary
         self._tables: dict[str, pd.DataFrame] = {}
         self._memo: dict[tuple, object] = {}  # derived tables (indices, scales, token types), built once
+        self._recents: dict[tuple, tuple] = {}  # the last RECENT rollouts' token rows and tooltips (``_recent``)
+        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
@@ -124,8 +128,10 @@ class Run:
         config = config or (self.configs[0] if self.configs else None)
         if config not in self.configs:
             raise OpsdError(f"unknown config '{config}': this run has {', '.join(self.configs)}")
-        t = self._rows("tokens", rollout_id)
-        return match.iloc[0], t[t["config"] == config].sort_values("pos"), config
+        def tokens():
+            t = self._rows("tokens", rollout_id)
+            return t[t["config"] == config].sort_values("pos")
+        return match.iloc[0], self._recent(("tokens", rollout_id, config), tokens).copy(deep=False), config
 
     def top_config(self) -> str | None:
         """The config of the best-ranked verdict, else the first config (the pages' default)."""
@@ -188,8 +194,28 @@ class Run:
                      f"{config} · correct={row['correct']} · finished={row['finished']} · {len(t)} tokens")
             parts.append(heatmap.render_heatmap(t, signal, topk, config, tokenizer, title, scale=value,
                                                 scope="this rollout" if scale == "rollout" else "the whole run",
-                                                dim=dim, hot=hot))
+                                                dim=dim, hot=hot, tips=self._tooltips(rollout, config, t, topk,
+                                                                                      tokenizer)))
         return "".join(parts)
+
+    def _recent(self, key: tuple, make, owner=None):
+        """``make()``, kept for the last RECENT keys (a rollout's token rows, its tooltips): the Tokens page
+        re-colours the same rollout for every signal, scale or filter. ``owner`` (a tokenizer) must be the
+        very object the value was made with (an id alone could be reused)."""
+        with self._lock:  # the app shares one Run between its sessions (threads)
+            kept = self._recents.pop(key, None)
+        if kept is None or kept[0] is not owner:
+            kept = (owner, make())
+        with self._lock:
+            self._recents[key] = kept  # last used goes last
+            while len(self._recents) > RECENT:
+                self._recents.pop(next(iter(self._recents)))
+        return kept[1]
+
+    def _tooltips(self, rollout: int, config: str, t: pd.DataFrame, topk, tokenizer) -> list[str]:
+        """``heatmap.tooltips`` of one rollout under one config and tokenizer (``_recent``)."""
+        return self._recent(("tips", rollout, config, id(tokenizer)),
+                            lambda: heatmap.tooltips(t, topk, config, tokenizer), tokenizer)
 
     def heatmap_figure(self, rollout: int, configs: list[str] | None = None, signal: str = "r_opd", *,
                        scale: str = "rollout") -> go.Figure:

@@ -58,13 +58,14 @@ def test_scale_per_rollout_or_per_run(run):
 # ------------------------------------------------------------------ bug 4: a readable tooltip
 def test_tooltip_is_a_two_column_table_in_a_gutter_that_hides_no_token(run):
     html = run.heatmap(0, ["teacher"], "r_opd")
-    tip = re.search(r"<table class='tip'>(.*?)</table>", html).group(1)
+    tip = re.search(r"<span class='tip'><table>(.*?)</table>", html).group(1)
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", tip)
     assert all(r.count("<td") == 2 for r in rows if "<th" not in r), rows  # label | value
     assert "class=sel" in tip  # the chosen signal stands out
     css = heatmap.CSS
     assert "pointer-events:none" in css  # the tooltip never catches the mouse
     assert re.search(r"\.tip\{display:none;position:absolute;right:0", css)  # right gutter, level with the token
+    assert "right:anchor(--opsd-body right)" in css  # kept in the gutter where it is placed against the viewport
     assert "padding-right:25em" in css and "width:24em" in css  # the gutter is wider than the tooltip
     assert "-0.000" not in html  # tiny values keep their digits
 
@@ -90,7 +91,7 @@ def test_token_types_rank_strings_by_mean(run):
     assert list(types.columns) == ["token", "count", "mean", "total"] and (types["count"] >= 3).all()
     assert types["mean"].is_monotonic_decreasing
     assert np.allclose(types["total"], types["mean"] * types["count"])
-    assert tables.token_types_figure(types, "r_opd").data[0].orientation == "h"
+    assert tables.token_types_figure(types, "r_opd", "teacher").data[0].orientation == "h"
 
 
 # ------------------------------------------------------------------ item 8: heatmap export
@@ -311,7 +312,7 @@ def test_image_export_retries_once_then_says_what_to_do(monkeypatch):
 def test_tooltip_names_its_config_and_signal_and_outlines_hide_no_digit(run):
     """Issue 23 item 8: the tooltip did not name its config; orange outlines hid the digits of stacked rows."""
     html = run.heatmap(0, ["teacher", "self_ctx"], "a_d2", hot={1, 2})
-    tips = re.findall(r"<table class='tip'>(.*?)</table>", html)
+    tips = re.findall(r"<span class='tip'><table>(.*?)</table>", html)
     assert any("config teacher · coloured by a_d2" in t for t in tips)
     assert any("config self_ctx · coloured by a_d2" in t for t in tips)
     hot = re.search(r"\.opsd-hm \.t\.hot\{([^}]*)\}", heatmap.CSS).group(1)
@@ -347,3 +348,32 @@ def test_entropy_figure_says_why_its_third_panel_is_empty(run):
     assert not any("no token reaches" in a.text for a in figures.entropy_figure(s).layout.annotations) or \
         all((e.high_entropy_share.student or 0) == 0 and (e.high_entropy_share.teacher or 0) == 0
             for e in s.configs.values())
+
+
+def test_tooltip_cells_match_cell_value_by_value():
+    """The per-column formatting of the tooltip (one %-format over a column) prints what ``cell`` prints."""
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-5, -1e-4, 5e-4, 1e-3, -1e-3, 0.0015, 123.456, -2.5, 17.0])
+    for col in ("r_opd", "kl_rev", "rank_t", "gate", "lp_s", "jsd"):
+        assert heatmap._cells(col, v) == [f"<tr><td>{col}</td><td>{heatmap.cell(col, x)}</td></tr>" for x in v]
+
+
+def test_kept_tooltips_give_the_heatmap_a_fresh_run_draws(run, tmp_path):
+    """Run.heatmap keeps a rollout's tooltips across signals: the HTML equals a fresh Run's, per tokenizer."""
+    from opsd_diag.run import Run
+
+    class Tok:
+        def __init__(self, mark):
+            self.mark = mark
+
+        def decode(self, ids):
+            return f"{self.mark}{ids[0]}"
+
+    a, b = Tok("alt-a"), Tok("alt-b")
+    for signal in ("r_opd", "jsd", "rank_t"):
+        run.heatmap(2, ["teacher", "self_ctx"], signal, a, hot={1})
+    kept = run.heatmap(2, ["teacher", "self_ctx"], "a_d2", a, hot={1}, entropy_bin="[0.5, 1)")
+    fresh = Run.load(run.path).heatmap(2, ["teacher", "self_ctx"], "a_d2", a, hot={1}, entropy_bin="[0.5, 1)")
+    assert kept == fresh and "&quot;alt-a" in kept and "<tr class=sel><td>a_d2</td>" in kept
+    other = run.heatmap(2, ["teacher", "self_ctx"], "a_d2", b, hot={1}, entropy_bin="[0.5, 1)")
+    assert "&quot;alt-b" in other and "alt-a" not in other  # another tokenizer: its own alternatives
+    assert kept.count("class=sel>") == kept.count("data-pos=")  # one marked row per token, never two

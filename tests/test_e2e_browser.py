@@ -231,6 +231,7 @@ def test_hover_a_token_reads_its_tooltip(server, page):
     assert "pos 4" in text and "r_opd" in text and "student top-" in text, text
     box = tip.bounding_box()
     tokens = page.locator(".opsd-hm").first.locator(".t")
+    tokens.last.wait_for()
     right = max(b["x"] + b["width"] for b in (tokens.nth(i).bounding_box() for i in range(tokens.count())))
     assert box["x"] >= right - 1, (box, right)  # in the gutter: it hides no token, the next line stays hoverable
     page.locator(".opsd-hm .t").nth(5).hover()
@@ -454,3 +455,39 @@ def test_screenshots_of_every_page(server, page):
         nav(page, title)
         no_exception(page)
         shot(page, f"23-page-{title.lower().replace(' ', '-')}")
+
+
+def test_tooltip_near_the_bottom_stays_inside_the_viewport(server, page, tmp_path):
+    """Item 8: a ~400 px tooltip of a token near the bottom edge ran below a 1440x900 viewport; it flips
+    above its token (and is clamped to the viewport, scrolling inside, where it fits neither way)."""
+    from test_report import fake_run
+
+    long = fake_run(tmp_path / "long", n_prompts=1, n_samples=1, length=300)  # one tall heatmap, outside the root
+    page.set_viewport_size({"width": 1440, "height": 900})
+    _open(page, server, "tokens", run=str(long.path))
+    page.get_by_role("heading", name="Tokens", level=1).wait_for()
+    tokens = page.locator(".opsd-hm").first.locator(".t")
+    tokens.last.wait_for()
+    right = max(b["x"] + b["width"] for b in (tokens.nth(i).bounding_box() for i in range(tokens.count())))
+    for height, n in ((900, tokens.count() - 1), (300, tokens.count() // 2)):
+        page.set_viewport_size({"width": 1440, "height": height})
+        token = tokens.nth(n)
+        token.evaluate("e => e.scrollIntoView({block: 'end'})")  # the token on the viewport's bottom edge
+        time.sleep(0.3)
+        box = token.bounding_box()
+        assert box["y"] + box["height"] > height - 60, (height, box)  # the case that ran below
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        tip = token.locator(".tip")
+        tip.wait_for(state="visible")
+        b = tip.bounding_box()
+        assert b["height"] > 200 or height == 300, b  # a tall tooltip: every signal and both top-k rows
+        assert 0 <= b["y"] and b["y"] + b["height"] <= height + 0.5, (height, b)  # inside the viewport
+        assert 0 <= b["x"] and b["x"] + b["width"] <= 1440 and b["x"] >= right - 1, (b, right)  # in the gutter
+        text = tip.inner_text()
+        assert f"config {long.top_config()} · coloured by r_opd" in text and f"pos {n}" in text, text
+        if height == 300:  # taller than the viewport: capped to it, the rest scrolls inside
+            assert tip.evaluate("e => e.scrollHeight > e.clientHeight"), b
+        else:
+            assert b["y"] + b["height"] <= box["y"] + box["height"] + 0.5, (b, box)  # flipped above its token
+            shot(page, "23-tokens-tooltip-bottom")
+    no_exception(page)

@@ -55,14 +55,15 @@ else:
     if not metrics:
         st.info("These runs have no metrics yet.")
         st.stop()
-    st.dataframe(tables.compare_training({name: (f, jobs.status(r), scoreboard.read_prediction(r))
+    origins = {name: scoreboard.read_prediction(r) for name, r in zip(records, chosen)}
+    st.dataframe(tables.compare_training({name: (f, jobs.status(r), origins[name])
                                           for (name, f), r in zip(records.items(), chosen)}),
                  hide_index=True, key="cmp_train_table")
     evals = [m for m in metrics if any(("kind" in f) and f.loc[f["kind"] == "eval", m].notna().any()
                                        for f in records.values() if m in f)]
     trains = [m for m in metrics if m not in evals]
     for m in [x for x in ("pass@1", "kl_to_initial") if x in evals]:
-        st.plotly_chart(tables.compare_curves(records, m, "eval"), key=f"cmp_eval_{m}")
+        st.plotly_chart(tables.compare_curves(records, m, "eval", origins), key=f"cmp_eval_{m}")
     pick = st.multiselect("Training metrics", trains, default=[x for x in ("loss",) if x in trains], key="cmp_metrics")
     for m in pick:
-        st.plotly_chart(tables.compare_curves(records, m, "train"), key=f"cmp_train_{m}")
+        st.plotly_chart(tables.compare_curves(records, m, "train", origins), key=f"cmp_train_{m}")

@@ -69,9 +69,9 @@ if at is not None and st.session_state.get("tok_rollout") == rid:
     hot = hot | {int(at)}
     st.caption(f"Marked: position {at}, the token the link pointed to.")
 
-tok = common.tokenizer(run)
-st.html(run.heatmap(rid, chosen, signal, tok, scale=scope, entropy_bin=None if entropy_bin == "all" else entropy_bin,
-                    hot=hot))
+common.tokenizer(run)  # the note when top-k alternatives can only be shown as ids
+st.html(common.heatmap(run, rid, chosen, signal, scale=scope, entropy_bin=None if entropy_bin == "all" else entropy_bin,
+                       hot=hot))
 st.caption("Hover a token for all its signals and the student/teacher top-k alternatives (underlined: the sampled "
            "token); the table appears to the right, level with the token. " + ("Outlined: the 10 tokens where the "
            "configs differ most on this signal. " if hot else "") + "· marks a space, ⏎ a line break.")
@@ -92,7 +92,7 @@ if len(chosen) > 1:
 stem = f"{run.path.name}-rollout{rid}-{signal}"
 e1, e2, e3 = st.columns(3)
 with e1:
-    common.download("Heatmap HTML", run.export_heatmap(rid, chosen, signal, "html", tok, scale=scope),
+    common.download("Heatmap HTML", common.heatmap(run, rid, chosen, signal, scale=scope, fmt="html"),
                     f"{stem}.html", "tok_dl_html", "text/html")
 if export.image_export_available():
     if e2.button("Render PNG and SVG", key="tok_render"):
@@ -129,7 +129,7 @@ if types.empty:
 else:
     from opsd_diag.report.tables import token_types_figure
 
-    st.plotly_chart(token_types_figure(types, signal), key="tt_fig")
+    st.plotly_chart(token_types_figure(types, signal, tt_config), key="tt_fig")
     st.caption(f"Which token strings {signal} pushes up (mean > 0) or down most, over every occurrence in the run "
                "under this config (the word-level view of OPD²); click a column to sort the table.")
     st.dataframe(types, hide_index=True, key="tt_table", column_config={

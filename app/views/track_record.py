@@ -4,7 +4,6 @@ every run under the runs folder with the status its directory records (it surviv
 from pathlib import Path
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from app import common
@@ -36,19 +35,16 @@ else:
                      f"{MIN_JUDGED} judged runs on")
     st.caption(f"Judged verdicts: {board.n_right} right of {board.n_judged} (helps/hurts runs whose realised gain "
                "interval excludes zero); an interval that includes zero is 'no clear change' and counts neither way.")
-    shown = board.frame.assign(run=board.frame["run"].map(lambda p: Path(p).name))
+    shown = board.frame.assign(run=board.frame["run"].map(lambda p: Path(p).name),
+                               signal=board.frame["signal"].map(lambda s: common.signal_name(s) if s else s))
     st.dataframe(shown, hide_index=True,
                  key="tr_board", column_config={c: st.column_config.NumberColumn(format="%.3f")
                                                 for c in ("score", "pass@1_start", "pass@1_end", "gain", "gain_lo",
                                                           "gain_hi", "kl_to_initial")})
-    done = board.frame.dropna(subset=["score", "gain"])
-    if not done.empty:
-        done = done.assign(up=done["gain_hi"] - done["gain"], down=done["gain"] - done["gain_lo"])
-        fig = px.scatter(done, x="score", y="gain", color="verdict", hover_data=["config", "signal", "run", "outcome"],
-                         error_y="up", error_y_minus="down",
-                         color_discrete_map={"helps": "#2d1ebe", "hurts": "#be1e2d", "unclear": "#888"},
-                         title="Predicted score vs realised pass@1 gain (95% interval over held-out problems)")
-        fig.add_hline(y=0, line_color="#444", line_width=1)
+    if not board.frame.dropna(subset=["score", "gain"]).empty:
+        from opsd_diag.report.tables import track_record_figure
+
+        fig = track_record_figure(board.frame.assign(run=board.frame["run"].map(lambda p: Path(p).name)))
         st.plotly_chart(fig, key="tr_scatter")
 
 st.subheader(f"Every run under {root}/")

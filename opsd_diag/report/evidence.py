@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from opsd_diag.report.figures import _colors, _note
+from opsd_diag.report.figures import _colors, _note, who
 from opsd_diag.schema import signal_name
 from opsd_diag.summary import Summary
 
@@ -63,7 +63,8 @@ def _in_order(summary: Summary):
     return [(c, ideal.configs[c]) for c in summary.config_names if c in ideal.configs] if ideal else []
 
 
-def _bars(frame: pd.DataFrame, x: str, group: str, title: str, ytitle: str, colors: dict) -> go.Figure:
+def _bars(frame: pd.DataFrame, x: str, group: str, title: str, ytitle: str, colors: dict, head) -> go.Figure:
+    """Bars with CIs, one trace per ``group``; ``head(group)`` is the hover's first line (``figures.who``)."""
     fig = go.Figure()
     if frame.empty:
         return _note(fig, "the predictor has no nodes in this run")
@@ -72,7 +73,7 @@ def _bars(frame: pd.DataFrame, x: str, group: str, title: str, ytitle: str, colo
                              error_y=dict(type="data", array=d["hi"] - d["estimate"],
                                           arrayminus=d["estimate"] - d["lo"]),
                              customdata=np.stack([d["lo"], d["hi"], d["n_prompts"].astype(float)], axis=1),
-                             hovertemplate=f"{g} · %{{x}}<br>%{{y:.3f}} [%{{customdata[0]:.3f}}, "
+                             hovertemplate=head(g) + "<br>%{y:.3f} [%{customdata[0]:.3f}, "
                                            "%{customdata[1]:.3f}]<br>%{customdata[2]:.0f} prompts<extra></extra>"))
     fig.add_hline(y=0, line_color="#444", line_width=1)
     fig.update_layout(title=title, barmode="group", height=420, yaxis_title=ytitle,
@@ -84,21 +85,24 @@ def _bars(frame: pd.DataFrame, x: str, group: str, title: str, ytitle: str, colo
 def advantage_figure(summary: Summary) -> go.Figure:
     f = advantage_frame(summary)
     return _bars(f[f["split"] == "all"], "config", "split", "Teacher advantage at the chosen nodes",
-                 "A_T (estimated success gain)", {"all": "#555"})
+                 "A_T (estimated success gain)", {"all": "#555"},
+                 lambda g: who("%{x}") + " · A_T (teacher advantage)")
 
 
 def direction_figure(summary: Summary) -> go.Figure:
     f = alignment_frame(summary)
     f = f[f["split"] == "all"]
     return _bars(f, "signal", "config", "Each signal's update against the ideal gradient",
-                 "alignment (cosine with the ideal)", _colors(summary.config_names))
+                 "alignment (cosine with the ideal)", _colors(summary.config_names),
+                 lambda g: who(g, "%{x}") + " · alignment with the ideal")
 
 
 def split_figure(summary: Summary, signal: str) -> go.Figure:
     f = alignment_frame(summary)
     f = f[(f["signal"] == signal_name(signal)) & (f["split"] != "all")]
     fig = _bars(f, "config", "split", f"Alignment of {signal_name(signal)} on incorrect vs correct rollouts",
-                "alignment (cosine with the ideal)", {"incorrect": "#d62728", "correct": "#2ca02c"})
+                "alignment (cosine with the ideal)", {"incorrect": "#d62728", "correct": "#2ca02c"},
+                lambda g: who("%{x}", signal) + f" · alignment on {g} rollouts")
     empty = [g for g in ("incorrect", "correct") if not f.loc[f["split"] == g, "estimate"].notna().any()]
     if empty and len(f):  # a missing bar says why
         fig.add_annotation(text=" and ".join(empty) + " rollouts: no estimate (no predictor node on such rollouts, "
@@ -122,12 +126,12 @@ def scatter_figure(nodes: pd.DataFrame, summary: Summary, signal: str, divergenc
         fig.add_trace(go.Scatter(
             x=ok[divergence], y=ok[col], mode="markers", name=str(config), marker=dict(color=colors.get(config)),
             customdata=np.stack([ok["rollout_id"], ok["pos"], ok["h_s"]], axis=1),
-            hovertemplate=f"{config}<br>rollout %{{customdata[0]:.0f}} pos %{{customdata[1]:.0f}}<br>"
-                          f"{divergence} %{{x:.3f}} · alignment %{{y:.3f}}<br>h_s %{{customdata[2]:.2f}}"
-                          "<extra></extra>"))
-    fig.update_layout(title=f"{divergence} vs alignment of {signal} per node (Spearman: {', '.join(rhos)})",
-                      height=460, xaxis_title=f"{divergence} at the node (nats)",
-                      yaxis_title=f"alignment of {signal} with the ideal")
+            hovertemplate=who(config, signal) + "<br>rollout %{customdata[0]:.0f} pos %{customdata[1]:.0f}<br>"
+                          f"{divergence} %{{x:.3f}} · alignment of {signal_name(signal)} %{{y:.3f}}<br>"
+                          "h_s %{customdata[2]:.2f}<extra></extra>"))
+    fig.update_layout(title=f"{divergence} vs alignment of {signal_name(signal)} per node (Spearman: "
+                            f"{', '.join(rhos)})", height=460, xaxis_title=f"{divergence} at the node (nats)",
+                      yaxis_title=f"alignment of {signal_name(signal)} with the ideal")
     return fig
 
 

@@ -6,9 +6,10 @@ No Streamlit here, so the app, the HTML report and the tests all draw the very s
 
 from __future__ import annotations
 
+import html
 import math
-import zlib
 import textwrap
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ from plotly.subplots import make_subplots
 
 from opsd_diag.core.aggregate import alignment_stats
 from opsd_diag.errors import OpsdError
-from opsd_diag.schema import BY_NAME, CI_COLUMNS, label
+from opsd_diag.schema import BY_NAME, CI_COLUMNS, label, signal_name
 from opsd_diag.summary import Summary
 
 FIGURE_HELP = {
@@ -62,6 +63,13 @@ def _colors(names) -> dict[str, str]:
     return out
 
 
+def who(config: str, signal: str | None = None) -> str:
+    """A hover's first line: the config and the signal its value belongs to (the schema's name), in one
+    wording on every figure. ``config`` may be a template field such as ``%{x}``."""
+    head = f"config {html.escape(str(config))}"
+    return head + (f" · {html.escape(signal_name(signal))}" if signal else "")
+
+
 def _note(fig: go.Figure, text: str) -> go.Figure:
     fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
@@ -86,8 +94,8 @@ def headline_figure(summary: Summary) -> go.Figure:
                 error_y=dict(type="data", array=[row["hi"] - row["estimate"]],
                              arrayminus=[row["estimate"] - row["lo"]]),
                 customdata=[[row["lo"], row["hi"], row["n_prompts"]]],
-                hovertemplate="%{x}<br>mean %{y:.4f}<br>95% CI [%{customdata[0]:.4f}, %{customdata[1]:.4f}]"
-                              "<br>%{customdata[2]:.0f} prompts<extra>" + s + "</extra>"),
+                hovertemplate=who("%{x}", s) + "<br>mean %{y:.4f}<br>95% CI [%{customdata[0]:.4f}, "
+                              "%{customdata[1]:.4f}]<br>%{customdata[2]:.0f} prompts<extra></extra>"),
                 row=i // 3 + 1, col=i % 3 + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_layout(title=dict(text="Mean per-token signal per teacher config (error bars: 95% bootstrap CI over "
@@ -109,23 +117,25 @@ def entropy_figure(summary: Summary, signal: str = "r_opd") -> go.Figure:
     first = ef[ef["config"] == configs[0]]  # bins use the student's entropy: same for every config
     fig.add_trace(go.Bar(x=first["bin"], y=first["share"], marker_color="#888", name="token share",
                          customdata=first["n_tokens"],
-                         hovertemplate="h_s in %{x}: %{y:.1%} of tokens (%{customdata})<extra></extra>"),
+                         hovertemplate="every config · h_s (student entropy) in %{x}: %{y:.1%} of tokens "
+                                       "(%{customdata})<extra></extra>"),
                   row=1, col=1)
     for c in configs:
         d = ef[ef["config"] == c]
         fig.add_trace(go.Scatter(x=d["bin"], y=d[f"mean_{signal}"], mode="lines+markers", name=c,
                                  legendgroup=c, line_color=colors[c],
-                                 hovertemplate=f"{c}<br>h_s in %{{x}}<br>mean {signal} %{{y:.4f}}<extra></extra>"),
+                                 hovertemplate=who(c, signal) + "<br>h_s in %{x}<br>mean %{y:.4f}<extra></extra>"),
                       row=1, col=2)
     shares = {c: summary.configs[c].high_entropy_share for c in configs}
     top = 0.0
-    for who, color in (("student", "#888"), ("teacher", "#1f77b4")):
-        ys = [_num(getattr(shares[c], who)) for c in configs]
+    for role, color, col in (("student", "#888", "h_s"), ("teacher", "#1f77b4", "h_t")):
+        ys = [_num(getattr(shares[c], role)) for c in configs]
         top = max([top, *[y for y in ys if np.isfinite(y)]])
-        fig.add_trace(go.Bar(x=configs, y=ys, marker_color=color, name=f"{who} (high-entropy share)",
+        fig.add_trace(go.Bar(x=configs, y=ys, marker_color=color, name=f"{role} (high-entropy share)",
                              text=["n/a" if not np.isfinite(y) else f"{y:.1%}" if y > 0 else "" for y in ys],
                              textposition="outside",  # no "0.0%" labels piled on empty bars
-                             hovertemplate=f"%{{x}}: {who} entropy ≥ {thr:g} on %{{y:.1%}} of tokens<extra></extra>"),
+                             hovertemplate=who("%{x}", col) + f" ({role} entropy) ≥ {thr:g} nats on %{{y:.1%}} "
+                                           "of tokens<extra></extra>"),
                       row=1, col=3)
     if top == 0:  # an empty panel says why
         fig.add_annotation(text=f"no token reaches {thr:g} nats<br>(student or teacher)", showarrow=False,
@@ -161,10 +171,10 @@ def alignment_figure(tokens: pd.DataFrame, config: str, max_points: int = 3000, 
     fig.add_trace(go.Scattergl(
         x=ok["a_opd"], y=ok["a_delta"], mode="markers", marker=dict(size=4, opacity=0.45),
         name="token", customdata=np.stack([ok["rollout_id"], ok["pos"]], axis=1),
-        hovertemplate="rollout %{customdata[0]} pos %{customdata[1]}<br>a_opd %{x:.3f}<br>"
+        hovertemplate=who(config) + "<br>rollout %{customdata[0]} pos %{customdata[1]}<br>a_opd %{x:.3f}<br>"
                       "a_delta %{y:.3f}<extra></extra>"))
     lim = float(np.nanmax(np.abs(ok[["a_opd", "a_delta"]].to_numpy()))) or 1.0
-    fig.add_trace(go.Scatter(x=[-lim, lim], y=[-lim, lim], mode="lines", name="a_delta = a_opd",
+    fig.add_trace(go.Scatter(x=[-lim, lim], y=[-lim, lim], mode="lines", name="a_delta = a_opd", hoverinfo="skip",
                              line=dict(dash="dot", color="#999")))
     n = max(1, al["n_informative"])
     for key, x, y, text in (("q_pp", 0.98, 0.98, "both > 0"), ("q_np", 0.02, 0.98, "a_opd < 0 < a_delta"),
@@ -206,7 +216,8 @@ def correctness_figure(tokens: pd.DataFrame, rollouts: pd.DataFrame, signal: str
         fig.add_trace(go.Box(x=list(s.index), q1=f(s[0.25]), median=f(s[0.5]), q3=f(s[0.75]), lowerfence=f(s[0.05]),
                              upperfence=f(s[0.95]), mean=f(s["mean"]), name=f"{group} rollouts", marker_color=color,
                              customdata=s[[0.05, 0.25, 0.5, 0.75, 0.95, "mean"]].to_numpy(),
-                             hovertemplate="%{x}<br>5%: %{customdata[0]:.3g} · 25%: %{customdata[1]:.3g} · median "
+                             hovertemplate=who("%{x}", signal) + f" · {group} rollouts<br>5%: "
+                                           "%{customdata[0]:.3g} · 25%: %{customdata[1]:.3g} · median "
                                            "%{customdata[2]:.3g}<br>75%: %{customdata[3]:.3g} · 95%: "
                                            "%{customdata[4]:.3g} · mean %{customdata[5]:.3g}<extra></extra>"))
     configs = list(dict.fromkeys(df["config"]))
@@ -232,11 +243,11 @@ def position_figure(summary: Summary, signal: str = "r_opd") -> go.Figure:
         d = pf[pf["config"] == c]
         fig.add_trace(go.Scatter(x=d["bucket"], y=d[f"mean_{signal}"], mode="lines+markers", name=c,
                                  line_color=colors[c],
-                                 hovertemplate=f"{c}<br>positions %{{x}}<br>mean {signal} %{{y:.4f}}<extra></extra>"),
+                                 hovertemplate=who(c, signal) + "<br>positions %{x}<br>mean %{y:.4f}<extra></extra>"),
                       row=1, col=1)
     first = pf[pf["config"] == configs[0]]
     fig.add_trace(go.Bar(x=first["bucket"], y=first["n_tokens"], name="tokens per bucket", marker_color="#bbb",
-                         hovertemplate="positions %{x}: %{y} tokens<extra></extra>"), row=2, col=1)
+                         hovertemplate="every config · positions %{x}: %{y} tokens<extra></extra>"), row=2, col=1)
     fig.update_xaxes(type="category")
     fig.update_xaxes(title_text="position in the completion (tokens)", row=2, col=1)
     fig.update_yaxes(title_text=f"mean {signal}", row=1, col=1)
@@ -253,16 +264,19 @@ def accuracy_figure(summary: Summary) -> go.Figure:
     # the gap to the student goes under each bar's name: labels on the bars collide with the error bars
     gap = [("" if not np.isfinite(g) else f"{g:+.2f} vs student") for g in acc["gap_estimate"]]
     names = [w if not g else f"{w}<br>{g}" for w, g in zip(acc["who"], gap)]
-    fig.add_trace(go.Bar(x=names, y=acc["estimate"], marker_color=colors, hovertext=gap, showlegend=False,
+    heads = ["student alone" if i == 0 else who(w) for i, w in enumerate(acc["who"])]
+    fig.add_trace(go.Bar(x=names, y=acc["estimate"], marker_color=colors, showlegend=False,
                          error_y=dict(type="data", array=acc["hi"] - acc["estimate"],
                                       arrayminus=acc["estimate"] - acc["lo"]),
-                         hovertemplate="%{x}: accuracy %{y:.3f}<extra></extra>"), row=1, col=1)
+                         customdata=np.stack([heads, gap], axis=1),
+                         hovertemplate="%{customdata[0]} · accuracy %{y:.3f} %{customdata[1]}<extra></extra>"),
+                  row=1, col=1)
     student = acc.loc[0, "estimate"]
     if np.isfinite(student):
         fig.add_hline(y=student, line_dash="dash", line_color="#888", row=1, col=1)
     pk = summary.pass_at_k
     fig.add_trace(go.Bar(x=list(pk), y=[_num(v) for v in pk.values()], marker_color="#888", showlegend=False,
-                         hovertemplate="%{x}: %{y:.3f}<extra>student samples</extra>"), row=1, col=2)
+                         hovertemplate="student samples · %{x}: %{y:.3f}<extra></extra>"), row=1, col=2)
     fig.update_yaxes(title_text="share of sampled answers that are correct", range=[0, 1.05], row=1, col=1)
     fig.update_yaxes(title_text="P(at least one of k samples correct)", range=[0, 1.05], row=1, col=2)
     fig.update_layout(title="Teacher-with-context vs student accuracy (95% bootstrap CI over prompts)", height=460)

@@ -3,7 +3,10 @@
 Signed signals (``schema.Column.signed``) get a diverging scale (red below 0, white at 0, blue
 above, symmetric); non-negative ones, ranks and log-probs a sequential one on |value| (white to
 purple), so ``rank_t`` reads 0 … 17 and never "−17". The tooltip is a two-column table shown
-in a gutter right of the text, level with its token, and never catches the mouse: it hides no token. Token text
+in a gutter right of the text, level with its token, and never catches the mouse: it hides no token. It stays
+inside the viewport (CSS anchor positioning, no script): below-aligned with its token, else above it, else
+clamped to the viewport's top, and never taller than the viewport (it scrolls inside). A browser without
+anchor positioning shows it level with its token, height capped the same. Token text
 is untrusted (whatever the student sampled): every string that reaches HTML goes through
 ``html.escape``, and neither the fragment nor the standalone document holds a script or a link.
 """
@@ -48,7 +51,7 @@ def _rgb(values, scale: float, signed: bool) -> list[str]:
     else:
         end = np.broadcast_to(np.array(_SEQ), (len(x), 3))
     rgb = np.rint(255 + np.abs(x)[:, None] * (end - 255)).astype(int)
-    return [NAN_COLOR if not np.isfinite(val) else f"rgb({r},{g},{b})" for val, (r, g, b) in zip(v, rgb)]
+    return [f"rgb({r},{g},{b})" if ok else NAN_COLOR for ok, (r, g, b) in zip(np.isfinite(v).tolist(), rgb.tolist())]
 
 
 def signal_color(value: float, scale: float, signed: bool = True) -> str:
@@ -84,14 +87,26 @@ def _decoder(tokenizer):
     return decode
 
 
-def _alternatives(topk: pd.DataFrame | None, config: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+def _alternatives(topk: pd.DataFrame | None, config: str, sampled: dict[int, int], decode) -> dict[int, str]:
+    """Position -> the tooltip rows of its student and teacher (``config``) top-k, the sampled token
+    underlined: built over the whole rollout at once (one sort, one pass), not token by token."""
     if topk is None or topk.empty:
         return {}
     keep = topk[(topk["role"] == "student") | ((topk["role"] == "teacher") & (topk["config"] == config))]
-    keep = keep.sort_values(["role", "pos", "rank"])
-    ids, lps = keep["token_id"].to_numpy(), keep["logprob"].to_numpy(dtype=float)
-    return {(str(role), int(pos)): (ids[idx], lps[idx])
-            for (role, pos), idx in keep.groupby(["role", "pos"], sort=False).indices.items()}
+    keep = keep.sort_values(["role", "pos", "rank"], kind="stable")
+    roles, pos = keep["role"].astype(str).tolist(), keep["pos"].to_numpy().tolist()
+    items = [("<span><u>%s</u> %.2f</span>" if sampled.get(p) == t else "<span>%s %.2f</span>") % (decode(t), lp)
+             for p, t, lp in zip(pos, keep["token_id"].to_numpy().tolist(), keep["logprob"].to_numpy(dtype=float).tolist())]
+    out: dict[int, str] = {}
+    i, n = 0, len(items)
+    while i < n:  # rows are sorted by (role, pos): each run of equal keys is one table row
+        j = i + 1
+        while j < n and pos[j] == pos[i] and roles[j] == roles[i]:
+            j += 1
+        out[pos[i]] = out.get(pos[i], "") + (f"<tr><td>{roles[i]} top-{j - i}</td><td class='alt'>"
+                                             f"{' '.join(items[i:j])}</td></tr>")
+        i = j
+    return out
 
 
 def cell(col: str, v) -> str:
@@ -105,8 +120,20 @@ def cell(col: str, v) -> str:
 
 
 def _cells(col: str, values: np.ndarray) -> list[str]:
-    """``cell`` of every value of one column, as table rows (the label is a schema name: no escaping)."""
-    return [f"<tr><td>{col}</td><td>{cell(col, v)}</td></tr>" for v in values.tolist()]
+    """``cell`` of every value of one column, as table rows (the label is a schema name: no escaping).
+    One %-format over the column; the few values ``cell`` prints otherwise (n/a, tiny) go through it."""
+    values = np.asarray(values, dtype=float)
+    row = f"<tr><td>{col}</td><td>%s</td></tr>"
+    if col in _INT_COLUMNS:
+        out, odd = [row % f"{v:g}" for v in values.tolist()], ~np.isfinite(values)
+    else:
+        fmt = row.replace("%s", "%+.3f" if is_signed(col) else "%.3f")
+        out = [fmt % v for v in values.tolist()]
+        with np.errstate(invalid="ignore"):
+            odd = ~np.isfinite(values) | ((values != 0) & (np.abs(values) < 1e-3))
+    for i in np.flatnonzero(odd).tolist():
+        out[i] = row % cell(col, values[i])
+    return out
 
 
 def _span_rows(t: pd.DataFrame) -> list[str]:
@@ -136,20 +163,18 @@ def _span_rows(t: pd.DataFrame) -> list[str]:
     return out
 
 
-def _tooltip(pos: int, token_id: int, text: str, rows: list[str], alts, decode, config: str = "",
-             signal: str = "") -> str:
-    who = (f"<tr><th colspan='2' class='who'>config {html.escape(config)} · coloured by {html.escape(signal)}"
-           "</th></tr>") if config else ""
-    out = [f"<tr><th colspan='2'>pos {pos} · id {token_id} · {html.escape(json.dumps(text, ensure_ascii=False))}"
-           f"</th></tr>{who}", *rows]
-    for role in ("student", "teacher"):
-        got = alts.get((role, pos))
-        if got is None:
-            continue
-        items = " ".join(("<span><u>{}</u>" if t == token_id else "<span>{}").format(decode(t)) + f" {lp:.2f}</span>"
-                         for t, lp in zip(got[0].tolist(), got[1].tolist()))
-        out.append(f"<tr><td>{role} top-{len(got[0])}</td><td class='alt'>{items}</td></tr>")
-    return "<table class='tip'>" + "".join(out) + "</table>"
+def tooltips(t: pd.DataFrame, topk: pd.DataFrame | None = None, config: str = "", tokenizer=None) -> list[str]:
+    """Per token of ``t`` (one rollout x one config, in position order) the tooltip's rows below its header:
+    every signal, span rows, top-k alternatives. They do not depend on the signal shown (the chosen one is
+    marked in ``render_heatmap``), so ``Run.heatmap`` keeps them while the signal or the scale changes."""
+    cols = [c for c in SIGNAL_COLUMNS if c in t.columns]
+    rows = [_cells(c, t[c].to_numpy(dtype=float)) for c in cols]
+    if "teacher_tokens" in t.columns:  # span rows of a teacher with another tokenizer (engine.cross_scoring)
+        rows.append(_span_rows(t))
+    positions, ids = t["pos"].to_numpy().tolist(), t["token_id"].to_numpy().tolist()
+    alts = _alternatives(topk, config, dict(zip(positions, ids)), _decoder(tokenizer))
+    return ["".join(parts) + alts.get(pos, "") for pos, parts in zip(positions, zip(*rows))] if rows else \
+        [alts.get(pos, "") for pos in positions]
 
 
 CSS = """<style>
@@ -159,10 +184,20 @@ CSS = """<style>
 .opsd-hm .t.dim{opacity:.25}
 .opsd-hm .t.hot{box-shadow:inset 0 -3px 0 #d97706,inset -1px 0 rgba(0,0,0,.12);font-weight:700}
 .opsd-hm .t i.w{font-style:normal;opacity:.45}
-.opsd-hm .t .tip{display:none;position:absolute;right:0;z-index:20;width:24em;
- pointer-events:none;white-space:normal;background:#fff;color:#111;border:1px solid #999;border-radius:4px;
- font-size:12px;line-height:1.35;box-shadow:0 2px 8px rgba(0,0,0,.25);border-collapse:collapse}
-.opsd-hm .t:hover .tip{display:table}
+.opsd-hm .t .tip{display:none;position:absolute;right:0;z-index:20;width:24em;box-sizing:border-box;
+ max-height:calc(100vh - 16px);overflow-y:auto;pointer-events:none;white-space:normal;background:#fff;color:#111;
+ border:1px solid #999;border-radius:4px;font-size:12px;line-height:1.35;box-shadow:0 2px 8px rgba(0,0,0,.25)}
+.opsd-hm .t:hover .tip{display:block}
+.opsd-hm .tip table{border-collapse:collapse;width:100%}
+@position-try --opsd-above{top:auto;bottom:anchor(bottom)}
+@position-try --opsd-fit{top:8px;bottom:auto}
+@supports (position-try-fallbacks:flip-block){
+.opsd-hm{anchor-scope:--opsd-body}
+.opsd-hm .body{anchor-name:--opsd-body}
+.opsd-hm .t:hover{anchor-name:--opsd-tok}
+.opsd-hm .t .tip{position:fixed;position-anchor:--opsd-tok;top:anchor(top);right:anchor(--opsd-body right);
+ position-try-fallbacks:--opsd-above,--opsd-fit}
+}
 .opsd-hm .tip th{text-align:left;font-weight:600;padding:3px 6px;border-bottom:1px solid #ddd;
  white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:24em}
 .opsd-hm .tip th.who{white-space:normal;font-weight:400;color:#333}
@@ -200,37 +235,35 @@ def legend(signal: str, scale: float, scope: str = "this rollout") -> str:
 
 def render_heatmap(tokens: pd.DataFrame, signal: str, topk: pd.DataFrame | None = None, config: str = "",
                    tokenizer=None, title: str = "", *, scale: float | None = None, scope: str = "this rollout",
-                   dim: np.ndarray | None = None, hot: set[int] | None = None) -> str:
+                   dim: np.ndarray | None = None, hot: set[int] | None = None, tips: list[str] | None = None) -> str:
     """One rollout's tokens (rows of one rollout x one config) as coloured spans, with hover details.
 
     ``topk`` holds that rollout's top-k rows; alternatives are decoded with ``tokenizer`` when given,
     else shown as ``#id``. ``scale`` fixes the colour scale (e.g. per run; default: this rollout's);
     ``dim`` (a boolean per position, in position order) fades filtered-out tokens and ``hot`` outlines
-    the given positions. Returns an HTML fragment with its own scoped CSS and no script.
+    the given positions; ``tips`` are ``tooltips`` of these tokens (in position order) made before (they are made here
+    otherwise). Returns an HTML fragment with its own scoped CSS and no script.
     """
     if signal not in SIGNAL_COLUMNS:
         raise OpsdError(f"unknown signal '{signal}': choose one of {', '.join(SIGNAL_COLUMNS)}")
-    t = tokens.sort_values("pos")
+    t = tokens.sort_values("pos", kind="stable")
     signed = is_signed(signal)
     vals = t[signal].to_numpy(dtype=float)
     scale = scale if scale and np.isfinite(scale) and scale > 0 else heatmap_scale(vals)
     colours = _rgb(vals, scale, signed)
-    strong = np.isfinite(vals) & (np.abs(vals) / scale > 0.6)
-    alts, decode = _alternatives(topk, config), _decoder(tokenizer)
-    cols = [c for c in SIGNAL_COLUMNS if c in t.columns]
-    rows = [_cells(c, t[c].to_numpy(dtype=float)) for c in cols]
-    sel = cols.index(signal)
-    rows[sel] = [r.replace("<tr>", "<tr class=sel>", 1) for r in rows[sel]]  # the chosen signal stands out
-    if "teacher_tokens" in t.columns:  # span rows of a teacher with another tokenizer (engine.cross_scoring)
-        rows += [_span_rows(t)]
+    ink = np.where(np.isfinite(vals) & (np.abs(vals) / scale > 0.6), "#fff", "#111").tolist()
+    tips = tooltips(t, topk, config, tokenizer) if tips is None else tips
+    plain, marked = f"<tr><td>{signal}</td>", f"<tr class=sel><td>{signal}</td>"  # the chosen signal stands out
+    who = (f"<tr><th colspan='2' class='who'>config {html.escape(config)} · coloured by {html.escape(signal)}"
+           "</th></tr>") if config else ""
     positions, ids, texts = t["pos"].to_numpy().tolist(), t["token_id"].to_numpy().tolist(), t["token"].astype(str).tolist()
+    shown = {x: (_token_html(x), html.escape(json.dumps(x, ensure_ascii=False))) for x in set(texts)}  # once per string
+    faded = dim.tolist() if dim is not None else [False] * len(texts)
     hot = hot or set()
-    spans = []
-    for i, (pos, tid, text) in enumerate(zip(positions, ids, texts)):
-        classes = "t" + (" dim" if dim is not None and dim[i] else "") + (" hot" if pos in hot else "")
-        tip = _tooltip(pos, tid, text, [r[i] for r in rows], alts, decode, config, signal)
-        spans.append(f"<span class='{classes}' data-pos='{pos}' style='background:{colours[i]};color:"
-                     f"{'#fff' if strong[i] else '#111'}'>{_token_html(text)}{tip}</span>")
+    spans = [f"<span class='t{' dim' if d else ''}{' hot' if pos in hot else ''}' data-pos='{pos}' style='background:"
+             f"{c};color:{k}'>{shown[x][0]}<span class='tip'><table><tr><th colspan='2'>pos {pos} · id {tid} · "
+             f"{shown[x][1]}</th></tr>{who}{tip.replace(plain, marked, 1)}</table></span></span>"
+             for pos, tid, x, c, k, d, tip in zip(positions, ids, texts, colours, ink, faded, tips)]
     return (f"<div class='opsd-hm'>{CSS}<div class='head'>{html.escape(title)}</div>{legend(signal, scale, scope)}"
             f"<div class='body'>{''.join(spans)}</div></div>")
 

@@ -6,11 +6,14 @@ the very same numbers.
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from opsd_diag.schema import label
+from opsd_diag.report.figures import who
+from opsd_diag.schema import label, signal_name
 from opsd_diag.summary import Summary
 
 
@@ -28,16 +31,17 @@ def token_types(tokens: pd.DataFrame, signal: str, config: str, min_count: int =
     return g.reset_index(drop=True)
 
 
-def token_types_figure(types: pd.DataFrame, signal: str, n: int = 12) -> go.Figure:
-    """The ``n`` token strings pushed up most and the ``n`` pushed down most (bar chart of the means)."""
+def token_types_figure(types: pd.DataFrame, signal: str, config: str, n: int = 12) -> go.Figure:
+    """The ``n`` token strings pushed up most and the ``n`` pushed down most under ``config`` (bars of the means)."""
     top, bottom = types.head(n), types.tail(n)
     both = pd.concat([top, bottom[~bottom["token"].isin(top["token"])]]).sort_values("mean")
     names = [repr(t)[1:-1] or "∅" for t in both["token"]]
     fig = go.Figure(go.Bar(x=both["mean"], y=names, orientation="h",
                            marker_color=np.where(both["mean"] < 0, "#be1e2d", "#2d1ebe"),
                            customdata=both["count"],
-                           hovertemplate="%{y}: mean %{x:.3f} over %{customdata} tokens<extra></extra>"))
-    fig.update_layout(title=f"Token strings {signal} pushes up and down most (mean per occurrence)",
+                           hovertemplate=who(config, signal) + "<br>%{y}: mean %{x:.3f} over %{customdata} "
+                                                                "tokens<extra></extra>"))
+    fig.update_layout(title=f"Token strings {signal} pushes up and down most under {config} (mean per occurrence)",
                       xaxis_title=f"mean {label(signal)}", height=max(320, 22 * len(both) + 120),
                       yaxis=dict(type="category"))
     return fig
@@ -92,14 +96,20 @@ def compare_verdicts(a: Summary, b: Summary, names: tuple[str, str] = ("A", "B")
     return out
 
 
-def compare_curves(records: dict[str, pd.DataFrame], metric: str, kind: str = "train") -> go.Figure:
-    """One metric of several training runs on one axis: run name -> its metrics records."""
+def compare_curves(records: dict[str, pd.DataFrame], metric: str, kind: str = "train",
+                   origins: dict[str, dict | None] | None = None) -> go.Figure:
+    """One metric of several training runs on one axis: run name -> its metrics records; ``origins``: run
+    name -> the prediction it was started from (config, signal), named in the hover."""
     fig = go.Figure()
     for name, r in records.items():
         if r.empty or metric not in r:
             continue
         d = r[(r["kind"] == kind) & r[metric].notna()]
-        fig.add_trace(go.Scatter(x=d["step"], y=d[metric], mode="lines+markers", name=name))
+        pred = (origins or {}).get(name) or {}
+        head = who(pred["config"], pred.get("signal")) if pred.get("config") else "not started from a diagnosis"
+        fig.add_trace(go.Scatter(x=d["step"], y=d[metric], mode="lines+markers", name=name,
+                                 hovertemplate=f"run {html.escape(name)} · {head}<br>step %{{x}}: {metric} "
+                                               "%{y:.4g}<extra></extra>"))
     fig.update_layout(title=f"{metric} ({kind})", xaxis_title="step", yaxis_title=metric, height=380,
                       legend=dict(orientation="h", y=-0.2, yanchor="top"))
     return fig
@@ -121,3 +131,24 @@ def compare_training(runs: dict[str, tuple[pd.DataFrame, dict, dict | None]]) ->
                      "pass@1 last": at(last, "pass@1"), "gain": at(last, "pass@1") - at(first, "pass@1"),
                      "kl_to_initial last": at(last, "kl_to_initial")})
     return pd.DataFrame(rows)
+
+
+def track_record_figure(board: pd.DataFrame) -> go.Figure:
+    """Predicted score vs realised pass@1 gain of each scored training run (``scoreboard``), with its 95%
+    interval; the hover names the run's config and signal (the schema's name)."""
+    done = board.dropna(subset=["score", "gain"])
+    fig = go.Figure()
+    colors = {"helps": "#2d1ebe", "hurts": "#be1e2d"}
+    for verdict in dict.fromkeys(done["verdict"].astype(str)):
+        d = done[done["verdict"].astype(str) == verdict]
+        heads = [who(c, s) for c, s in zip(d["config"].astype(str), d["signal"].astype(str))]
+        fig.add_trace(go.Scatter(
+            x=d["score"], y=d["gain"], mode="markers", name=verdict, marker=dict(color=colors.get(verdict, "#888"), size=9),
+            error_y=dict(type="data", array=d["gain_hi"] - d["gain"], arrayminus=d["gain"] - d["gain_lo"]),
+            customdata=np.stack([heads, d["run"].astype(str).map(html.escape), d["outcome"].astype(str)], axis=1),
+            hovertemplate="%{customdata[0]} · " + html.escape(verdict) + "<br>run %{customdata[1]}<br>score %{x:.3f} · gain "
+                          "%{y:+.3f} (%{customdata[2]})<extra></extra>"))
+    fig.add_hline(y=0, line_color="#444", line_width=1)
+    fig.update_layout(title="Predicted score vs realised pass@1 gain (95% interval over held-out problems)",
+                      xaxis_title="predicted score", yaxis_title="realised pass@1 gain", legend_title="verdict")
+    return fig

@@ -8,12 +8,15 @@ line break), coloured with the same scales: diverging around 0 for signed signal
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from opsd_diag.report import heatmap
+from opsd_diag.report.figures import who
 from opsd_diag.schema import label
 
 _ROW_PX = 22
@@ -26,7 +29,7 @@ def _grid(t: pd.DataFrame, signal: str, width: int):
         if len(cells[-1]) == width:
             cells.append([])
         shown = heatmap.visible(tok).replace("\n", "").replace(" ", "·")
-        cells[-1].append((v, shown[:10], f"pos {int(pos)} {tok!r}<br>{signal} {heatmap.cell(signal, v)}"))
+        cells[-1].append((v, shown[:10], f"pos {int(pos)} {html.escape(repr(tok))}<br>{signal} {heatmap.cell(signal, v)}"))
         if "\n" in tok:
             cells.append([])
     if not cells[-1] and len(cells) > 1:
@@ -58,7 +61,7 @@ def token_figure(panels: dict[str, pd.DataFrame], signal: str, scale: float, tit
         shown = z if signed else np.abs(z)
         fig.add_trace(go.Heatmap(
             z=shown, text=text, customdata=hover, texttemplate="%{text}", textfont=dict(size=11),
-            hovertemplate="%{customdata}<extra>" + config + "</extra>", colorscale=_colorscale(signal),
+            hovertemplate=who(config, signal) + "<br>%{customdata}<extra></extra>", colorscale=_colorscale(signal),
             zmin=-scale if signed else 0.0, zmax=scale, xgap=1, ygap=1, showscale=i == 0,
             colorbar=dict(title=dict(text=signal), len=0.5, y=1, yanchor="top")), row=i + 1, col=1)
         fig.update_yaxes(autorange="reversed", showticklabels=False, showgrid=False, row=i + 1, col=1)

@@ -12,6 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from opsd_diag.report.figures import who
+
 TRAIN_METRICS = ("loss", "r_opd", "kl_k3", "entropy_student", "grad_norm", "tokens_per_s")
 EVAL_FIRST = ("pass@1", "kl_to_initial", "regression_nll", "regression_accuracy")
 
@@ -96,8 +98,9 @@ def eval_figure(frame: pd.DataFrame, prediction: dict | None = None) -> go.Figur
         d = evals[["step", "pass@1"]].dropna()
         realised = (d["pass@1"].iloc[-1] - d["pass@1"].iloc[0]) if len(d) > 1 else np.nan
         score = prediction.get("score")
+        origin = f" for {who(prediction['config'], prediction.get('signal'))}" if prediction.get("config") else ""
         note = (f"predicted: {prediction.get('verdict') or 'n/a'}"
-                f"{'' if score is None else f' (score {score:+.3f})'}<br>realised pass@1 change: "
+                f"{'' if score is None else f' (score {score:+.3f})'}{origin}<br>realised pass@1 change: "
                 f"{'n/a' if not np.isfinite(realised) else f'{realised:+.3f}'}")
         col = shown.index("pass@1") + 1
         fig.add_annotation(text=note, xref=f"x{'' if col == 1 else col} domain",
