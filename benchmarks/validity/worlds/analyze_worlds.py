@@ -200,40 +200,26 @@ def _mean_of_worlds(per_world: dict, kinds: dict, alpha: float) -> dict:
 def _world_status(study: Path, entry: dict) -> tuple[str, str]:
     if entry.get("excluded"):
         return "excluded", entry["excluded"]
-    if entry.get("skipped"):
-        return "not built", entry["skipped"]
     if not (study / "plan.resolved.json").is_file():
-        return "not run", "no study directory"
+        return ("not built", entry["skipped"]) if entry.get("skipped") else ("not run", "no study directory")
     miss, need = missing_outputs(study, json.loads((study / "plan.resolved.json").read_text()))
-    return ("analysed", "") if miss == 0 else ("incomplete", f"{miss} of {need} diagnoses / evaluations missing")
+    if miss == 0:
+        return "analysed", ""
+    return "incomplete", f"{miss} of {need} diagnoses / evaluations missing" + (
+        f" (last error: {entry['error']})" if entry.get("error") else "")
 
 
-def analyse_worlds(root: Path) -> dict:
-    root = Path(root)
-    state = json.loads((root / "worlds.json").read_text())
-    plans = run_worlds.load(state["plan"])
-    names = [*plans["order"], *[w for w in state["worlds"] if w not in plans["order"]]]
-    an = plans["common"]["analysis"]
+def combine(plan_name: str, study: str, an: dict, worlds: dict, data: dict) -> dict:
+    """The analysis JSON from each world's entry (status, note, ...) and, for analysed worlds,
+    ``data[world] = (rows, outcome replicates, world index)``: per-world and pooled statistics."""
     kinds = {p["name"]: p["kind"] for p in an["predictors"]}
-    worlds, per_world, pooled_rows, pooled_reps, clusters = {}, {}, [], {o: [] for o in OUTCOMES}, []
-    for name in names:
-        study = root / name
-        status, note = _world_status(study, state["worlds"].get(name, {}))
-        entry = {"status": status, "note": note, "seconds": state["worlds"].get(name, {}).get("seconds")}
-        worlds[name] = entry
-        if status != "analysed":
-            continue
-        plan = json.loads((study / "plan.resolved.json").read_text())
-        index = list(plans["worlds"]).index(name) if name in plans["worlds"] else len(plans["worlds"])
-        rows, reps, initial = world_rows(study, plan, np.random.default_rng([an["bootstrap_seed"], index]))
+    per_world, pooled_rows, pooled_reps, clusters = {}, [], {o: [] for o in OUTCOMES}, []
+    for name, (rows, reps, index) in data.items():
         product = [r for r in rows if r["kind"] == "product"]
         cl = [r["config"] for r in product]
         stat = summarise(product, reps, cl, kinds, an, an["bootstrap_seed"] + index, keep_replicates=True)
         per_world[name] = stat
-        entry.update({"level_selected": plan["level_selected"], "level_gaps": plan["level_gaps"], "initial": initial,
-                      "rows": rows, **stat, "disagreements": disagreements(product),
-                      "timing": analysis._timing(study), "n_seeds": len(plan["training"]["seeds"]),
-                      "regression_set": (plan.get("regression_file") or {}).get("file") or "test split, levels 1-2"})
+        worlds[name].update({"rows": rows, **stat, "disagreements": disagreements(product)})
         pooled_rows += [{**r, "world": name} for r in product]
         clusters += [f"{name}/{c}" for c in cl]
         for o in OUTCOMES:
@@ -248,9 +234,36 @@ def analyse_worlds(root: Path) -> dict:
         for p in stat["spearman"].values():
             for c in p.values():
                 c.pop("replicates", None)
-    return {"plan": state["plan"], "study": str(root), "predictors": an["predictors"], "outcomes": an["outcomes"],
-            "analysis": {k: an[k] for k in ("alpha", "bootstrap", "bootstrap_seed", "near_zero")},
-            "worlds": worlds, "pooled": pooled}
+    return analysis.jsonable({"plan": plan_name, "study": study, "predictors": an["predictors"],
+                              "outcomes": an["outcomes"],
+                              "analysis": {k: an[k] for k in ("alpha", "bootstrap", "bootstrap_seed", "near_zero")},
+                              "worlds": worlds, "pooled": pooled})
+
+
+def analyse_worlds(root: Path) -> dict:
+    root = Path(root)
+    state = json.loads((root / "worlds.json").read_text())
+    plans = run_worlds.load(state["plan"])
+    names = [*plans["order"], *[w for w in state["worlds"] if w not in plans["order"]]]
+    an = plans["common"]["analysis"]
+    worlds, data = {}, {}
+    for name in names:
+        study = root / name
+        entry = state["worlds"].get(name, {})
+        status, note = _world_status(study, entry)
+        worlds[name] = {"status": status, "note": note, "seconds": entry.get("seconds")}
+        if status != "analysed":
+            continue
+        plan = json.loads((study / "plan.resolved.json").read_text())
+        index = list(plans["worlds"]).index(name) if name in plans["worlds"] else len(plans["worlds"])
+        rows, reps, initial = world_rows(study, plan, np.random.default_rng([an["bootstrap_seed"], index]))
+        worlds[name].update({"level_selected": plan["level_selected"], "level_gaps": plan["level_gaps"],
+                             "initial": initial, "timing": analysis._timing(study),
+                             "n_seeds": len(plan["training"]["seeds"]),
+                             "regression_set": (plan.get("regression_file") or {}).get("file")
+                             or "test split, levels " + ", ".join(map(str, plan["splits"]["regression"]["levels"]))})
+        data[name] = (rows, reps, index)
+    return combine(state["plan"], str(root), an, worlds, data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analyze_worlds: error: {args.root} has no worlds.json: give the --out folder of run_worlds.py",
               file=sys.stderr)
         return 2
-    result = analysis.jsonable(analyse_worlds(args.root))
+    result = analyse_worlds(args.root)
     tmp = args.root / ".worlds_analysis.json.tmp"
     tmp.write_text(json.dumps(result, indent=1))
     tmp.replace(args.root / "worlds_analysis.json")

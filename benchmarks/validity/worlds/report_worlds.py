@@ -50,7 +50,7 @@ def _rows_table(rows: list[dict], preds: list[str]) -> str:
     body = []
     for r in rows:
         cells = [r["config"], f"{r['method']} ({r['signal']})" if r["signal"] else f"{r['method']} (reference)",
-                 *[ci(r[o], 3, o != "kl_to_initial") for o in analyze_worlds.OUTCOMES], r["realised"]]
+                 *[ci(r[o], 4, False) if o == "kl_to_initial" else ci(r[o]) for o in analyze_worlds.OUTCOMES], r["realised"]]
         for p in preds:
             cells.append(r.get("verdict", "—") if p == "verdict" else
                          ("—" if r["kind"] == "reference" else f(r.get(p), 3, p not in ("mean_rev_kl", "mean_jsd"))))
@@ -181,7 +181,8 @@ def _conclusion(an: dict, preds: list[str]) -> list[str]:
         lines.append(f"- {OUT_NAMES[o]}: the largest pooled |Spearman| is {_name(best)} ({ci(c, 2)}; "
                      + ("its interval excludes 0" if clear else "its interval includes 0") + "); the score: "
                      + f"{ci(corr['score'][o], 2)}.")
-    lines.append("- Pooled: " + _comparison(pooled["comparison"]))
+    text = _comparison(pooled["comparison"])
+    lines.append("- Pooled: " + text[0].lower() + text[1:])
     neg = [n for n in done if _num(worlds[n]["spearman"]["score"]["d_pass1"]["estimate"]) < 0]
     if neg:
         lines.append(f"- The score ranks Δ pass@1 the wrong way round (Spearman < 0) in: {', '.join(neg)}.")

@@ -172,20 +172,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: not built ({plan['world']['models']}): skipped", flush=True)
             state["worlds"][name] = {"finished": False, "skipped": "not built"}
             continue
+        try:  # the pre-registered level rule alone excludes a world (any other error is not an exclusion)
+            plan_mod.select_level(plan)
+        except RuntimeError as e:
+            print(f"{name}: {e}", flush=True)
+            if not args.layout_only:
+                state["worlds"][name] = {"finished": True, "excluded": str(e)}
+                state_path.write_text(json.dumps(state, indent=1))
+            continue
         if args.layout_only:
             layout_world(plan, out / name)
             continue
         t0 = time.time()
+        entry = state["worlds"].setdefault(name, {})
+        entry.pop("error", None)
+        entry.pop("skipped", None)  # built since an earlier run skipped it
         try:
             code = run_world(plan, out / name, args.workers)
-        except RuntimeError as e:  # the pre-registered level rule found no trainable level
-            print(f"{name}: {e}", flush=True)
-            state["worlds"][name] = {"finished": True, "excluded": str(e)}
-            code = 0
-        else:
-            entry = state["worlds"].setdefault(name, {})
-            entry["seconds"] = round(entry.get("seconds", 0) + time.time() - t0, 1)
-            entry["finished"] = code == 0
+        except Exception as e:  # noqa: BLE001 - one world's failure must not stop the others; rerun resumes
+            print(f"{name}: FAILED: {type(e).__name__}: {e}", flush=True)
+            entry["error"] = f"{type(e).__name__}: {e}"
+            code = 1
+        entry["seconds"] = round(entry.get("seconds", 0) + time.time() - t0, 1)
+        entry["finished"] = code == 0
         state_path.write_text(json.dumps(state, indent=1))
         rc |= code
     state_path.write_text(json.dumps(state, indent=1))
