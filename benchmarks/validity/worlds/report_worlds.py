@@ -107,7 +107,7 @@ def _why(w: dict, p: str, rows: list[dict]) -> str:
     if w["direction"] == "over-predicted" and kls and _num(row["kl_to_initial"]["estimate"]) <= kls[len(kls) // 3]:
         hints.append("training moved the policy little (KL to initial in the lowest third)")
     same = [s for s in rows if s["kind"] == "product" and s["config"] == row["config"] and s is not row
-            and _num(s.get(p)) == _num(row.get(p)) and s["realised"] != row["realised"]]
+            and analyze_worlds.value(s, p) == analyze_worlds.value(row, p) and s["realised"] != row["realised"]]
     if same:
         hints.append("the predictor has one value for this configuration while its methods realised differently ("
                      + ", ".join(f"{s['method']}: {s['realised']}" for s in same) + ")")
