@@ -25,6 +25,7 @@ from benchmarks.validity.report import COLORS, _table, ci, f  # noqa: E402
 from benchmarks.validity.worlds import analyze_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+BUDGET_MIN = 45  # issue 20: each world's study within 45 minutes of wall time on the 2-core machine
 OUT_NAMES = {"d_pass1": "Δ pass@1", "d_pass4": "Δ pass@4", "d_regression": "Δ forgetting set",
              "kl_to_initial": "KL to initial"}
 SHORT = {"verdict": "verdict", "score": "score", "teacher_advantage": "A_T", "alignment": "C",
@@ -133,6 +134,10 @@ def _world(name: str, w: dict, preds: list[str], kinds: dict) -> list[str]:
             + (f"; run_worlds.py measured {f(w['seconds'] / 60, 1)} min)" if w.get("seconds") else ")"), "",
             "### Rows: realised outcomes (95% CI) and predictors", "",
             _rows_table(w["rows"], preds), "",
+            "High-entropy shares behind `high-H share` (tokens with entropy at or above the diagnosis' threshold): "
+            + "; ".join(sorted({f"{r['config']}: student {f(r['high_entropy_student'], 2)}, teacher "
+                                f"{f(r['high_entropy_teacher'], 2)}" for r in w["rows"] if r["kind"] == "product"}))
+            + ".", "",
             "### Spearman of each predictor with each outcome", "",
             "Product rows of this world; interval: bootstrap over configurations and, inside each replicate, the "
             "realised values (seeds and problems).", "",
@@ -207,9 +212,10 @@ def markdown(an: dict) -> str:
     out += ["", "## Conclusion", "", "Written by rules over the numbers below.", "", *_conclusion(an, preds), "",
             "## Worlds", ""]
     body = [[n, w["status"], w.get("level_selected", "—"), w.get("n_rows", "—"),
-             f(w["timing"]["busy_s"] / 60, 1) if "timing" in w else "—", w["note"] or ""]
-            for n, w in an["worlds"].items()]
-    out += [_table(["world", "status", "level", "rows", "wall min (jobs)", "note"], body), ""]
+             f(w["timing"]["busy_s"] / 60, 1) if "timing" in w else "—",
+             ("yes" if w["timing"]["busy_s"] <= 60 * BUDGET_MIN else "**no**") if "timing" in w else "—",
+             w["note"] or ""] for n, w in an["worlds"].items()]
+    out += [_table(["world", "status", "level", "rows", "wall min (jobs)", f"≤ {BUDGET_MIN} min", "note"], body), ""]
     p = an["pooled"]
     if p:
         out += [f"## Pooled over {len(p['worlds'])} world(s)", "",
