@@ -366,7 +366,7 @@ def test_tiny_worlds_study_end_to_end(tmp_path):
                           str(REPO / "sample_data" / "worlds" / "forgetting.yaml"), "--size", "ci",
                           "--out", str(root / "forgetting" / "models"),
                           "--problems-dir", str(root / "forgetting" / "problems")],
-                         env=_env(), cwd=str(REPO), capture_output=True, text=True, timeout=300)
+                         env=_env(), cwd=str(REPO), capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-2000:]
     for other in ("capacity", "style"):  # the same small models under two more names (the plan's worlds)
         shutil.copytree(root / "forgetting", root / other)
@@ -376,19 +376,19 @@ def test_tiny_worlds_study_end_to_end(tmp_path):
     out = tmp_path / "study"
     cmd = [sys.executable, str(REPO / "benchmarks" / "validity" / "worlds" / "run_worlds.py"), "--plan", "tiny",
            "--out", str(out), "--worlds", "capacity,forgetting,style", "--models-root", str(root)]
-    res = subprocess.run(cmd, env=_env(), cwd=str(REPO), capture_output=True, text=True, timeout=900)
+    res = subprocess.run(cmd, env=_env(), cwd=str(REPO), capture_output=True, text=True, timeout=2400)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-3000:])
     state = json.loads((out / "worlds.json").read_text())
     assert state["worlds"]["style"]["excluded"].startswith("no level where")
     assert all(state["worlds"][w]["finished"] for w in ("capacity", "forgetting"))
     n_jobs = {w: len(_jsonl(out / w / "jobs.jsonl")) for w in ("capacity", "forgetting")}
-    res = subprocess.run(cmd, env=_env(), cwd=str(REPO), capture_output=True, text=True, timeout=300)
+    res = subprocess.run(cmd, env=_env(), cwd=str(REPO), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0 and {w: len(_jsonl(out / w / "jobs.jsonl")) for w in n_jobs} == n_jobs  # resumed: no-op
 
     report = tmp_path / "report"
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "validity" / "worlds" / "report_worlds.py"),
                           "--from", str(out), "--out", str(report)], env=_env(), cwd=str(REPO),
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     an = json.loads((report / "worlds_analysis.json").read_text())
     assert an == json.loads((out / "worlds_analysis.json").read_text())

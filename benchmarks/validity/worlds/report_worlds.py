@@ -241,7 +241,7 @@ def _panel(title: str, rows: list[dict]) -> dict:
     pts = [{"x": _num(r.get("score")), "y": _num(r["d_pass1"]["estimate"]), "lo": _num(r["d_pass1"]["lo"]),
             "hi": _num(r["d_pass1"]["hi"]), "color": COLORS[r["verdict"]],
             "marker": "circle" if r["signal"] == "r_opd" else "square",
-            "label": f"{r.get('world', '') + ':' if 'world' in r else ''}{r['config']}/{r['method']}"}
+            "label": "" if "world" in r else f"{r['config']}/{r['method']}"}  # pooled: too many points to name
            for r in rows if r["kind"] == "product"]
     return {"title": title, "xlabel": "verdict score (diagnosis)", "ylabel": "held-out pass@1 change", "points": pts}
 
