@@ -274,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analyze_worlds: error: {args.root} has no worlds.json: give the --out folder of run_worlds.py",
               file=sys.stderr)
         return 2
+    try:
+        state = json.loads((args.root / "worlds.json").read_text())
+        run_worlds.load(state["plan"])
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+        print(f"analyze_worlds: error: {args.root / 'worlds.json'} is not a worlds study record ({e}): rerun "
+              "run_worlds.py into this folder", file=sys.stderr)
+        return 2
     result = analyse_worlds(args.root)
     tmp = args.root / ".worlds_analysis.json.tmp"
     tmp.write_text(json.dumps(result, indent=1))
