@@ -246,6 +246,8 @@ def analyse_worlds(root: Path) -> dict:
     plans = run_worlds.load(state["plan"])
     names = [*plans["order"], *[w for w in state["worlds"] if w not in plans["order"]]]
     an = plans["common"]["analysis"]
+    if [o["name"] for o in an["outcomes"]] != list(OUTCOMES):
+        raise ValueError(f"plan.yaml's outcomes {[o['name'] for o in an['outcomes']]} are not {list(OUTCOMES)}")
     worlds, data = {}, {}
     for name in names:
         study = root / name
