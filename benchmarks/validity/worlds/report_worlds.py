@@ -135,8 +135,8 @@ def _world(name: str, w: dict, preds: list[str], kinds: dict) -> list[str]:
             "### Rows: realised outcomes (95% CI) and predictors", "",
             _rows_table(w["rows"], preds), "",
             "High-entropy shares behind `high-H share` (tokens with entropy at or above the diagnosis' threshold): "
-            + "; ".join(sorted({f"{r['config']}: student {f(r['high_entropy_student'], 2)}, teacher "
-                                f"{f(r['high_entropy_teacher'], 2)}" for r in w["rows"] if r["kind"] == "product"}))
+            + "; ".join(sorted({f"{r['config']}: student {f(r.get('high_entropy_student'), 2)}, teacher "
+                                f"{f(r.get('high_entropy_teacher'), 2)}" for r in w["rows"] if r["kind"] == "product"}))
             + ".", "",
             "### Spearman of each predictor with each outcome", "",
             "Product rows of this world; interval: bootstrap over configurations and, inside each replicate, the "
