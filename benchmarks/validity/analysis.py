@@ -55,18 +55,14 @@ def _alignment_cache(study: Path, thr: float) -> dict:
     return get
 
 
-def analyse(study_dir: Path) -> dict:
-    study = Path(study_dir)
-    plan = json.loads((study / "plan.resolved.json").read_text())
+def outcome_context(study: Path, plan: dict, rng: np.random.Generator) -> dict:
+    """The initial student's evaluation, the problem resamples every row shares (paired with its final
+    values) and the initial values with their intervals (``base``)."""
     an = plan["analysis"]
-    alpha, n_boot, bseed, thr = an["alpha"], an["bootstrap"], an["bootstrap_seed"], an["near_zero"]
-    ks = plan["evaluation"]["pass_k"]
-    k_hi = max(ks)
-    seeds = plan["training"]["seeds"]
+    n_boot, alpha = an["bootstrap"], an["alpha"]
+    k_hi = max(plan["evaluation"]["pass_k"])
     initial = _eval(study, "initial")
-    test_ids = sorted(initial["test"])
-    reg_ids = sorted(initial["regression"])
-    rng = np.random.default_rng(bseed)
+    test_ids, reg_ids = sorted(initial["test"]), sorted(initial["regression"])
     prob_counts = stats.draw_counts(rng, len(test_ids), n_boot)
     reg_counts = stats.draw_counts(rng, len(reg_ids), n_boot)
     init1 = _matrix([initial], "test", test_ids, 1)[0]
@@ -78,6 +74,55 @@ def analyse(study_dir: Path) -> dict:
             "regression_pass@1": _ci(init_reg.mean(), stats.seed_problem_replicates(init_reg[None], one, reg_counts),
                                      alpha),
             "n_test": len(test_ids), "n_regression": len(reg_ids), "settings": initial["settings"]}
+    return {"study": study, "rng": rng, "n_boot": n_boot, "alpha": alpha, "k_hi": k_hi, "test_ids": test_ids,
+            "reg_ids": reg_ids, "prob_counts": prob_counts, "reg_counts": reg_counts, "init1": init1,
+            "initk": initk, "init_reg": init_reg, "base": base}
+
+
+def realised_outcomes(ctx: dict, names: list[str]) -> tuple[dict, dict]:
+    """One row's realised outcomes over its training runs ``names`` (one per seed): the row fields and
+    each outcome's bootstrap replicates ``{gain_pass@1, gain_pass@K, regression_change, kl_to_initial: [B]}``
+    (seeds and problems resampled; each problem's final value paired with its initial one)."""
+    study, alpha, n_boot, k_hi = ctx["study"], ctx["alpha"], ctx["n_boot"], ctx["k_hi"]
+    test_ids, reg_ids, prob_counts = ctx["test_ids"], ctx["reg_ids"], ctx["prob_counts"]
+    init1, initk, init_reg = ctx["init1"], ctx["initk"], ctx["init_reg"]
+    evals = [_eval(study, n) for n in names]
+    fin1 = _matrix(evals, "test", test_ids, 1)
+    fink = _matrix(evals, "test", test_ids, k_hi)
+    finr = _matrix(evals, "regression", reg_ids, 1)
+    seed_counts = stats.draw_counts(ctx["rng"], len(names), n_boot)
+    d1 = fin1 - init1[None]
+    reps = {"gain_pass@1": stats.seed_problem_replicates(d1, seed_counts, prob_counts),
+            f"gain_pass@{k_hi}": stats.seed_problem_replicates(fink - initk[None], seed_counts, prob_counts),
+            "regression_change": stats.seed_problem_replicates(finr - init_reg[None], seed_counts, ctx["reg_counts"])}
+    kl_sum, kl_cnt = _kl(evals, test_ids)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kl_ratio = np.where(kl_cnt > 0, kl_sum / np.maximum(kl_cnt, 1), 0.0)
+    reps["kl_to_initial"] = stats.seed_problem_replicates(kl_ratio, seed_counts, prob_counts, weights=kl_cnt)
+    gain = _ci(d1.mean(), reps["gain_pass@1"], alpha)
+    train = [runs_io.train_summary(study / "train" / n) for n in names]
+    fields = {
+        "gain_pass@1": gain, f"gain_pass@{k_hi}": _ci((fink - initk[None]).mean(), reps[f"gain_pass@{k_hi}"], alpha),
+        "final_pass@1_per_seed": fin1.mean(1).tolist(),
+        "regression_change": _ci((finr - init_reg[None]).mean(), reps["regression_change"], alpha),
+        "kl_to_initial": _ci(float(kl_sum.sum() / max(1.0, kl_cnt.sum())), reps["kl_to_initial"], alpha),
+        "realised": stats.realised_class(gain["lo"], gain["hi"]),
+        "train_seconds": float(np.nansum([t["seconds"] for t in train])),
+        "train_r_opd_first10": float(np.nanmean([t["r_opd_first10"] for t in train])),
+        "train_r_opd_last10": float(np.nanmean([t["r_opd_last10"] for t in train])),
+        "runs": names,
+    }
+    return fields, reps
+
+
+def analyse(study_dir: Path) -> dict:
+    study = Path(study_dir)
+    plan = json.loads((study / "plan.resolved.json").read_text())
+    an = plan["analysis"]
+    alpha, n_boot, bseed, thr = an["alpha"], an["bootstrap"], an["bootstrap_seed"], an["near_zero"]
+    seeds = plan["training"]["seeds"]
+    ctx = outcome_context(study, plan, np.random.default_rng(bseed))
+    base = ctx["base"]
 
     summaries = {run: runs_io.diag_summary(study / "diag" / run) for run in plan_mod.derived_runs(plan)
                  if (study / "diag" / run).is_dir()}
@@ -88,21 +133,7 @@ def analyse(study_dir: Path) -> dict:
         pred = runs_io.predictor_inputs(summaries[run], name, r.signal)
         al = align(run, name)
         names = [plan_mod.run_name(r.config, r.method, s) for s in seeds]
-        evals = [_eval(study, n) for n in names]
-        fin1 = _matrix(evals, "test", test_ids, 1)
-        fink = _matrix(evals, "test", test_ids, k_hi)
-        finr = _matrix(evals, "regression", reg_ids, 1)
-        seed_counts = stats.draw_counts(rng, len(seeds), n_boot)
-        d1 = fin1 - init1[None]
-        reps1 = stats.seed_problem_replicates(d1, seed_counts, prob_counts)
-        repsk = stats.seed_problem_replicates(fink - initk[None], seed_counts, prob_counts)
-        repsr = stats.seed_problem_replicates(finr - init_reg[None], seed_counts, reg_counts)
-        kl_sum, kl_cnt = _kl(evals, test_ids)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            kl_ratio = np.where(kl_cnt > 0, kl_sum / np.maximum(kl_cnt, 1), 0.0)
-        reps_kl = stats.seed_problem_replicates(kl_ratio, seed_counts, prob_counts, weights=kl_cnt)
-        gain = _ci(d1.mean(), reps1, alpha)
-        train = [runs_io.train_summary(study / "train" / n) for n in names]
+        fields, reps = realised_outcomes(ctx, names)
         rows.append({
             "config": r.config, "method": r.method, "signal": r.signal, "diagnosis_run": run, "diagnosis_config": name,
             **{k: v for k, v in pred.items() if not k.endswith("_ci")},
@@ -112,17 +143,9 @@ def analyse(study_dir: Path) -> dict:
             "opd2_sign_agreement": al["sign_agreement"], "near_zero_share": al["near_zero_share"],
             "opd_near_zero_share": al["opd_near_zero_share"], "delta_opd_pearson": al["pearson"],
             "delta_opd_spearman": al["spearman"], "n_informative_tokens": al["n_informative"],
-            "gain_pass@1": gain, f"gain_pass@{k_hi}": _ci((fink - initk[None]).mean(), repsk, alpha),
-            "final_pass@1_per_seed": fin1.mean(1).tolist(),
-            "regression_change": _ci((finr - init_reg[None]).mean(), repsr, alpha),
-            "kl_to_initial": _ci(float(kl_sum.sum() / max(1.0, kl_cnt.sum())), reps_kl, alpha),
-            "realised": stats.realised_class(gain["lo"], gain["hi"]),
-            "train_seconds": float(np.nansum([t["seconds"] for t in train])),
-            "train_r_opd_first10": float(np.nanmean([t["r_opd_first10"] for t in train])),
-            "train_r_opd_last10": float(np.nanmean([t["r_opd_last10"] for t in train])),
-            "runs": names,
+            **fields,
         })
-        gain_reps.append(reps1)
+        gain_reps.append(reps["gain_pass@1"])
     gain_reps = np.array(gain_reps)
     gains = np.array([r["gain_pass@1"]["estimate"] for r in rows])
     clusters = [r["config"] for r in rows]

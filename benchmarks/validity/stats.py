@@ -96,7 +96,7 @@ def seed_problem_replicates(values: np.ndarray, seed_counts: np.ndarray, problem
 
 
 def spearman_bootstrap(predictor, gain, gain_reps, clusters, n_boot: int, seed: int, alpha: float,
-                       other=None) -> dict:
+                       other=None, replicates: bool = False) -> dict:
     """Spearman of ``predictor`` with ``gain`` over rows, with a cluster bootstrap interval.
 
     ``gain_reps`` [rows, B] holds each row's realised gain under replicate b's resample of seeds and
@@ -104,6 +104,7 @@ def spearman_bootstrap(predictor, gain, gain_reps, clusters, n_boot: int, seed: 
     predictors and are drawn together).  Rows with a non-finite predictor are left out.  With
     ``other`` (a second predictor on the same rows) the paired difference
     rho(predictor) - rho(other) is bootstrapped on the same replicates (rows finite in both).
+    ``replicates``: also return the replicate coefficients (``[n_boot]``, NaN where undefined).
     """
     x = np.asarray(predictor, dtype=float)
     g = np.asarray(gain, dtype=float)
@@ -130,8 +131,11 @@ def spearman_bootstrap(predictor, gain, gain_reps, clusters, n_boot: int, seed: 
             r = r - spearman(o[rows], reps[rows, b])
         out[b] = r
     lo, hi = percentile_interval(out, alpha)
-    return {"estimate": est, "lo": lo, "hi": hi, "n_rows": int(len(idx)), "n_clusters": len(labels),
-            "n_left_out": int(len(x) - len(idx)), "n_valid_replicates": int(np.isfinite(out).sum())}
+    res = {"estimate": est, "lo": lo, "hi": hi, "n_rows": int(len(idx)), "n_clusters": len(labels),
+           "n_left_out": int(len(x) - len(idx)), "n_valid_replicates": int(np.isfinite(out).sum())}
+    if replicates:
+        res["replicates"] = out
+    return res
 
 
 def realised_class(lo: float, hi: float) -> str:

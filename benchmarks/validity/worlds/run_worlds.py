@@ -48,12 +48,15 @@ def load(variant: str = "default", path: Path = PLAN_FILE) -> dict:
             "configuration_names": names, "methods_only": only}
 
 
-def resolve(plans: dict, name: str, repo: Path = REPO) -> dict:
+def resolve(plans: dict, name: str, repo: Path = REPO, models_root: Path | None = None) -> dict:
     """One world's study plan in ``benchmarks/validity/plan.py``'s schema (plus ``reference`` and the
-    forgetting-set file)."""
+    forgetting-set file). ``models_root``: the world's models and problems are read from
+    ``ROOT/<world>/models`` and ``ROOT/<world>/problems`` instead (a test's ci-size builds)."""
     from opsd_diag.zoo import world as world_mod
 
-    w = plans["worlds"][name]
+    w = dict(plans["worlds"][name])
+    if models_root is not None:
+        w["models"], w["problems"] = (str(Path(models_root).resolve() / name / d) for d in ("models", "problems"))
     c = copy.deepcopy(plans["common"])
     configs = [*c.pop("configurations"), *copy.deepcopy(w.get("extra_configurations", []))]
     if plans["configuration_names"] is not None:
@@ -144,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds", help="comma-separated subset of the plan's order")
     ap.add_argument("--layout-only", action="store_true", help="write data and configs, run nothing")
+    ap.add_argument("--models-root", type=Path,
+                    help="read each world from ROOT/<world>/models and ROOT/<world>/problems (e.g. ci-size builds)")
     args = ap.parse_args(argv)
     plans = load(args.plan)
     out = Path(args.out).resolve()
@@ -162,25 +167,34 @@ def main(argv: list[str] | None = None) -> int:
     for name in order:
         if state["worlds"].get(name, {}).get("finished"):
             continue
-        plan = resolve(plans, name)
+        plan = resolve(plans, name, models_root=args.models_root)
         if not (REPO / plan["world"]["models"] / "build_report.json").is_file():
             print(f"{name}: not built ({plan['world']['models']}): skipped", flush=True)
             state["worlds"][name] = {"finished": False, "skipped": "not built"}
+            continue
+        try:  # the pre-registered level rule alone excludes a world (any other error is not an exclusion)
+            plan_mod.select_level(plan)
+        except RuntimeError as e:
+            print(f"{name}: {e}", flush=True)
+            if not args.layout_only:
+                state["worlds"][name] = {"finished": True, "excluded": str(e)}
+                state_path.write_text(json.dumps(state, indent=1))
             continue
         if args.layout_only:
             layout_world(plan, out / name)
             continue
         t0 = time.time()
+        entry = state["worlds"].setdefault(name, {})
+        entry.pop("error", None)
+        entry.pop("skipped", None)  # built since an earlier run skipped it
         try:
             code = run_world(plan, out / name, args.workers)
-        except RuntimeError as e:  # the pre-registered level rule found no trainable level
-            print(f"{name}: {e}", flush=True)
-            state["worlds"][name] = {"finished": True, "excluded": str(e)}
-            code = 0
-        else:
-            entry = state["worlds"].setdefault(name, {})
-            entry["seconds"] = round(entry.get("seconds", 0) + time.time() - t0, 1)
-            entry["finished"] = code == 0
+        except Exception as e:  # noqa: BLE001 - one world's failure must not stop the others; rerun resumes
+            print(f"{name}: FAILED: {type(e).__name__}: {e}", flush=True)
+            entry["error"] = f"{type(e).__name__}: {e}"
+            code = 1
+        entry["seconds"] = round(entry.get("seconds", 0) + time.time() - t0, 1)
+        entry["finished"] = code == 0
         state_path.write_text(json.dumps(state, indent=1))
         rc |= code
     state_path.write_text(json.dumps(state, indent=1))
