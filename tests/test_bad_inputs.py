@@ -230,8 +230,10 @@ def other_vocabulary(e: Env) -> list[str]:
     finally:
         hf_logging.enable_progress_bar()
     tok.save_pretrained(other)
-    # another vocabulary is scored span by span (tests/test_cross_diagnose.py) but not by the predictor
-    return ["run", e.cfg({"teachers": [{"name": "t", "model": str(other)}], "ideal": {"budget": 40}}), "--out", e.out]
+    # another vocabulary is scored span by span and predicted (tests/test_cross_*.py); a base of that family
+    # beside a teacher of the student's has no single side to sit on
+    return ["run", e.cfg({"teachers": [{"name": "t", "model": str(other)}, {"name": "self_full", "context": "full_solution"}],
+                          "base": {"model": str(other)}}), "--out", e.out]
 
 
 def corrupt_run(change: Callable[[Path], None], *tail: str, cmd: str = "report") -> Callable[[Env], list[str]]:
@@ -654,8 +656,8 @@ CASES: list[Case] = [
     diag("model-tokenizer-garbage", damaged("tokenizer_garbage"), "cannot load model"),
     diag("model-no-chat-template", damaged("no_chat_template"), "has no chat template"),
     diag("model-fewer-embeddings-than-tokens", damaged("small_embedding"), "embedding rows but its tokenizer"),
-    diag("teacher-other-vocabulary-with-predictor", other_vocabulary, "predictor does not support teacher configs with "
-         "another tokenizer"),
+    diag("base-of-another-family-beside-a-same-family-teacher", other_vocabulary, "has another tokenizer than the "
+         "student"),
     diag("teacher-nan-weights", nan_teacher, "teacher config 'teacher' (model"),
     run_over("base-missing", {"base": {"model": "/nonexistent/base"}}, "model directory /nonexistent/base does not"),
     # ----------------------------------------------------------------------- report / show
