@@ -25,7 +25,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import templates
+from opsd_diag.io import safe, templates
 from opsd_diag.zoo import samples, task
 from opsd_diag.zoo.card import model_card
 from opsd_diag.zoo.evaluate import (  # noqa: F401  (the zoo's evaluation, as tests/test_zoo.py uses it)
@@ -300,9 +300,8 @@ def rerender_card(out_dir: Path, world: World, command: str = "") -> Path:
     except (OSError, ValueError, TypeError) as e:
         raise OpsdError(f"cannot read the build report {path} ({e}): build the world first") from None
     card = Path(out_dir) / "MODEL_CARD.md"
-    tmp = card.with_name(".MODEL_CARD.md.tmp")
-    tmp.write_text(model_card(report, size_of(world, report.size), world, command=command))
-    tmp.replace(card)
+    safe.write_file(card, model_card(report, size_of(world, report.size), world, command=command).encode(),
+                    own_run=False)
     return card
 
 
