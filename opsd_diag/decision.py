@@ -10,8 +10,9 @@ of the committed validity analysis), so the app's decision panel shows nothing i
   overlap. Non-overlap of two marginal intervals is a conservative check, not a paired test.
 - baselines: the config with the largest accuracy gap G (teacher with its context minus the student)
   and the one with the largest teacher advantage A_T (the split the verdict used).
-- validity: what ``benchmarks/validity/validity_analysis.json`` (the pre-registered study) found for
-  verdicts like this one and for the score against the best cheap baseline.
+- validity: what the pre-registered studies found for verdicts like this one and for the score against
+  the best cheap baseline: ``benchmarks/validity/validity_analysis.json`` (the bundled toy world) and
+  ``benchmarks/validity/worlds/worlds_analysis.json`` (the outcome worlds, pooled).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from opsd_diag.core.verdict import MIN_PROMPTS
 from opsd_diag.summary import CI, Summary
 
 VALIDITY = Path(__file__).resolve().parents[1] / "benchmarks" / "validity" / "validity_analysis.json"
+WORLDS = VALIDITY.parent / "worlds" / "worlds_analysis.json"
 
 
 @dataclass(frozen=True)
@@ -108,16 +110,25 @@ def decide(summary: Summary, trainable=None) -> Decision:
 
 
 def validity(path: str | Path = VALIDITY) -> dict | None:
-    """The study's findings the panel quotes, or None when the analysis file is not there (an installed wheel)."""
+    """The study's findings the panel quotes, or None when the analysis file is not there (an installed wheel).
+    A worlds analysis (``worlds_analysis.json``) is quoted by its pooled block, which has the same fields."""
     try:
         d = json.loads(Path(path).read_text())
-        comp, acc, rho = d["comparison"], d["verdict_accuracy"], d["spearman"]
-    except (OSError, ValueError, KeyError, TypeError):
+        where = "trained rows of the bundled toy world"
+        if "pooled" in d:
+            d = d["pooled"]
+            where = f"trained rows of {len(d['worlds'])} outcome worlds pooled: {', '.join(d['worlds'])}"
+        comp, acc = d["comparison"], d["verdict_accuracy"]
+        advantage = d["spearman"].get("teacher_advantage")
+        if advantage and comp.get("outcome") in advantage:  # the worlds give one coefficient per outcome
+            advantage = advantage[comp["outcome"]]
+        n_rows = comp["primary_rho"].get("n_rows")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return {"n_rows": comp["primary_rho"].get("n_rows"), "score_rho": comp["primary_rho"],
+    return {"n_rows": n_rows, "where": where, "score_rho": comp["primary_rho"],
             "baseline": comp["best_baseline"], "baseline_rho": comp["best_baseline_rho"],
             "difference": comp["difference"], "better": bool(comp["better"]),
-            "advantage_rho": rho.get("teacher_advantage"), "accuracy": acc, "by_verdict": acc.get("table", {})}
+            "advantage_rho": advantage, "accuracy": acc, "by_verdict": acc.get("table", {})}
 
 
 def _rho(ci: dict | None) -> str:
@@ -125,15 +136,14 @@ def _rho(ci: dict | None) -> str:
 
 
 def validity_text(v: dict | None, verdict: str | None) -> str:
-    """Two sentences on what the study found: for verdicts like ``verdict``, and for the score as a ranking."""
+    """Two sentences on what one study found: for verdicts like ``verdict``, and for the score as a ranking."""
     if v is None:
-        return ("The validity study's results (benchmarks/validity/validity_analysis.json) are not in this "
-                "installation.")
+        return "A validity study's results (benchmarks/validity/) are not in this installation."
     out = []
     table = v["by_verdict"].get(verdict) if verdict else None
     if table:
         n = sum(table.values())
-        out.append(f"In the validity study ({v['n_rows']} trained rows of the bundled toy world), "
+        out.append(f"In a pre-registered study ({v['n_rows']} {v['where']}), "
                    f"{n} {verdict} verdicts: " + ", ".join(f"{k} {c}" for k, c in table.items()) + ".")
     better = "better than" if v["better"] else "no better than"
     out.append(f"As a ranking, the score did {better} the cheap baseline {v['baseline']}: Spearman with the realised "

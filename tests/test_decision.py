@@ -68,6 +68,20 @@ def test_validity_is_read_from_the_committed_analysis():
     assert "not in this installation" in decision.validity_text(decision.validity("/nonexistent.json"), "helps")
 
 
+def test_the_worlds_study_is_quoted_by_its_pooled_findings(tmp_path):
+    pooled = json.loads(decision.WORLDS.read_text())["pooled"]
+    v = decision.validity(decision.WORLDS)
+    assert v["n_rows"] == pooled["comparison"]["primary_rho"]["n_rows"] and v["baseline"] == pooled["comparison"]["best_baseline"]
+    text = decision.validity_text(v, "hurts")
+    assert f"{len(pooled['worlds'])} outcome worlds pooled" in text
+    assert f"{sum(pooled['verdict_accuracy']['table']['hurts'].values())} hurts verdicts" in text
+    assert f"{pooled['comparison']['best_baseline_rho']['estimate']:+.2f}" in text
+    assert ("no better than" in text) == (not pooled["comparison"]["better"])
+    broken = tmp_path / "worlds_analysis.json"
+    broken.write_text(json.dumps({"pooled": {"worlds": "x"}}))
+    assert decision.validity(broken) is None
+
+
 def test_row_interval_text_handles_missing_numbers():
     assert decision.Row(1, "c", "s", "unclear", math.nan, math.nan, math.nan).interval() == "n/a"
     assert decision.Row(1, "c", "s", "helps", 0.1, 0.05, 0.2).interval() == "+0.100 [+0.050, +0.200]"

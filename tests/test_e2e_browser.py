@@ -362,7 +362,7 @@ def test_decision_panel_recommends_and_trains_it(server, page):
     expect(page.get_by_text("Recommended: teacher · jsd")).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Runner-up (best of another config)")).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Cheap baselines pick")).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(re.compile("In the validity study .* helps verdicts"))).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(re.compile("In a pre-registered study .* toy world.* helps verdicts"))).to_be_visible(timeout=60_000)
     expect(page.get_by_text(re.compile("Symbols of the rule"))).to_be_visible(timeout=60_000)
     no_exception(page)
     shot(page, "23-overview-decision")

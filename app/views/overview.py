@@ -82,7 +82,8 @@ def decision_panel(d: decision.Decision) -> None:
             agree = rec is not None and all(x[0] == rec.config for x in (d.by_accuracy_gap, d.by_advantage) if x)
             tail = "" if rec is None else " (the same config)." if agree else " (another config than the recommendation)."
             st.markdown("Cheap baselines pick: " + "; ".join(base) + tail)
-        st.caption(decision.validity_text(decision.validity(), rec.verdict if rec else None))
+        for study in (decision.VALIDITY, decision.WORLDS):
+            st.caption(decision.validity_text(decision.validity(study), rec.verdict if rec else None))
 
 
 def verdict_rows(d: decision.Decision) -> None:
