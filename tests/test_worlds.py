@@ -134,7 +134,8 @@ BUILT = sorted(p.parent for p in WORLDS.glob("*/models/build_report.json"))
 # Built worlds whose card does NOT show the effect they were built for, with the checks that fail (kept,
 # and studied, because a world is data either way; the worlds README and RESULTS.md say so). A rebuild
 # that passes must take its entry out.
-FAILS_ITS_CHECKS = {"capacity": ["more SFT on correct solutions barely moves the student alone"]}
+FAILS_ITS_CHECKS = {"capacity": ["more SFT on correct solutions barely moves the student alone"],
+                    "rule_vs_instance": ["the answer-only context has the larger gap"]}
 
 
 def test_effect_checks_against_explicit_arithmetic():
