@@ -450,3 +450,22 @@ def test_tiny_worlds_study_end_to_end(tmp_path):
                 "--from", str(out), "--out", str(report)], timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     check_worlds_study(out, report, ("capacity", "forgetting"), ("style",))
+
+
+def test_readme_and_verdict_doc_quote_the_committed_pooled_numbers():
+    """The README's "Measured so far" and docs/verdict.md quote the pooled worlds result: the figures they
+    print are the committed analysis' (so a regenerated RESULTS.md cannot leave them stale)."""
+    pooled = json.loads((COMMITTED / "worlds_analysis.json").read_text())["pooled"]
+    comp, acc = pooled["comparison"], pooled["verdict_accuracy"]
+
+    def ci(r):
+        return f"{r['estimate']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]"
+
+    quoted = [ci(comp["primary_rho"]), ci(comp["best_baseline_rho"]), ci(comp["difference"]),
+              f"{acc['n_correct']} of {acc['n_decisive']} decisive", f"{pooled['n_rows']} rows",
+              f"{round(100 * acc['unclear_share'])}%"]
+    for doc in (REPO / "README.md", REPO / "docs" / "verdict.md"):
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        section = text[text.index("Over outcome worlds"):][:1500]
+        missing = [q for q in quoted if q not in section]
+        assert not missing, f"{doc.name} quotes stale worlds figures: {missing} not in its outcome-worlds paragraph"
