@@ -4,7 +4,8 @@
 
 Builds the ``full`` size with the seed of the shipped ``build_report.json`` into a temporary
 directory, then compares, per model, the SHA-256 of ``model.safetensors`` and every accuracy cell
-of the model card. ``--record`` writes the comparison into the shipped MODEL_CARD.md (replacing an
+of the model card. Bit-identity is a property of one CPU kind: a CPU of another make trains other
+weights from the same code (benchmarks/zoo_rebuild/). ``--record`` writes the comparison into the shipped MODEL_CARD.md (replacing an
 earlier record), so the card states when and how reproducibility was last shown. Exit status 1 when
 anything differs. Takes as long as a build (about 20 minutes on 2 CPU cores).
 """
@@ -28,6 +29,17 @@ MODELS = Path(__file__).resolve().parents[2] / "sample_data" / "models"
 RECORD_HEADING = "## Rebuild check"
 
 
+def cpu_model() -> str:
+    """The CPU's model name: float arithmetic, hence bit-identity, holds per CPU kind (MKL picks kernels by it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def weights_sha256(model_dir: Path) -> str:
     return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
 
@@ -48,7 +60,7 @@ def compare(shipped: Path, rebuilt: Path) -> tuple[bool, str]:
                 f"{'yes' if not differing else 'NO: ' + ', '.join(f'{r} / {c}' for r, c in differing)} |")
     text = (f"{RECORD_HEADING}\n\n"
             f"Rebuilt with `python -m opsd_diag.zoo.rebuild_check --record` on {datetime.date.today()} "
-            f"(seed {a['seed']}, {platform.machine()}, torch {torch.__version__}) "
+            f"(seed {a['seed']}, {platform.machine()}, {cpu_model()}, torch {torch.__version__}) "
             f"and compared with the shipped build:\n\n"
             "| what | shipped | rebuilt | identical |\n|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
             + ("The rebuild is bit-identical: same weights, same accuracies (tolerance 0).\n" if same else
