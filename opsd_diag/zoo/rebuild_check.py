@@ -5,9 +5,9 @@
 Builds the ``full`` size with the seed of the shipped ``build_report.json`` into a temporary
 directory, then compares, per model, the SHA-256 of ``model.safetensors`` and every accuracy cell
 of the model card. Bit-identity is a property of one CPU kind: a CPU of another make trains other
-weights from the same code (benchmarks/zoo_rebuild/). ``--record`` writes the comparison into the shipped MODEL_CARD.md (replacing an
-earlier record), so the card states when and how reproducibility was last shown. Exit status 1 when
-anything differs. Takes as long as a build (about 20 minutes on 2 CPU cores).
+weights from the same code (benchmarks/zoo_rebuild/). ``--record`` writes the comparison into the
+shipped MODEL_CARD.md (replacing an earlier record), so the card states when and how reproducibility
+was last shown. Exit status 1 when anything differs. Takes as long as a build (about 20 minutes on 2 CPU cores).
 """
 
 from __future__ import annotations
