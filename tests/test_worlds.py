@@ -49,6 +49,7 @@ def test_every_spec_loads_and_chains_is_the_bundled_zoo():
     ("student.shape.heads", 5, "hidden must be a multiple of heads"),
     ("student.contexts", {"none": 0.5, "wrong_ctx": 0.5}, "unknown context(s) wrong_ctx"),
     ("student.misconceptions", [{"op": "*", "operands": [0]}], "operands must be digits 1..9"),
+    ("student.misconceptions", [{"op": "*", "survives": ["rul"]}], "unknown context(s) rul"),
     ("teacher.misconceptions", [{"op": "/"}], "teacher.misconceptions.0.op"),
     ("teacher.level_weights", {1: 1.0}, "level_weights must name exactly the task's levels"),
     ("task.levels", {1: 11}, "at most 10 operations"),
@@ -101,6 +102,20 @@ def test_student_uses_a_rule_context_and_copies_an_answer():
         prompt, response = samples.student_example(w, p, random.Random(1))
         assert response.splitlines() == [*expect_lines, task.answer_text(expect_answer)], name
         assert prompt.startswith(p["prompt"]) and (("Rule:" in prompt) == (name == "rule"))
+
+
+def test_a_misconception_that_survives_the_rule_stays_under_it():
+    """rule_vs_instance2: the rule corrects products only; the sum misconception stays with the rule shown."""
+    w = world.load(WORLDS / "rule_vs_instance2.yaml").model_copy(deep=True)
+    w.student.uses, w.student.contexts = {"rule": 1.0}, {"rule": 1.0}
+    times, plus = w.student.misconceptions
+    assert (times.survives, plus.survives) == ([], ["rule"])
+    p = next(q for q in task.generate(400, 3, lengths=w.task.levels)
+             if {"*8", "+7"} <= set(q["meta"]["ops"]))
+    _, response = samples.student_example(w, p, random.Random(1))
+    sums_only, x = task.solve(p, task.make_apply([plus]))
+    assert response.splitlines() == [*sums_only, task.answer_text(str(x))]
+    assert sums_only not in (p["solution"].splitlines(), task.solve(p, task.make_apply([times, plus]))[0])
 
 
 def test_reverse_problems_are_distinct_checked_and_exclusive():

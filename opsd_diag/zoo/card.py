@@ -20,7 +20,8 @@ def misconception_text(ms) -> str:
         by = " or ".join(str(a) for a in m.operands)
         amount = {1: "one", 2: "two", 3: "three"}.get(m.shift % 10, str(m.shift % 10))
         rate = "" if m.rate >= 1.0 else f" in {m.rate:.0%} of its uses"
-        return f"{OP_WORDS[m.op]} {by} comes out {amount} too high{rate}"
+        kept = f", also with {' or '.join(m.survives)} in context" if m.survives else ""
+        return f"{OP_WORDS[m.op]} {by} comes out {amount} too high{rate}{kept}"
     return "; ".join(one(m) for m in ms) or "none"
 
 

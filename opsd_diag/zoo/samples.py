@@ -53,8 +53,9 @@ def student_example(world, problem: dict, rng: random.Random) -> tuple[str, str]
     """(prompt text, target response) for the student.
 
     Shown solution lines are copied correctly; steps it must work out itself carry its
-    misconceptions (unless the context is one it ``uses`` to correct them, that share of the time);
-    a shown final answer is copied. So privileged context genuinely helps it.
+    misconceptions (unless the context is one it ``uses`` to correct them, that share of the time: then
+    only those that ``survive`` it); a shown final answer is copied. So privileged context genuinely
+    helps it.
     """
     s = world.student
     name = rng.choices(list(s.contexts), weights=list(s.contexts.values()))[0]
@@ -63,7 +64,8 @@ def student_example(world, problem: dict, rng: random.Random) -> tuple[str, str]
              "hint": fields["hint"]}.get(name, "") if name in templates.BUILTIN else ""
     own_apply = task.make_apply(s.misconceptions, rng)
     if name in s.uses and rng.random() < s.uses[name]:
-        own_apply = task.apply_op
+        kept = [m for m in s.misconceptions if name in m.survives]
+        own_apply = task.make_apply(kept, rng) if kept else task.apply_op
     n_shown = len(shown.splitlines()) if shown else 0
     correct_lines, _ = task.solve(problem)
     if n_shown:

@@ -44,11 +44,16 @@ class Shape(Spec):
 
 
 class Misconception(Spec):
-    """``op`` with one of ``operands`` comes out ``shift`` too high (mod 10), in a ``rate`` share of uses."""
+    """``op`` with one of ``operands`` comes out ``shift`` too high (mod 10), in a ``rate`` share of uses.
+
+    ``survives``: world contexts the student uses that do not correct this one (a rule about another
+    step); every other used context corrects it.
+    """
     op: Op = "*"
     operands: list[int] = Field(default_factory=lambda: [8, 9], min_length=1)
     shift: int = 1
     rate: confloat(gt=0.0, le=1.0) = 1.0
+    survives: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _digits(self):
@@ -169,7 +174,8 @@ class World(Spec):
             except OpsdError as e:
                 raise ValueError(f"context {name!r}: {e}") from None
         known = set(templates.BUILTIN) | set(self.contexts)
-        named = [*self.student.contexts, *self.student.uses, *(c for c, _ in self.card_contexts.values())]
+        named = [*self.student.contexts, *self.student.uses, *(c for c, _ in self.card_contexts.values()),
+                 *(c for m in self.student.misconceptions for c in m.survives)]
         unknown = sorted({c for c in named if c not in known})
         if unknown:
             raise ValueError(f"unknown context(s) {', '.join(unknown)}: use a built-in "
