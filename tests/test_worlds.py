@@ -1,7 +1,6 @@
 """World specs (opsd_diag/zoo/world.py): checked before anything is built, the bundled zoo as one spec,
 the task variants they add, and the built worlds under sample_data/worlds/."""
 
-import hashlib
 import math
 import json
 import random
@@ -197,20 +196,29 @@ def test_built_world_is_small_its_card_renders_and_shows_its_effect(models):
 @pytest.mark.slow
 def test_every_world_feature_builds_reproducibly(tmp_path):
     """A ci-size world with a rule context, a second skill, a preamble, a teacher misconception, the
-    capacity probe and sampled pass@k: built twice, bit-identical, and its card renders from its report."""
-    from opsd_diag.zoo import build
+    capacity probe and sampled pass@k: built, then rebuilt bit-identically by `rebuild_check --world`
+    (weights, accuracy cells and problem splits), and its card renders from its report."""
+    from opsd_diag.zoo import build, rebuild_check
     from opsd_diag.zoo.card import model_card
 
     spec = _spec(tmp_path, **{"student.second_skill": {"lengths": [3, 4], "share": 0.3, "test": 8},
                               "base.prefers": "Sure, here goes.", "student.probe_steps": 3,
                               "teacher.misconceptions": [{"op": "*", "operands": [6]}],
-                              "training.pass_k_samples": 4})
+                              "training.pass_k_samples": 4, "out": "a", "problems": "pa"})
     w = world.load(spec)
     a = build.build(tmp_path / "a", tmp_path / "pa", size="ci", world=w, log=lambda *x: None)
-    build.build(tmp_path / "b", tmp_path / "pb", size="ci", world=w, log=lambda *x: None)
-    for role in ("base", "teacher", "student"):
-        ha, hb = (hashlib.sha256((tmp_path / d / role / "model.safetensors").read_bytes()).hexdigest() for d in "ab")
-        assert ha == hb, role
+    with pytest.raises(SystemExit, match="use --write FILE"):
+        rebuild_check.main(["--world", str(spec), "--record"])
+    with pytest.raises(SystemExit, match="no folder"):
+        rebuild_check.main(["--world", str(spec), "--write", str(tmp_path / "nowhere" / "r.md")])
+    assert rebuild_check.main(["--world", str(spec), "--write", str(tmp_path / "r.md")]) == 0
+    record = (tmp_path / "r.md").read_text()
+    assert record.count("| yes |") == 3 + 1 + 4 and "NO" not in record and "bit-identical" in record
+    assert f"rebuild_check --world {spec} --write" in record and "load average" in record
+    # the same comparison sees a changed split
+    (tmp_path / "pa" / "dev.jsonl").write_text("{}\n")
+    same, text = rebuild_check.compare(tmp_path / "a", tmp_path / "a", (tmp_path / "pa", tmp_path / "a"))
+    assert not same and "| problems/dev.jsonl (SHA-256) |" in text and "`missing` | NO |" in text
     assert set(a.second_skill) == {"teacher", "student"} and set(a.style) >= {"base", "teacher", "student"}
     assert len(a.probe) == 1 and set(a.pass_k["student"]) == {"pass@1", "pass@4"}
     assert not (tmp_path / "a" / "probe").exists()

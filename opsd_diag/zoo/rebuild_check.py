@@ -1,13 +1,15 @@
-"""Show that the shipped zoo is reproducible: rebuild it with the same seed and compare.
+"""Show that a built world is reproducible: rebuild it from its spec with the same seed and compare.
 
-    python -m opsd_diag.zoo.rebuild_check [--models sample_data/models] [--record]
+    python -m opsd_diag.zoo.rebuild_check [--world sample_data/worlds/chains.yaml] [--record | --write FILE]
 
-Builds the ``full`` size with the seed of the shipped ``build_report.json`` into a temporary
-directory, then compares, per model, the SHA-256 of ``model.safetensors`` and every accuracy cell
-of the model card. Bit-identity is a property of one CPU kind: a CPU of another make trains other
-weights from the same code (benchmarks/zoo_rebuild/). ``--record`` writes the comparison into the
-shipped MODEL_CARD.md (replacing an earlier record), so the card states when and how reproducibility
-was last shown. Exit status 1 when anything differs. Takes as long as a build (about 20 minutes on 2 CPU cores).
+Builds the world's ``full`` size with the seed of its committed ``build_report.json`` into a
+temporary directory, then compares, per model, the SHA-256 of ``model.safetensors``, every accuracy
+cell of the model card and every problem split file. Bit-identity is a property of one CPU kind: a
+CPU of another make trains other weights from the same code (benchmarks/zoo_rebuild/). ``--record``
+writes the comparison into the bundled zoo's MODEL_CARD.md (replacing an earlier record), so the card
+states when and how reproducibility was last shown; a world's card is the render of its build
+report alone, so its comparison goes to a file (``--write``). Exit status 1 when anything differs.
+Takes as long as a build (7 to 45 minutes on 2 CPU cores, by world).
 """
 
 from __future__ import annotations
@@ -16,16 +18,22 @@ import argparse
 import datetime
 import hashlib
 import json
+import os
 import platform
+import shlex
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
+from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
+from opsd_diag.zoo import world as world_mod
 from opsd_diag.zoo.build import build
 
-MODELS = Path(__file__).resolve().parents[2] / "sample_data" / "models"
+BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "worlds" / "chains.yaml"
 RECORD_HEADING = "## Rebuild check"
 
 
@@ -44,27 +52,40 @@ def weights_sha256(model_dir: Path) -> str:
     return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
 
 
-def compare(shipped: Path, rebuilt: Path) -> tuple[bool, str]:
-    """(identical?, a Markdown section describing the comparison)."""
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def compare(shipped: Path, rebuilt: Path, problems: tuple[Path, Path] | None = None,
+            how: str = "") -> tuple[bool, str]:
+    """(identical?, a Markdown section describing the comparison); ``problems``: (committed, rebuilt)
+    split folders, compared file by file; ``how``: the command and machine line of the record."""
     a = json.loads((shipped / "build_report.json").read_text())
     b = json.loads((rebuilt / "build_report.json").read_text())
     rows, same = [], True
+
+    def row(what: str, x: str, y: str) -> None:
+        nonlocal same
+        same &= x == y
+        rows.append(f"| {what} | `{x[:16]}` | `{y[:16]}` | {'yes' if x == y else 'NO'} |")
+
     for name in ("base", "teacher", "student"):
-        ha, hb = weights_sha256(shipped / name), weights_sha256(rebuilt / name)
-        same &= ha == hb
-        rows.append(f"| {name} weights (SHA-256) | `{ha[:16]}` | `{hb[:16]}` | {'yes' if ha == hb else 'NO'} |")
-    cells = [(row, col) for row in a["accuracy"] for col in a["accuracy"][row]]
+        row(f"{name} weights (SHA-256)", weights_sha256(shipped / name), weights_sha256(rebuilt / name))
+    cells = [(r, c) for r in a["accuracy"] for c in a["accuracy"][r]]
     differing = [(r, c) for r, c in cells if a["accuracy"][r][c] != b["accuracy"].get(r, {}).get(c)]
     same &= not differing
     rows.append(f"| accuracy cells of the card | {len(cells)} | {len(cells) - len(differing)} equal | "
                 f"{'yes' if not differing else 'NO: ' + ', '.join(f'{r} / {c}' for r, c in differing)} |")
-    text = (f"{RECORD_HEADING}\n\n"
-            f"Rebuilt with `python -m opsd_diag.zoo.rebuild_check --record` on {datetime.date.today()} "
-            f"(seed {a['seed']}, {platform.machine()}, {cpu_model()}, torch {torch.__version__}) "
-            f"and compared with the shipped build:\n\n"
-            "| what | shipped | rebuilt | identical |\n|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+    if problems:
+        old, new = problems
+        for f in sorted(old.glob("*.jsonl")):
+            row(f"problems/{f.name} (SHA-256)", sha256(f), sha256(new / f.name) if (new / f.name).exists() else "missing")
+    how = how or (f"Rebuilt with `python -m opsd_diag.zoo.rebuild_check --record` on {datetime.date.today()} "
+                  f"({platform.machine()}, {cpu_model()}, torch {torch.__version__})")
+    text = (f"{RECORD_HEADING}\n\n{how} (seed {a['seed']}) and compared with the committed build:\n\n"
+            "| what | committed | rebuilt | identical |\n|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
             + ("The rebuild is bit-identical: same weights, same accuracies (tolerance 0).\n" if same else
-               "The rebuild DIFFERS from the shipped build (see the table).\n"))
+               "The rebuild DIFFERS from the committed build (see the table).\n"))
     return same, text
 
 
@@ -75,21 +96,48 @@ def record(card: Path, section: str) -> None:
     card.write_text(head + "\n\n" + section)
 
 
+def load_avg() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=Path, default=MODELS, help="the shipped zoo to check")
-    ap.add_argument("--record", action="store_true", help="write the result into its MODEL_CARD.md")
+    ap.add_argument("--world", type=Path, default=BUNDLED, help="the world spec whose committed build is checked")
+    out = ap.add_mutually_exclusive_group()
+    out.add_argument("--record", action="store_true", help="write the result into the bundled zoo's MODEL_CARD.md")
+    out.add_argument("--write", type=Path, metavar="FILE", help="write the result (a Markdown section) to FILE")
     args = ap.parse_args(argv)
-    shipped = json.loads((args.models / "build_report.json").read_text())
+    spec = world_mod.load(args.world)
+    models, problems = world_mod.folders(spec, args.world)
+    if args.record and not spec.is_bundled():
+        raise SystemExit(f"--record writes into the bundled zoo's card only; {args.world} is another world, "
+                         "whose card is the render of its build report: use --write FILE")
+    if not (models / "build_report.json").is_file():
+        raise SystemExit(f"no committed build at {models}: build it first (opsd-diag zoo build --world {args.world})")
+    shipped = json.loads((models / "build_report.json").read_text())
+    if args.write and not args.write.parent.is_dir():  # before a build of up to 45 minutes, not after
+        raise SystemExit(f"--write {args.write}: no folder {args.write.parent}: create it or choose another path")
+    if args.write:
+        safe.check_target(args.write)
+    words = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    load0, t0 = load_avg(), time.time()
     with tempfile.TemporaryDirectory(prefix="zoo-rebuild-") as tmp:
-        out = Path(tmp) / "models"
-        build(out, problems_dir=Path(tmp) / "problems", size=shipped["size"], seed=shipped["seed"])
-        same, section = compare(args.models, out)
+        out_dir = Path(tmp) / "models"
+        build(out_dir, problems_dir=Path(tmp) / "problems", size=shipped["size"], seed=shipped["seed"], world=spec)
+        command = " ".join(["python -m opsd_diag.zoo.rebuild_check", *([words] if words else [])])
+        how = (f"Rebuilt with `{command}` on {datetime.date.today()} ({platform.machine()}, {cpu_model()}, "
+               f"torch {torch.__version__}; {time.time() - t0:.0f} s, load average {load0} before, {load_avg()} after)")
+        same, section = compare(models, out_dir, (problems, Path(tmp) / "problems"), how)
     print(section)
     if args.record:
-        record(args.models / "MODEL_CARD.md", section)
+        record(models / "MODEL_CARD.md", section)
+    if args.write:
+        safe.write_file(args.write, section.encode("utf-8"))
     return 0 if same else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except OpsdError as e:  # a bad spec or an unwritable --write: one line
+        sys.exit(f"error: {e}")
