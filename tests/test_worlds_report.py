@@ -278,6 +278,23 @@ def check_structure(an: dict, md: str) -> None:
         assert ("The score beats the best cheap baseline" in conclusion) == comp["better"]
 
 
+def test_gap_and_gain_against_explicit_rows():
+    """The capacity test: G of self_full against the best Δ pass@1 over self-distillation rows only."""
+    def row(config, method, gap, gain, kind="product"):
+        return {"config": config, "method": method, "kind": kind, "accuracy_gap": gap,
+                "d_pass1": {"estimate": gain, "lo": gain - 0.01, "hi": gain + 0.01}}
+
+    rows = [row("teacher", "jsd", 0.9, 0.50), row("self_full", "opsd_opd", 0.6, 0.05),
+            row("self_answer", "opsd_jsd", 0.5, 0.19), row("demonstrations", "sft", None, 0.7, kind="reference")]
+    got = aw.gap_and_gain(rows, ["opsd_opd", "opsd_jsd"])
+    assert (got["gap"], got["config"], got["method"], got["holds"]) == (0.6, "self_answer", "opsd_jsd", True)
+    rows[2]["d_pass1"]["estimate"] = 0.21  # above 0.6 / 3
+    assert aw.gap_and_gain(rows, ["opsd_opd", "opsd_jsd"])["holds"] is False
+    rows[1]["accuracy_gap"], rows[2]["d_pass1"]["estimate"] = 0.29, 0.0  # the gap itself too small
+    assert aw.gap_and_gain(rows, ["opsd_opd", "opsd_jsd"])["holds"] is False
+    assert aw.gap_and_gain(rows[:1], ["opsd_opd"]) is None
+
+
 def test_synthetic_report_renders_every_world_and_a_conclusion_from_the_numbers(tmp_path):
     an, worlds, data = synthetic(1)
     res = json.loads(json.dumps(aw.combine("default", "/synthetic", an, worlds, data)))
@@ -469,3 +486,12 @@ def test_readme_and_verdict_doc_quote_the_committed_pooled_numbers():
         section = text[text.index("Over outcome worlds"):][:1500]
         missing = [q for q in quoted if q not in section]
         assert not missing, f"{doc.name} quotes stale worlds figures: {missing} not in its outcome-worlds paragraph"
+    # docs/verdict.md's reading of rule_vs_instance2 (the gap misleading on one pair of rows)
+    w = json.loads((COMMITTED / "worlds_analysis.json").read_text())["worlds"]["rule_vs_instance2"]
+    row = {(r["config"], r["method"]): r for r in w["rows"]}
+    answer, rule = row[("self_answer", "opsd_jsd")], row[("self_rule", "opsd_jsd")]
+    text = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"answer-only context has gap {answer['accuracy_gap']:+.2f} and the rule {rule['accuracy_gap']:+.2f}"
+            f", yet trained with `opsd_jsd` the rule helped (Δpass@1 {rule['d_pass1']['estimate']:+.2f}) and the "
+            f"answer did nothing ({answer['d_pass1']['estimate']:+.2f}), while over all that world's rows G still "
+            f"ranks well (Spearman {w['spearman']['accuracy_gap']['d_pass1']['estimate']:+.2f})") in text

@@ -197,6 +197,20 @@ def _mean_of_worlds(per_world: dict, kinds: dict, alpha: float) -> dict:
     return out
 
 
+def gap_and_gain(rows: list[dict], self_methods: list[str], context: str = "self_full") -> dict | None:
+    """The issue's test of ``capacity``, in every world: the accuracy gap of the student shown the full
+    solution against the best realised Δ pass@1 of any self-distillation row. It holds (a large gap that
+    training does not realise) when the gap is at least 0.3 and the gain at most a third of it."""
+    full = [r for r in rows if r["config"] == context and r["kind"] == "product"]
+    selfs = [r for r in rows if r["method"] in self_methods and r["kind"] == "product"]
+    if not full or not selfs:
+        return None
+    gap = full[0]["accuracy_gap"]
+    best = max(selfs, key=lambda r: (r["d_pass1"]["estimate"], r["config"], r["method"]))
+    return {"gap": gap, "config": best["config"], "method": best["method"], "d_pass1": best["d_pass1"],
+            "holds": bool(gap >= 0.3 and best["d_pass1"]["estimate"] <= gap / 3)}
+
+
 def _world_status(study: Path, entry: dict) -> tuple[str, str]:
     if entry.get("excluded"):
         return "excluded", entry["excluded"]
@@ -263,7 +277,8 @@ def analyse_worlds(root: Path) -> dict:
                              "initial": initial, "timing": analysis._timing(study),
                              "n_seeds": len(plan["training"]["seeds"]),
                              "regression_set": (plan.get("regression_file") or {}).get("file")
-                             or "test split, levels " + ", ".join(map(str, plan["splits"]["regression"]["levels"]))})
+                             or "test split, levels " + ", ".join(map(str, plan["splits"]["regression"]["levels"])),
+                             "gap_and_gain": gap_and_gain(rows, [m["name"] for m in plans["common"]["methods"]["self"]])})
         data[name] = (rows, reps, index)
     return combine(state["plan"], str(root), an, worlds, data)
 

@@ -216,6 +216,14 @@ def markdown(an: dict) -> str:
              ("yes" if w["timing"]["busy_s"] <= 60 * BUDGET_MIN else "**no**") if "timing" in w else "—",
              w["note"] or ""] for n, w in an["worlds"].items()]
     out += [_table(["world", "status", "level", "rows", "wall min (jobs)", f"≤ {BUDGET_MIN} min", "note"], body), ""]
+    tests = [(n, w["gap_and_gain"]) for n, w in an["worlds"].items() if w.get("gap_and_gain")]
+    if tests:
+        out += ["### A large gap that training does not realise (the issue's test of `capacity`, in every world)", "",
+                "Gap G of the student shown the full solution (`self_full`) against the best realised Δ pass@1 of "
+                "any self-distillation row; the test holds when G >= 0.3 and the gain is at most G / 3.", "",
+                _table(["world", "gap G (self_full)", "best self-distillation row", "its Δ pass@1", "holds"],
+                       [[n, f(t["gap"], 3, True), f"{t['config']} / {t['method']}", ci(t["d_pass1"]),
+                         "yes" if t["holds"] else "no"] for n, t in tests]), ""]
     p = an["pooled"]
     if p:
         out += [f"## Pooled over {len(p['worlds'])} world(s)", "",
