@@ -295,6 +295,24 @@ def test_gap_and_gain_against_explicit_rows():
     assert aw.gap_and_gain(rows[:1], ["opsd_opd"]) is None
 
 
+def test_same_study_compares_every_field(tmp_path, capsys):
+    """same_study.py: equal analyses agree, a changed number or verdict is named, train_seconds ignored."""
+    from benchmarks.validity.worlds import same_study
+
+    committed = json.loads((COMMITTED / "worlds_analysis.json").read_text())
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(committed))
+    committed["worlds"]["chains"]["rows"][0]["train_seconds"] = 1e9
+    b.write_text(json.dumps(committed))
+    assert same_study.main([str(a), str(b), "chains"]) == 0
+    committed["worlds"]["chains"]["rows"][3]["d_pass1"]["lo"] += 1e-6
+    committed["worlds"]["chains"]["rows"][5]["verdict"] = "helps"
+    b.write_text(json.dumps(committed))
+    assert same_study.main([str(a), str(b), "chains"]) == 1
+    out = capsys.readouterr().out
+    assert "d_pass1: 1e-06" in out and "verdict " in out and "same study within 1e-09: NO" in out
+
+
 def test_synthetic_report_renders_every_world_and_a_conclusion_from_the_numbers(tmp_path):
     an, worlds, data = synthetic(1)
     res = json.loads(json.dumps(aw.combine("default", "/synthetic", an, worlds, data)))
