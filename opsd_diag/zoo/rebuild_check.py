@@ -48,12 +48,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def weights_sha256(model_dir: Path) -> str:
-    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
-
-
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def weights_sha256(model_dir: Path) -> str:
+    return sha256(model_dir / "model.safetensors")
 
 
 def compare(shipped: Path, rebuilt: Path, problems: tuple[Path, Path] | None = None,

@@ -64,8 +64,7 @@ def student_example(world, problem: dict, rng: random.Random) -> tuple[str, str]
              "hint": fields["hint"]}.get(name, "") if name in templates.BUILTIN else ""
     own_apply = task.make_apply(s.misconceptions, rng)
     if name in s.uses and rng.random() < s.uses[name]:
-        kept = [m for m in s.misconceptions if name in m.survives]
-        own_apply = task.make_apply(kept, rng) if kept else task.apply_op
+        own_apply = task.make_apply([m for m in s.misconceptions if name in m.survives], rng)
     n_shown = len(shown.splitlines()) if shown else 0
     correct_lines, _ = task.solve(problem)
     if n_shown:
