@@ -334,7 +334,7 @@ def figures_block() -> str:
     return "\n".join(rows)
 
 
-# What each method trains on beyond the per-token loss (the loss itself is read from trainer.losses).
+# What each method trains on beyond the per-token loss (the loss itself is read from opsd_diag.core.losses).
 METHOD_HELP = {
     "opd": "an external teacher model (`teachers[].model` a model); `clip` clips the advantage",
     "jsd": "an external teacher model, detached; β = `training.beta`",
@@ -353,7 +353,7 @@ METHOD_HELP = {
 
 def methods_block() -> str:
     from opsd_diag.io.config import METHODS
-    from trainer import losses
+    from opsd_diag.core import losses
 
     def loss_text(method: str) -> str:
         if method in losses.ADVANTAGE:
@@ -429,7 +429,7 @@ def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
 
 def train_keys() -> list[str]:
     """Keys of a ``train`` record of metrics.jsonl, in order, read from trainer/loop.py and STAT_NAMES."""
-    from trainer.step import STAT_NAMES
+    from opsd_diag.engine.train_step import STAT_NAMES
 
     tree = ast.parse((ROOT / "trainer" / "loop.py").read_text())
     step = next(n.value for n in ast.walk(_function(tree, "train_step"))

@@ -16,8 +16,8 @@ from opsd_diag.io.retokenize import Retokenized, retokenize
 from trainer import cli, config
 from trainer import cross_losses as CL
 from trainer.cross_step import cross_micro_batch_backward
-from trainer.roles import CompletionHidden
-from trainer.rollouts import MicroBatch
+from opsd_diag.engine.roles import CompletionHidden
+from opsd_diag.engine.train_step import MicroBatch
 from trainer.setup import prepare
 
 # span 0: 1 student token / 3 teacher tokens; span 1: 3 / 1; span 2: 1 / 1

@@ -15,9 +15,9 @@ from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.config import from_dict
 from trainer import cli, config
-from trainer.rollouts import MicroBatch
+from opsd_diag.engine.train_step import MicroBatch
 from trainer.setup import prepare
-from trainer.step import micro_batch_backward
+from opsd_diag.engine.train_step import micro_batch_backward
 
 
 def resolve(world, **training):
@@ -228,7 +228,7 @@ def test_every_method_trains_and_saves_a_loadable_checkpoint(world, tmp_path, tr
 
 def _grads(st, mbs, n_global):
     st.roles.student.zero_grad(set_to_none=True)
-    from trainer.roles import CompletionHidden
+    from opsd_diag.engine.roles import CompletionHidden
 
     hidden = CompletionHidden(st.roles.student)
     for mb in mbs:

@@ -18,10 +18,10 @@ from test_trainer import _split, resolve
 
 from opsd_diag import jobs
 from trainer import cli, sharded
-from trainer.roles import CompletionHidden
-from trainer.rollouts import MicroBatch
+from opsd_diag.engine.roles import CompletionHidden
+from opsd_diag.engine.train_step import MicroBatch
 from trainer.setup import prepare
-from trainer.step import micro_batch_backward
+from opsd_diag.engine.train_step import micro_batch_backward
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -36,7 +36,7 @@ def _grads(st, mbs, n_global, fn, wrapper):
 
 @pytest.mark.parametrize("method", ["opd", "jsd", "opd2", "exopd"])
 def test_loss_inside_the_wrapped_module_gives_the_same_gradients(world, method):
-    """ShardedStudent (head + loss in forward, chunks checkpointed) == trainer.step's collected gradients."""
+    """ShardedStudent (head + loss in forward, chunks checkpointed) == engine.train_step's collected gradients."""
     st = prepare(resolve(world, method=method), torch.device("cpu"))
     g = torch.Generator().manual_seed(0)
     rows = list(range(6))

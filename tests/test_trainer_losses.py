@@ -15,7 +15,7 @@ import torch
 
 from opsd_diag.core import signals
 from opsd_diag.settings import LossSettings
-from trainer.losses import token_loss
+from opsd_diag.core.losses import token_loss
 
 N, V = 6, 9
 TOL = dict(rtol=1e-5, atol=1e-6)

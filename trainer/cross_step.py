@@ -4,7 +4,7 @@ Each completion is re-tokenised for the teacher (``opsd_diag.io.retokenize``, th
 row that does not round-trip trains nothing (its tokens get a zero loss, counted in ``left_out``). The
 teacher, the base and the initial student score under no_grad; the student's detached token
 log-probs give the span advantages before its LM head runs with gradient, chunk by chunk, through
-``trainer.step.backward_by_chunks`` (the same normalisation and one decoder backward as every loss).
+``opsd_diag.engine.train_step.backward_by_chunks`` (the same normalisation and one decoder backward as every loss).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from opsd_diag.io.models import check_compatible, vocab_fingerprint
 from opsd_diag.io.retokenize import Retokenized, retokenize
 from opsd_diag.settings import LossSettings
 from trainer import cross_losses
-from trainer.roles import Roles
-from trainer.rollouts import MicroBatch
-from trainer.step import StepSums, _checked, backward_by_chunks
+from opsd_diag.engine.roles import Roles
+from opsd_diag.engine.train_step import MicroBatch
+from opsd_diag.engine.train_step import StepSums, _checked, backward_by_chunks
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def align(mb: MicroBatch, cross: CrossPartner) -> _Aligned:
 def cross_micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSettings, *, pad_id: int,
                                chunk_size: int, scale: float, ref: str | None = None, autocast=contextlib.nullcontext,
                                sums: StepSums | None = None, cross: CrossPartner) -> StepSums:
-    """``trainer.step.micro_batch_backward`` for a teacher with another tokenizer (methods opd, exopd, uld)."""
+    """``opsd_diag.engine.train_step.micro_batch_backward`` for a teacher with another tokenizer (methods opd, exopd, uld)."""
     sums = sums or StepSums()
     n = mb.n_tokens
     h_s = _checked(hidden_model(mb.student_prompts, mb.completions, pad_id), n, "student")  # [N, H] grad

@@ -29,7 +29,7 @@ from trainer.cross_step import cross_micro_batch_backward
 from trainer.evaluate import eval_size, evaluate
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
 from trainer.setup import Setup, prepare
-from trainer.step import STAT_NAMES, StepSums, micro_batch_backward
+from opsd_diag.engine.train_step import STAT_NAMES, StepSums, micro_batch_backward
 
 log = logging.getLogger("opsd-train")
 
@@ -287,7 +287,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
         step, elapsed_before = int(state["step"]), float(state.get("elapsed", 0.0))
         if rng is not None:
             checkpoint.set_rng_state(rng)
-    # DDP / one process: CompletionHidden (LM head applied outside, trainer.step); FSDP: trainer.sharded
+    # DDP / one process: CompletionHidden (LM head applied outside, engine.train_step); FSDP: trainer.sharded
     hidden_model, optimizer = sharded.prepare(acc, sharded.wrap(st.roles.student, acc), optimizer, st.roles)
     metrics = rundir.MetricsLog(run_dir) if acc.is_main_process else None
     if acc.is_main_process:

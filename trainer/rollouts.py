@@ -21,6 +21,7 @@ from functools import lru_cache
 from opsd_diag.engine import decode as sampler
 from opsd_diag.engine import fast_decode
 from opsd_diag.engine.sampling import cut_at_strings
+from opsd_diag.engine.train_step import MicroBatch
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
@@ -39,21 +40,6 @@ class ProblemSet:
     base_prompts: list[list[int]] | None
     targets: list[list[int]] | None  # reference responses (sft / regression NLL), ending in a stop id
     stop_strings: tuple[str, ...] = ()  # the student's (a raw Base student): samples end where one is complete
-
-
-@dataclass
-class MicroBatch:
-    index: int  # global micro-batch index j within its step
-    problem_idx: list[int]  # per row
-    student_prompts: list[list[int]]
-    teacher_prompts: list[list[int]] | None
-    base_prompts: list[list[int]] | None
-    completions: list[list[int]]
-    finished: list[bool]
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(len(c) for c in self.completions)
 
 
 def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:

@@ -21,10 +21,11 @@ from trainer.cross_step import plan_partner
 from trainer.evaluate import EvalSets
 from opsd_diag.io.model_options import teacher_model_spec
 from opsd_diag.io.view_set import student_renderer, teacher_renderer
-from trainer.roles import Roles, add_lora, frozen_copy, load_lora
+from opsd_diag.engine.roles import Roles, frozen_copy
+from trainer.roles import add_lora, load_lora
 from trainer.roles import load_trainable as load_student
 from trainer.rollouts import ProblemSet, build_problem_set, load_set
-from trainer.step import auto_chunk_size
+from opsd_diag.engine.train_step import auto_chunk_size
 
 
 @dataclass

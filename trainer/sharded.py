@@ -1,6 +1,6 @@
 """The trainer under parameter sharding (FSDP2): the student's LM head runs inside the wrapped module.
 
-Under DDP (and on one process) ``trainer.step`` applies the student's LM head outside the wrapped
+Under DDP (and on one process) ``opsd_diag.engine.train_step`` applies the student's LM head outside the wrapped
 module, chunk by chunk on detached hidden states, and feeds the collected gradients back in one
 backward. That is exact when every process holds every weight, and wrong under FSDP: outside the
 wrapped module's forward the root's parameters (embedding, final norm, LM head) are shards. Here
@@ -8,7 +8,7 @@ the whole loss of a micro-batch is computed inside the wrapped module's ``forwar
 (``ShardedStudent``): the decoder, then per chunk the LM head and the method's loss under
 activation checkpointing (only the chunk's hidden states are kept; its ``[chunk, vocab]`` logits are
 recomputed in the backward), so the memory bound of the chunked head is kept and FSDP sees one
-ordinary forward and backward. The loss and its gradients are the same sums as ``trainer.step``'s.
+ordinary forward and backward. The loss and its gradients are the same sums as ``opsd_diag.engine.train_step``'s.
 
 Everything else that runs the student outside a training forward (on-policy sampling, evaluation,
 a ``live`` self-teacher) runs inside ``full_params``: every FSDP unit of the student is gathered
@@ -38,8 +38,8 @@ from torch.utils.checkpoint import checkpoint
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
 from opsd_diag.settings import LossSettings
-from trainer.roles import Roles
-from trainer.rollouts import MicroBatch
+from opsd_diag.engine.roles import Roles
+from opsd_diag.engine.train_step import MicroBatch
 
 CPU_ENV = "OPSD_FSDP2_CPU"
 # full_params reaches into FSDP2's private state (the lazy root init, the param groups' post-forward mesh): present
@@ -132,8 +132,8 @@ class ShardedStudent(nn.Module):
 
 
 def wrap(student: nn.Module, acc):
-    """What ``acc.prepare`` gets: ``ShardedStudent`` under FSDP, else ``trainer.roles.CompletionHidden``."""
-    from trainer.roles import CompletionHidden
+    """What ``acc.prepare`` gets: ``ShardedStudent`` under FSDP, else ``opsd_diag.engine.roles.CompletionHidden``."""
+    from opsd_diag.engine.roles import CompletionHidden
 
     return ShardedStudent(student) if fsdp_requested(acc) else CompletionHidden(student)
 
@@ -211,8 +211,8 @@ def full_state_dict(model: nn.Module) -> dict | None:
 def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSettings, *, pad_id: int,
                          chunk_size: int, scale: float, ref: str | None = None, autocast=contextlib.nullcontext,
                          sums=None):
-    """``trainer.step.micro_batch_backward`` for a ``ShardedStudent``: the same loss, sums and gradients."""
-    from trainer.step import StepSums, chunk_loss, partner_hidden
+    """``opsd_diag.engine.train_step.micro_batch_backward`` for a ``ShardedStudent``: the same loss, sums and gradients."""
+    from opsd_diag.engine.train_step import StepSums, chunk_loss, partner_hidden
 
     sums = sums or StepSums()
     token_ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]

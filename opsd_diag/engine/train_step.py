@@ -22,9 +22,23 @@ from opsd_diag.core import signals
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
 from opsd_diag.settings import LossSettings
-from trainer.losses import token_loss
-from trainer.roles import Roles
-from trainer.rollouts import MicroBatch
+from opsd_diag.core.losses import token_loss
+from opsd_diag.engine.roles import Roles
+
+@dataclass
+class MicroBatch:
+    index: int  # global micro-batch index j within its step
+    problem_idx: list[int]  # per row
+    student_prompts: list[list[int]]
+    teacher_prompts: list[list[int]] | None
+    base_prompts: list[list[int]] | None
+    completions: list[list[int]]
+    finished: list[bool]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(c) for c in self.completions)
+
 
 LOGITS_BUDGET = 2 ** 24  # elements of one [chunk, vocab] float32 tensor (64 MiB) when chunk_size is auto
 
