@@ -177,6 +177,7 @@ def _cmd_scoreboard(args) -> None:
 
 
 def _cmd_zoo_build(args) -> None:
+    from opsd_diag.zoo import guard, stored
     from opsd_diag.zoo import world as world_mod
 
     if args.world:  # the spec is checked before torch is imported and before anything is written
@@ -187,14 +188,19 @@ def _cmd_zoo_build(args) -> None:
         command = f"opsd-diag zoo build --world {args.world}"
     else:
         spec, out, command = world_mod.World(), Path(args.out or MODELS_DIR), ""
-        problems_dir = Path(args.problems_dir) if args.problems_dir != "" else None
-        problems_dir = PROBLEMS_DIR if args.problems_dir is None else problems_dir
+        problems_dir = PROBLEMS_DIR if args.problems_dir is None else (Path(args.problems_dir) if args.problems_dir else None)
+    if args.card_only:  # the folder and its report, checked before torch is imported
+        guard.check_card(spec, out, args.replace)
+        stored.read_report(out, spec)
+    else:  # where it would write (never another world's folder, a link or the shipped data), before any work
+        guard.check_build(spec, out, problems_dir, args.size, args.seed, args.replace)
     from opsd_diag.zoo.build import build, rerender_card
 
     if args.card_only:
-        rerender_card(out, spec, command=command)
+        rerender_card(out, spec, command=command, replace=args.replace)
         return
-    build(out, problems_dir=problems_dir, size=args.size, seed=args.seed, world=spec, command=command)
+    build(out, problems_dir=problems_dir, size=args.size, seed=args.seed, world=spec, command=command,
+          replace=args.replace)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -259,6 +265,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, help="seed (default: the world's, 0 for the bundled zoo)")
     b.add_argument("--card-only", action="store_true",
                    help="train nothing: render MODEL_CARD.md again from the built build_report.json and the spec")
+    b.add_argument("--replace", action="store_true",
+                   help="replace the build's files in an --out / --problems-dir folder that holds no earlier build of "
+                        "this world (never a symbolic link, never the shipped sample_data/ of another world or size)")
     b.set_defaults(func=_cmd_zoo_build)
     return p
 

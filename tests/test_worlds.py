@@ -207,9 +207,9 @@ def test_every_world_feature_builds_reproducibly(tmp_path):
                               "training.pass_k_samples": 4, "out": "a", "problems": "pa"})
     w = world.load(spec)
     a = build.build(tmp_path / "a", tmp_path / "pa", size="ci", world=w, log=lambda *x: None)
-    with pytest.raises(SystemExit, match="use --write FILE"):
+    with pytest.raises(OpsdError, match="use --write FILE"):
         rebuild_check.main(["--world", str(spec), "--record"])
-    with pytest.raises(SystemExit, match="no folder"):
+    with pytest.raises(OpsdError, match="no folder"):
         rebuild_check.main(["--world", str(spec), "--write", str(tmp_path / "nowhere" / "r.md")])
     assert rebuild_check.main(["--world", str(spec), "--write", str(tmp_path / "r.md")]) == 0
     record = (tmp_path / "r.md").read_text()

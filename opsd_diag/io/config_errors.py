@@ -9,8 +9,9 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 
-def format_error(e: ValidationError, source: str, section: str = "") -> str:
-    """One line: the source, the dotted key (under ``section`` when one section was validated) and the fix."""
+def format_error(e: ValidationError, source: str, section: str = "", doc: str = "docs/config.md") -> str:
+    """One line: the source, the dotted key (under ``section`` when one section was validated) and the fix
+    (``doc``: the reference page an unknown key is checked against)."""
     err = e.errors()[0]
     loc = tuple(str(p) for p in (*section.split(".")[:bool(section)], *err["loc"]))
     key = ".".join(loc)
@@ -24,7 +25,7 @@ def format_error(e: ValidationError, source: str, section: str = "") -> str:
                "numbers such as 1.10 as non-strings): put the value in quotes as you wrote it, e.g. "
                "name: \"no\" or model: \"1.10\"")
     elif err["type"] == "extra_forbidden":
-        msg = "unknown key (check its spelling against docs/config.md)"
+        msg = f"unknown key (check its spelling against {doc})"
     elif err["type"] == "string_pattern_mismatch" and loc[-1:] == ("name",):
         msg = f"{err['input']!r}: a name may hold only letters, digits, '_', '-' and '.'"
     elif err["type"] == "literal_error" and loc[-1:] == ("method",):

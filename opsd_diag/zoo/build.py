@@ -5,7 +5,8 @@ second skill, the base's preferences) is its spec (``world.py``). The bundled zo
 spec, ``sample_data/worlds/chains.yaml``.
 
 Everything is built in a temporary sibling directory and swapped in at the end, so a failed or
-interrupted build never touches existing models.
+interrupted build never touches existing models; what a build may write at all (never another world's
+folder, a link, or the shipped data at another size) is checked first, by ``guard.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import random
 import shutil
 import tempfile
@@ -26,12 +28,12 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
-from opsd_diag.zoo import samples, task
+from opsd_diag.zoo import guard, samples, stored, task
 from opsd_diag.zoo.card import model_card
 from opsd_diag.zoo.evaluate import (  # noqa: F401  (the zoo's evaluation, as tests/test_zoo.py uses it)
     MAX_NEW_TOKENS, accuracy_by_level, eval_problems, evaluate, greedy_correct, user_texts)
 from opsd_diag.zoo.tokenizer import IM_END, train_tokenizer
-from opsd_diag.zoo.world import World
+from opsd_diag.zoo.world import SECOND_POOL, World
 
 
 @dataclass(frozen=True)
@@ -189,20 +191,6 @@ def _probe_sample(world, tok, pool, rng):
     return samples.chat_example(tok, p["prompt"], task.reasoning_response(p))
 
 
-def check_writable(out_dir: Path) -> None:
-    """Fail before any training when the output cannot be written."""
-    parent = out_dir if out_dir.exists() else out_dir.parent
-    while not parent.exists():
-        parent = parent.parent
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent):
-            pass
-    except OSError as e:
-        raise OpsdError(f"cannot write the zoo to {out_dir} ({e.strerror}): choose a writable --out directory") from None
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OpsdError(f"--out {out_dir} is a file, not a directory: choose a directory")
-
-
 def tokenizer_corpus(world: World, pool: list[dict], second: list[dict]) -> list[str]:
     """Texts the tokenizer is trained on: solutions, every context's prompts, and the world's extras."""
     corpus = [task.reasoning_response(p) for p in pool[:3000]] + [
@@ -216,15 +204,14 @@ def tokenizer_corpus(world: World, pool: list[dict], second: list[dict]) -> list
 
 
 def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", seed: int | None = None,
-          log=print, world: World = CHAINS, command: str = "") -> BuildReport:
-    """Build the world's tokenizer + base/teacher/student into ``out_dir`` (swapped in atomically)."""
-    if size not in SIZES:
-        raise OpsdError(f"invalid --size '{size}': use one of {', '.join(SIZES)}")
+          log=print, world: World = CHAINS, command: str = "", replace: bool = False) -> BuildReport:
+    """Build the world's tokenizer + base/teacher/student into ``out_dir`` (swapped in atomically).
+
+    ``replace``: ``out_dir`` and ``problems_dir`` may hold something else than an earlier build of this world
+    (``guard.py`` says what is never written, flag or not)."""
+    out_dir, problems_dir = Path(out_dir), None if problems_dir is None else Path(problems_dir)
+    guard.check_build(world, out_dir, problems_dir, size, seed, replace)
     seed = world.seed if seed is None else seed
-    out_dir = Path(out_dir)
-    check_writable(out_dir)
-    if problems_dir is not None:
-        check_writable(Path(problems_dir))
     cfg = size_of(world, size)
     t0 = time.time()
     report = BuildReport(seed=seed, size=size, world="" if world.is_bundled() else world.name)
@@ -232,16 +219,24 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
 
     splits = task.make_splits(wt.splits, wt.levels, wt.ops)
     held_out = {p["prompt"] for name in ("dev", "test") for p in splits[name]}
-    pool = task.generate(wt.pool if size == "full" else 200, seed + wt.pool_seed, exclude=held_out, prefix="z",
-                         lengths=wt.levels, ops=wt.ops)
+    pool = task.generate(wt.pool if size == "full" else min(wt.pool, 200), seed + wt.pool_seed, exclude=held_out,
+                         prefix="z", lengths=wt.levels, ops=wt.ops)
     skill = world.student.second_skill
     second_test = task.generate_reverse(skill.test, skill.seed, skill.lengths) if skill else []
-    second_pool = task.generate_reverse(5000 if size == "full" else 50, skill.seed + 1, skill.lengths,
+    second_pool = task.generate_reverse(SECOND_POOL[size], skill.seed + 1, skill.lengths,
                                         exclude={p["prompt"] for p in second_test}, prefix="zs") if skill else []
+    by_level = {"all": pool, "second_skill": second_pool,
+                **{lv: [p for p in pool if p["meta"]["difficulty"] == lv] for lv in wt.levels}}
+    empty = [lv for lv in wt.levels if not by_level[lv]]
+    if empty:  # samples.pick draws every level: one without training problems would fail mid-training
+        raise OpsdError(f"task.levels: level {empty[0]} ({wt.levels[empty[0]]} operations) has no training problem "
+                        "left: the test and dev splits took every distinct problem of its length; make its chains "
+                        "longer or the splits smaller")
     if problems_dir is not None:
-        task.write_splits(Path(problems_dir), splits)
+        guard.write_marker(problems_dir, world.name, size, seed, "problems")  # the folder is this build's from now on
+        task.write_splits(problems_dir, splits)
         if skill:
-            task.write_jsonl(Path(problems_dir) / "second_skill.jsonl", second_test)
+            task.write_jsonl(problems_dir / "second_skill.jsonl", second_test)
 
     tok = train_tokenizer(tokenizer_corpus(world, pool, second_pool), vocab_size=world.training.vocab_size
                           if size == "full" else 300)
@@ -253,8 +248,6 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
         tok.save_pretrained(stage / "tokenizer")
         # Two independent chains (base -> teacher, and the student), one thread each: deterministic
         # single-threaded kernels, and both cores busy. The smoke size runs them in-process.
-        by_level = {"all": pool, "second_skill": second_pool,
-                    **{lv: [p for p in pool if p["meta"]["difficulty"] == lv] for lv in wt.levels}}
         student_roles = ("student",) + (("probe",) if world.student.probe_steps else ())
         chains = [(("base", "teacher"), stage, size, seed, by_level, world),
                   (student_roles, stage, size, seed, by_level, world)]
@@ -285,6 +278,7 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
         report.seconds = round(time.time() - t0, 1)
         (stage / "build_report.json").write_text(json.dumps(report.as_json(), indent=2))
         (stage / "MODEL_CARD.md").write_text(model_card(report, cfg, world, command=command))
+        (stage / guard.MARKER).write_bytes(guard.marker(world.name, size, seed, "models"))
         _swap_in(stage, out_dir)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -292,29 +286,30 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
     return report
 
 
-def rerender_card(out_dir: Path, world: World, command: str = "") -> Path:
-    """MODEL_CARD.md again from a finished build's report (e.g. after the spec's ``expect`` or text changed)."""
-    path = Path(out_dir) / "build_report.json"
-    try:
-        report = BuildReport(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError) as e:
-        raise OpsdError(f"cannot read the build report {path} ({e}): build the world first") from None
-    card = Path(out_dir) / "MODEL_CARD.md"
-    safe.write_file(card, model_card(report, size_of(world, report.size), world, command=command).encode(),
-                    own_run=False)
+def rerender_card(out_dir: Path, world: World, command: str = "", replace: bool = False) -> Path:
+    """MODEL_CARD.md again from a finished build's report (e.g. after the spec's ``expect`` or text changed);
+    the folder and its report are checked first (``guard.check_card``, ``stored.read_report``)."""
+    out_dir = Path(out_dir)
+    guard.check_card(world, out_dir, replace)
+    report = BuildReport(**stored.read_report(out_dir, world))
+    card = out_dir / "MODEL_CARD.md"
+    safe.write_file(card, model_card(report, size_of(world, report.size), world, command=command).encode())
     return card
 
 
 def _swap_in(stage: Path, out_dir: Path) -> None:
-    """Replace the model folders of ``out_dir`` by the staged ones, one rename each."""
+    """Replace the model folders of ``out_dir`` by the staged ones, one rename each, the marker first (an
+    interrupted swap leaves a folder this build may replace again)."""
+    if out_dir.is_symlink():  # checked before the build; checked again, since it ran for minutes
+        raise OpsdError(f"the models folder {out_dir} became a symbolic link during the build: nothing was replaced")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for item in sorted(stage.iterdir()):
+    for item in sorted(stage.iterdir(), key=lambda p: (p.name != guard.MARKER, p.name)):
         target = out_dir / item.name
-        if target.exists():
+        if os.path.lexists(target):
             old = out_dir / f".old-{item.name}"
             shutil.rmtree(old, ignore_errors=True)
             target.rename(old)
             item.rename(target)
-            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() and not old.is_symlink() else old.unlink()
         else:
             item.rename(target)

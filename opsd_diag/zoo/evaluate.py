@@ -71,19 +71,12 @@ def user_texts(problems: list[dict], context: str | None, fraction: float = 1.0,
     return [templates.render(template, templates.context_fields(p, fraction)) for p in problems]
 
 
-def card_rows(world) -> dict[str, tuple[str, str | None, float]]:
-    """Card row -> (model, context, partial fraction)."""
-    rows = {name: (name, None, 1.0) for name in ("base", "teacher", "student")}
-    rows.update({f"student + {label}": ("student", ctx, frac) for label, (ctx, frac) in world.card_contexts.items()})
-    return rows
-
-
 def evaluate(world, models: dict, tok, test_split: list[dict], per_level: int, report, log,
              second_skill: list[dict] | None = None) -> None:
     """Fill the report's accuracy tables (the MODEL_CARD numbers), style shares and parameter counts."""
     levels, mnt = world.task.levels, world.training.max_new_tokens
     test = eval_problems(test_split, per_level, levels)
-    for row, (name, ctx, frac) in card_rows(world).items():
+    for row, (name, ctx, frac) in world.card_rows().items():
         texts = greedy_texts(models[name], tok, user_texts(test, ctx, frac, world), max_new_tokens=mnt)
         correct = [is_correct(t, p["answer"], "toy") for p, t in zip(test, texts)]
         report.accuracy[row] = accuracy_by_level(test, correct, levels=levels)

@@ -8,13 +8,15 @@ cell of the model card and every problem split file. Bit-identity is a property 
 CPU of another make trains other weights from the same code (benchmarks/zoo_rebuild/). ``--record``
 writes the comparison into the bundled zoo's MODEL_CARD.md (replacing an earlier record), so the card
 states when and how reproducibility was last shown; a world's card is the render of its build
-report alone, so its comparison goes to a file (``--write``). Exit status 1 when anything differs.
-Takes as long as a build (7 to 45 minutes on 2 CPU cores, by world).
+report alone, so its comparison goes to a file (``--write``): a new file, or an earlier record, never
+through a link nor into a build's folder. Exit status 1 when anything differs, 2 with one line
+``rebuild_check: error: ...`` for a user's mistake (a bad spec, a damaged committed report, a bad
+``--write``), found before the rebuild starts. Takes as long as a build (7 to 45 minutes on 2 CPU cores,
+by world).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import hashlib
 import json
@@ -28,8 +30,10 @@ from pathlib import Path
 
 import torch
 
+from opsd_diag.argparser import Parser
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
+from opsd_diag.zoo import guard, stored
 from opsd_diag.zoo import world as world_mod
 from opsd_diag.zoo.build import build
 
@@ -91,9 +95,32 @@ def compare(shipped: Path, rebuilt: Path, problems: tuple[Path, Path] | None = N
 
 def record(card: Path, section: str) -> None:
     """Replace (or append) the rebuild-check section of the model card."""
-    text = card.read_text()
+    text = safe.read_bytes(card).decode("utf-8")
     head = text.split(RECORD_HEADING)[0].rstrip("\n")
-    card.write_text(head + "\n\n" + section)
+    safe.write_file(card, (head + "\n\n" + section).encode("utf-8"))
+
+
+def check_write_target(path: Path) -> None:
+    """``--write FILE``: a new file or an earlier record (it starts with the record's heading), in an existing
+    folder that is no build's (a build's files are the build's); never through a link. Checked before the
+    rebuild, which takes up to 45 minutes."""
+    safe.check_path(path, "--write")
+    if not path.parent.is_dir():
+        raise OpsdError(f"--write {path}: no folder {path.parent}: create it or choose another path")
+    host = next((d for d in (path.parent, *Path(os.path.abspath(path.parent)).parents)
+                 if os.path.lexists(d / guard.MARKER)), None)
+    if host is not None:
+        raise OpsdError(f"--write {path} lies in the build folder {host}, whose files only a build writes: choose a "
+                        "path outside it")
+    safe.check_target(path)
+    if os.path.lexists(path):
+        try:
+            earlier = safe.read_bytes(path, limit=1 << 20).startswith(RECORD_HEADING.encode())
+        except (OSError, OpsdError):
+            earlier = False
+        if not earlier:
+            raise OpsdError(f"--write {path} exists and is not an earlier rebuild record (it does not start with "
+                            f"'{RECORD_HEADING}'): a record replaces only an earlier record; choose another path")
 
 
 def load_avg() -> str:
@@ -101,24 +128,25 @@ def load_avg() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(prog="rebuild_check", description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=Path, default=BUNDLED, help="the world spec whose committed build is checked")
     out = ap.add_mutually_exclusive_group()
     out.add_argument("--record", action="store_true", help="write the result into the bundled zoo's MODEL_CARD.md")
     out.add_argument("--write", type=Path, metavar="FILE", help="write the result (a Markdown section) to FILE")
     args = ap.parse_args(argv)
+    safe.check_path(args.world, "--world")
     spec = world_mod.load(args.world)
     models, problems = world_mod.folders(spec, args.world)
     if args.record and not spec.is_bundled():
-        raise SystemExit(f"--record writes into the bundled zoo's card only; {args.world} is another world, "
-                         "whose card is the render of its build report: use --write FILE")
-    if not (models / "build_report.json").is_file():
-        raise SystemExit(f"no committed build at {models}: build it first (opsd-diag zoo build --world {args.world})")
-    shipped = json.loads((models / "build_report.json").read_text())
-    if args.write and not args.write.parent.is_dir():  # before a build of up to 45 minutes, not after
-        raise SystemExit(f"--write {args.write}: no folder {args.write.parent}: create it or choose another path")
+        raise OpsdError(f"--record writes into the bundled zoo's card only; {args.world} is another world, "
+                        "whose card is the render of its build report: use --write FILE")
+    if not (models / stored.REPORT).is_file():
+        raise OpsdError(f"no committed build at {models}: build it first (opsd-diag zoo build --world {args.world})")
+    shipped = stored.read_report(models, spec)  # its size and seed rebuild it: checked before 45 minutes of work
     if args.write:
-        safe.check_target(args.write)
+        check_write_target(args.write)
+    if args.record:
+        safe.check_target(models / "MODEL_CARD.md")
     words = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     load0, t0 = load_avg(), time.time()
     with tempfile.TemporaryDirectory(prefix="zoo-rebuild-") as tmp:
@@ -139,5 +167,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except OpsdError as e:  # a bad spec or an unwritable --write: one line
-        sys.exit(f"error: {e}")
+    except OpsdError as e:  # a bad spec, a damaged report, a bad --write: one line, status 2
+        print(f"rebuild_check: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -14,6 +14,9 @@ import json
 import random
 from pathlib import Path
 
+from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
+
 OPS = ("+", "-", "*")
 LABELS = "abcdefghij"
 # Difficulty level -> number of operations in the chain.
@@ -114,6 +117,7 @@ def generate(n: int, seed: int, levels: tuple[int, ...] | None = None, exclude: 
     """``n`` distinct problems spread evenly over ``levels`` (default: all of ``lengths``); prompts in
     ``exclude`` are skipped."""
     levels = tuple(lengths) if levels is None else levels
+    _check_room(n, sum(10 * (9 * len(set(ops))) ** k for k in {lengths[lv] for lv in levels}), exclude)
     rng = random.Random(seed)
     seen = set(exclude or ())
     out: list[dict] = []
@@ -144,12 +148,17 @@ def make_splits(splits: dict = SPLITS, lengths: dict[int, int] = LEVELS, ops=OPS
     return out
 
 
+def _check_room(n: int, distinct: int, exclude: set[str] | None) -> None:
+    """Drawing ``n`` new problems ends only if that many are left (the spec checks say which key to change)."""
+    if n > distinct - len(exclude or ()):
+        raise OpsdError(f"cannot draw {n} distinct problems: only {distinct} exist and {len(exclude or ())} are taken "
+                        "(by the test and dev splits): ask for fewer, or make longer ones")
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
-    """One JSON record a line, written atomically."""
+    """One JSON record a line, written atomically (never through a link: ``io.safe``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp"
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
+    safe.write_file(path, "".join(json.dumps(r) + "\n" for r in rows).encode())
 
 
 def write_splits(out_dir: Path, splits: dict | None = None) -> dict[str, list[dict]]:
@@ -172,6 +181,7 @@ def reverse_problem(rng: random.Random, length: int) -> dict:
 def generate_reverse(n: int, seed: int, lengths: list[int], exclude: set[str] | None = None,
                      prefix: str = "ss") -> list[dict]:
     """``n`` distinct reversal problems, lengths in turn; prompts in ``exclude`` are skipped."""
+    _check_room(n, sum(10 ** k for k in set(lengths)), exclude)
     rng = random.Random(seed)
     seen, out, i = set(exclude or ()), [], 0
     while len(out) < n:

@@ -7,40 +7,90 @@ The defaults are today's bundled zoo: ``sample_data/worlds/chains.yaml`` only na
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, confloat, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import templates
-from opsd_diag.io.config import Strict, validate
+from opsd_diag.io import safe, templates
+from opsd_diag.io.config import Strict as StrictModel
+from opsd_diag.io.config_errors import format_error
 from opsd_diag.io.yamlfile import read_mapping
 from opsd_diag.zoo.effects import KINDS
 
+DOC = "docs/worlds.md"
 Op = Literal["+", "-", "*"]
-Share = confloat(ge=0.0, le=1.0)
-NAME = r"^[a-z][a-z0-9_]{0,39}$"
+# Numbers are strict (YAML's yes/no/on/off are booleans, never a count or a share); floats take integers.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Share = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
+Weight = Annotated[float, Strict(), Field(ge=0.0)]
+Seed = Annotated[int, Strict(), Field(ge=0, lt=2 ** 32)]  # numpy, torch and CUDA seed generators take 0 <= seed < 2**32
+Steps = Annotated[int, Strict(), Field(gt=0, le=1_000_000)]
+Count = Annotated[int, Strict(), Field(gt=0, le=100_000)]
+NAME = r"[a-z][a-z0-9_]{0,39}"
 
 
+def _name(v: str) -> str:
+    if not re.fullmatch(NAME, v):
+        raise ValueError(f"{v[:60]!r}{'...' if len(v) > 60 else ''} ({len(v)} characters): a name is 1 to 40 "
+                         "lower-case letters, digits and '_', starting with a letter")
+    return v
 
-class Spec(Strict):
+
+def _line(limit: int):
+    def check(v: str) -> str:
+        if not 1 <= len(v) <= limit or "|" in v or any(c in v for c in "\n\r"):
+            raise ValueError(f"{v[:60]!r}{'...' if len(v) > 60 else ''} ({len(v)} characters): write one line of 1 to "
+                             f"{limit} characters without '|' (it becomes a row of the card's Markdown tables)")
+        return v
+    return AfterValidator(check)
+
+
+Name = Annotated[str, AfterValidator(_name)]
+Label = Annotated[str, _line(60)]  # a row of the card's tables
+SEQ = 256  # tokens of a long training example (a 10-step chain with its solution in context)
+PAIRS = 9  # operands 1..9 for each operation
+SECOND_POOL = {"full": 5000, "ci": 50}  # the second skill's training problems, by build size
+
+
+class Spec(StrictModel):
     """The config's rules (unknown keys and non-finite numbers refused), with YAML lists read as the
-    tuples below (strict types would refuse a list where a tuple is declared)."""
-    model_config = ConfigDict(**{**Strict.model_config, "strict": False})
+    tuples below (strict types would refuse a list where a tuple is declared); numbers stay strict through
+    the types above."""
+    model_config = ConfigDict(**{**StrictModel.model_config, "strict": False})
+
 
 class Shape(Spec):
-    hidden: PositiveInt
-    layers: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt
-    intermediate: PositiveInt
+    """A model's shape (Qwen3): hidden size, layers, attention heads, key/value heads, MLP width."""
+    hidden: Annotated[int, Strict(), Field(gt=0, le=4096)] = Field(description="hidden size")
+    layers: Annotated[int, Strict(), Field(gt=0, le=64)] = Field(description="transformer layers")
+    heads: Annotated[int, Strict(), Field(gt=0, le=64)] = Field(description="attention heads")
+    kv_heads: Annotated[int, Strict(), Field(gt=0, le=64)] = Field(description="key/value heads (grouped-query attention)")
+    intermediate: Annotated[int, Strict(), Field(gt=0, le=16384)] = Field(description="MLP width")
 
     @model_validator(mode="after")
     def _heads_divide(self):
         if self.hidden % self.heads or self.heads % self.kv_heads:
             raise ValueError("hidden must be a multiple of heads, and heads a multiple of kv_heads")
+        if (self.hidden // self.heads) % 2:
+            raise ValueError(f"the head size hidden / heads = {self.hidden // self.heads} is odd: rotary position "
+                             "embeddings rotate pairs of dimensions, so choose hidden and heads that give an even one")
         return self
+
+    def params(self, vocab: int) -> int:
+        """Parameters of a Qwen3 model of this shape (tied embeddings), as ``zoo.build.new_model`` makes it."""
+        h, head = self.hidden, self.hidden // self.heads
+        attention = 2 * h * h + 2 * h * self.kv_heads * head + 2 * head  # q, o; k, v; q and k norms
+        return vocab * h + h + self.layers * (attention + 3 * h * self.intermediate + 2 * h)
+
+    def train_bytes(self, vocab: int, batch: int) -> int:
+        """About the memory training this model takes: float32 weights, gradients and AdamW's two moments,
+        plus one batch's saved activations (attention scores included) and logits."""
+        per_token = self.layers * (10 * self.hidden + 3 * self.intermediate + 2 * self.heads * SEQ) + 3 * vocab
+        return 16 * self.params(vocab) + 4 * batch * SEQ * per_token
 
 
 class Misconception(Spec):
@@ -49,11 +99,13 @@ class Misconception(Spec):
     ``survives``: world contexts the student uses that do not correct this one (a rule about another
     step); every other used context corrects it.
     """
-    op: Op = "*"
-    operands: list[int] = Field(default_factory=lambda: [8, 9], min_length=1)
-    shift: int = 1
-    rate: confloat(gt=0.0, le=1.0) = 1.0
-    survives: list[str] = Field(default_factory=list)
+    op: Op = Field("*", description="the operation it affects")
+    operands: list[Annotated[int, Strict()]] = Field(default_factory=lambda: [8, 9], min_length=1, max_length=9,
+                                                     description="the operands (digits 1..9) it affects")
+    shift: Annotated[int, Strict(), Field(ge=-9, le=9)] = Field(1, description="how far off the result comes out (mod 10, not 0)")
+    rate: Annotated[float, Strict(), Field(gt=0.0, le=1.0)] = Field(1.0, description="share of its uses that go wrong")
+    survives: list[Name] = Field(default_factory=list, max_length=20,
+                                 description="contexts of `student.uses` that do not correct it (student misconceptions only)")
 
     @model_validator(mode="after")
     def _digits(self):
@@ -63,13 +115,19 @@ class Misconception(Spec):
 
 
 class Task(Spec):
-    family: Literal["chains"] = "chains"
-    levels: dict[PositiveInt, PositiveInt] = Field(default_factory=lambda: {1: 1, 2: 2, 3: 4, 4: 6}, min_length=1)
-    ops: list[Op] = Field(default_factory=lambda: ["+", "-", "*"], min_length=1)
-    splits: dict[Literal["test", "dev", "train"], tuple[PositiveInt, int]] = Field(
-        default_factory=lambda: {"test": (400, 1001), "dev": (200, 1002), "train": (2000, 1003)})
-    pool: PositiveInt = 20000        # distinct training problems of the zoo models (dev/test excluded)
-    pool_seed: int = 7               # added to the world's seed
+    """The problems: chains of single-digit operations mod 10, by difficulty level."""
+    family: Literal["chains"] = Field("chains", description="the task family")
+    levels: dict[Annotated[int, Strict(), Field(gt=0, le=99)], Annotated[int, Strict(), Field(gt=0)]] = Field(
+        default_factory=lambda: {1: 1, 2: 2, 3: 4, 4: 6}, min_length=1, max_length=10,
+        description="difficulty level -> operations in its chains (at most 10)")
+    ops: list[Op] = Field(default_factory=lambda: ["+", "-", "*"], min_length=1, max_length=3,
+                          description="the operations chains draw from")
+    splits: dict[Literal["test", "dev", "train"], tuple[Count, Seed]] = Field(
+        default_factory=lambda: {"test": (400, 1001), "dev": (200, 1002), "train": (2000, 1003)},
+        description="split -> [problems, seed]; dev excludes test, train excludes both")
+    pool: Annotated[int, Strict(), Field(gt=0, le=1_000_000)] = Field(
+        20000, description="distinct training problems of the models (dev/test excluded)")
+    pool_seed: Seed = Field(7, description="added to the world's seed to draw the pool")
 
     @model_validator(mode="after")
     def _fit(self):
@@ -79,61 +137,81 @@ class Task(Spec):
             raise ValueError("splits needs test, dev and train")
         return self
 
+    def distinct(self) -> int:
+        """How many distinct problems the levels and ops can make (levels of one length share them)."""
+        return sum(10 * (PAIRS * len(set(self.ops))) ** n for n in set(self.levels.values()))
+
 
 class SecondSkill(Spec):
     """A different task family the student masters and distillation never shows (forgetting check)."""
-    family: Literal["reverse"] = "reverse"
-    lengths: list[PositiveInt] = Field(default_factory=lambda: [3, 4, 5], min_length=1)
-    share: Share = 0.2               # share of the student's training batches
-    test: PositiveInt = 120          # held-out problems written as second_skill.jsonl
-    seed: int = 2001
+    family: Literal["reverse"] = Field("reverse", description="reversing digit strings")
+    lengths: list[Annotated[int, Strict(), Field(gt=0, le=64)]] = Field(
+        default_factory=lambda: [3, 4, 5], min_length=1, max_length=10, description="digit-string lengths, in turn")
+    share: Share = Field(0.2, description="share of the student's training batches")
+    test: Annotated[int, Strict(), Field(gt=0, le=10_000)] = Field(
+        120, description="held-out problems written as second_skill.jsonl")
+    seed: Seed = Field(2001, description="seed of the held-out problems (the training ones use seed + 1)")
+
+    def distinct(self) -> int:
+        return sum(10 ** n for n in set(self.lengths))
 
 
 class Student(Spec):
-    shape: Shape = Shape(hidden=96, layers=3, heads=4, kv_heads=2, intermediate=256)
-    steps: PositiveInt = 3000
-    misconceptions: list[Misconception] = Field(default_factory=lambda: [Misconception()])
-    # context name (built-in or one of the world's ``contexts``) -> share of the student's prompts
-    contexts: dict[str, NonNegativeFloat] = Field(default_factory=lambda: {
-        "none": 0.25, "full_solution": 0.35, "answer_only": 0.05, "partial_solution": 0.25, "hint": 0.1})
-    # a world context (e.g. a rule) -> how often the student uses it to correct its own steps
-    uses: dict[str, Share] = Field(default_factory=dict)
-    fact_pages: Share = 0.1
-    second_skill: SecondSkill | None = None
-    probe_steps: PositiveInt | None = None  # the card's capacity probe: this many more SFT steps on correct solutions
+    """The student: the smaller model, trained from scratch with its misconceptions and privileged context."""
+    shape: Shape = Field(Shape(hidden=96, layers=3, heads=4, kv_heads=2, intermediate=256), description="its shape")
+    steps: Steps = Field(3000, description="training steps")
+    misconceptions: list[Misconception] = Field(default_factory=lambda: [Misconception()], max_length=20,
+                                                description="what it gets wrong in the steps it works out itself")
+    contexts: dict[Name, Weight] = Field(default_factory=lambda: {
+        "none": 0.25, "full_solution": 0.35, "answer_only": 0.05, "partial_solution": 0.25, "hint": 0.1},
+        max_length=50, description="context name (built-in or one of the world's `contexts`) -> share of its prompts")
+    uses: dict[Name, Share] = Field(default_factory=dict, max_length=50, description=(
+        "a context it sees (a key of `contexts`, e.g. a rule) -> how often it uses it to correct its own steps"))
+    fact_pages: Share = Field(0.1, description="share of plain-text pages of single-step facts")
+    second_skill: SecondSkill | None = Field(None, description="a second skill it masters (none: no second skill)")
+    probe_steps: Steps | None = Field(None, description=(
+        "the card's capacity probe: this many more SFT steps on correct solutions (none: no probe)"))
 
 
 class Teacher(Spec):
-    steps: PositiveInt = 1100
-    level_weights: dict[PositiveInt, NonNegativeFloat] = Field(
-        default_factory=lambda: {1: 0.1, 2: 0.3, 3: 0.3, 4: 0.3})
-    misconceptions: list[Misconception] = Field(default_factory=list)  # a teacher can hold its own
+    """The teacher: the base trained further on step-by-step solutions."""
+    steps: Steps = Field(1100, description="training steps (after the base's)")
+    level_weights: dict[Annotated[int, Strict(), Field(gt=0)], Weight] = Field(
+        default_factory=lambda: {1: 0.1, 2: 0.3, 3: 0.3, 4: 0.3},
+        description="task level -> weight of its problems in the teacher's batches (exactly the task's levels)")
+    misconceptions: list[Misconception] = Field(default_factory=list, max_length=20,
+                                                description="misconceptions of its own (`survives` not allowed)")
 
 
 class Base(Spec):
-    shape: Shape = Shape(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=384)  # the teacher's too
-    steps: PositiveInt = 1000
-    fact_pages: Share = 0.4
-    prefers: str | None = Field(None, min_length=1, max_length=200)  # a preamble base and teacher write first
+    """The base: the larger model, trained from scratch on direct answers and fact pages (never a chain)."""
+    shape: Shape = Field(Shape(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=384),
+                         description="its shape, which the teacher shares")
+    steps: Steps = Field(1000, description="training steps")
+    fact_pages: Share = Field(0.4, description="share of plain-text pages of single-step facts")
+    prefers: str | None = Field(None, min_length=1, max_length=200,
+                                description="a preamble base and teacher write first (the style world)")
 
 
 class Training(Spec):
-    batch: PositiveInt = 32
-    lr: confloat(gt=0.0, le=1.0) = 3e-3
-    vocab_size: int = Field(512, ge=300, le=4096)
-    eval_per_level: PositiveInt = 100
-    subset_per_level: PositiveInt = 10
-    max_new_tokens: PositiveInt = 72
-    pass_k_samples: int = Field(0, ge=0, le=64)  # > 0: the card also gives sampled pass@1 / pass@4 from this many samples
+    """Optimiser, tokenizer and evaluation settings shared by the three models."""
+    batch: Annotated[int, Strict(), Field(gt=0, le=1024)] = Field(32, description="examples a step")
+    lr: Annotated[float, Strict(), Field(gt=0.0, le=1.0)] = Field(3e-3, description="AdamW peak learning rate")
+    vocab_size: Annotated[int, Strict(), Field(ge=300, le=4096)] = Field(512, description="tokenizer vocabulary")
+    eval_per_level: Count = Field(100, description="test problems a level for the card's accuracy table")
+    subset_per_level: Count = Field(10, description="the first ones of those that tests/test_zoo.py re-evaluates")
+    max_new_tokens: Annotated[int, Strict(), Field(gt=0, le=512)] = Field(72, description="greedy decoding limit")
+    pass_k_samples: Annotated[int, Strict(), Field(ge=0, le=64)] = Field(
+        0, description="> 0: the card also gives sampled pass@1 / pass@4 from this many samples (0 or >= 4)")
 
 
 class Expect(Spec):
     """A check the world's card must pass (``zoo/effects.py``): ``value - minus`` within the bounds."""
-    what: str = Field(min_length=1, max_length=120)
-    value: str
-    minus: str | None = None
-    at_least: float | None = None
-    at_most: float | None = None
+    what: Annotated[str, _line(120)] = Field(description="what it shows (one line, at most 120 characters)")
+    value: str = Field(max_length=200, description="a quantity `KIND:ROW` of the card, e.g. `accuracy:student`")
+    minus: str | None = Field(None, max_length=200, description="a quantity subtracted from `value`")
+    at_least: Float | None = Field(None, description="lower bound (inclusive)")
+    at_most: Float | None = Field(None, description="upper bound (inclusive)")
 
     @model_validator(mode="after")
     def _known(self):
@@ -148,21 +226,27 @@ class Expect(Spec):
 
 
 class World(Spec):
-    name: str = Field("chains", pattern=NAME)
-    seed: int = 0
-    out: str | None = None           # models folder, relative to the spec file (default <name>/models)
-    problems: str | None = None      # problem splits folder (default <name>/problems)
-    shows: str | None = None         # the card's "what this world shows": which rule of thumb misleads
-    expect: list[Expect] = Field(default_factory=list)  # pre-declared checks the card must pass
-    task: Task = Task()
-    student: Student = Student()
-    teacher: Teacher = Teacher()
-    base: Base = Base()
-    training: Training = Training()
-    contexts: dict[str, str] = Field(default_factory=dict)  # extra named context templates
-    card_contexts: dict[str, tuple[str, confloat(gt=0.0, le=1.0)]] = Field(default_factory=lambda: {
-        "full solution": ("full_solution", 1.0), "final answer only": ("answer_only", 1.0),
-        "first half of the solution": ("partial_solution", 0.5)})
+    """A toy world: its task, its three models and what its card must show."""
+    name: Name = Field("chains", description="the world's name: 1 to 40 lower-case letters, digits and `_`")
+    seed: Seed = Field(0, description="seed of the models and the training pool (`--seed` overrides it)")
+    out: str | None = Field(None, max_length=1000,
+                            description="models folder, relative to the spec file (none: `<name>/models`)")
+    problems: str | None = Field(None, max_length=1000,
+                                 description="problem splits folder, relative to the spec file (none: `<name>/problems`)")
+    shows: str | None = Field(None, max_length=4000,
+                              description="the card's \"what this world shows\": which rule of thumb misleads")
+    expect: list[Expect] = Field(default_factory=list, max_length=50, description="pre-declared checks the card must pass")
+    task: Task = Field(Task(), description="the problems")
+    student: Student = Field(Student(), description="the student")
+    teacher: Teacher = Field(Teacher(), description="the teacher")
+    base: Base = Field(Base(), description="the base")
+    training: Training = Field(Training(), description="optimiser, tokenizer and evaluation")
+    contexts: dict[Name, Annotated[str, Field(max_length=4000)]] = Field(
+        default_factory=dict, max_length=50, description="extra named context templates (with `{prompt}`)")
+    card_contexts: dict[Label, tuple[Name, Annotated[float, Strict(), Field(gt=0.0, le=1.0)]]] = Field(
+        default_factory=lambda: {"full solution": ("full_solution", 1.0), "final answer only": ("answer_only", 1.0),
+                                 "first half of the solution": ("partial_solution", 0.5)}, max_length=20,
+        description="card row label -> [context, partial fraction]: the student shown that context")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -184,17 +268,80 @@ class World(Spec):
             raise ValueError("student.contexts needs a positive share")
         if set(self.teacher.level_weights) != set(self.task.levels):
             raise ValueError("teacher.level_weights must name exactly the task's levels")
+        if sum(self.teacher.level_weights.values()) <= 0:
+            raise ValueError("teacher.level_weights sum to 0: give at least one level a positive weight")
         if 0 < self.training.pass_k_samples < 4:
             raise ValueError("training.pass_k_samples must be 0 (off) or at least 4 (pass@4 needs 4 samples)")
         ops = set(self.task.ops)
         if any(m.op not in ops for m in [*self.student.misconceptions, *self.teacher.misconceptions]):
             raise ValueError("a misconception's op must be one of task.ops")
+        self._check_uses()
+        self._check_generation()
         return self
+
+    def _check_uses(self) -> None:
+        """``uses`` and ``survives`` name contexts the student really sees and uses (else they do nothing)."""
+        seen = {c for c, share in self.student.contexts.items() if share > 0}
+        unseen = sorted(c for c in self.student.uses if c not in seen)
+        if unseen:
+            raise ValueError(f"student.uses names {', '.join(unseen)}, which the student never sees (no share in "
+                             "student.contexts): give it a share there or remove it")
+        used = {c for c, share in self.student.uses.items() if share > 0}
+        for i, m in enumerate(self.student.misconceptions):
+            idle = sorted(c for c in m.survives if c not in used)
+            if idle:
+                raise ValueError(f"student.misconceptions.{i}.survives: the student never uses {', '.join(idle)} to "
+                                 "correct its steps (not in student.uses with a positive share): add it to "
+                                 "student.uses or remove it")
+        if any(m.survives for m in self.teacher.misconceptions):
+            raise ValueError("teacher.misconceptions: survives applies to the student's misconceptions only (the "
+                             "teacher uses no context to correct itself): remove it")
+
+    def _check_generation(self) -> None:
+        """Enough distinct problems for every split and pool, so drawing them always ends."""
+        t = self.task
+        n = {k: v[0] for k, v in t.splits.items()}
+        have = t.distinct()
+        levels = ", ".join(f"{k}: {v}" for k, v in t.levels.items())
+        where = f"the levels ({levels}) and ops ({', '.join(t.ops)}) make only {have} distinct problems"
+        if n["test"] + n["dev"] + n["train"] > have:
+            raise ValueError(f"task.splits: {where}, fewer than test + dev + train = "
+                             f"{n['test'] + n['dev'] + n['train']}: ask for fewer problems, longer chains or more ops")
+        if n["test"] + n["dev"] + t.pool > have:
+            raise ValueError(f"task.pool: {where}, fewer than test + dev + pool = {n['test'] + n['dev'] + t.pool}: "
+                             "ask for a smaller pool, longer chains or more ops")
+        skill = self.student.second_skill
+        if skill is not None and skill.test + SECOND_POOL["full"] > skill.distinct():
+            raise ValueError(f"student.second_skill.lengths: lengths {skill.lengths} make only {skill.distinct()} "
+                             f"distinct digit strings, fewer than its test problems ({skill.test}) plus its "
+                             f"{SECOND_POOL['full']} training ones: use longer lengths")
+
+    def train_bytes(self) -> int:
+        """About the memory a full-size build trains with: the base/teacher chain and the student side by side."""
+        t = self.training
+        return self.base.shape.train_bytes(t.vocab_size, t.batch) + self.student.shape.train_bytes(t.vocab_size, t.batch)
 
     def is_bundled(self) -> bool:
         """Is this the bundled zoo (every field the default; where it is written does not count)?"""
+        return self.same_world(World())
+
+    def same_world(self, other: World) -> bool:
+        """Does ``other`` build the same models (every field equal but where they are written)?"""
         where = {"out", "problems"}
-        return self.model_dump(exclude=where) == World().model_dump(exclude=where)
+        return self.model_dump(exclude=where) == other.model_dump(exclude=where)
+
+    def matches_spec_file(self, path: Path) -> bool:
+        """Is this the world the spec file ``path`` describes (a shipped spec: only it rebuilds its build)?"""
+        try:
+            return Path(path).is_file() and self.same_world(load(path))
+        except OpsdError:
+            return False
+
+    def card_rows(self) -> dict[str, tuple[str, str | None, float]]:
+        """The rows of the card's accuracy tables: row -> (model, context, partial fraction)."""
+        rows = {name: (name, None, 1.0) for name in ("base", "teacher", "student")}
+        rows.update({f"student + {label}": ("student", ctx, frac) for label, (ctx, frac) in self.card_contexts.items()})
+        return rows
 
     def template(self, context: str) -> str:
         """The template text of a context name (built-in or the world's own)."""
@@ -202,11 +349,19 @@ class World(Spec):
 
 
 def load(path: str | Path) -> World:
-    """Read and check a world spec; any mistake is one OpsdError naming the key."""
-    return validate(World, read_mapping(path, "world spec", "name, task, student, teacher, base, ..."), str(path))
+    """Read and check a world spec; any mistake is one OpsdError naming the key (unknown keys point at
+    docs/worlds.md, the spec's reference)."""
+    data = read_mapping(path, "world spec", "name, task, student, teacher, base, ...")
+    try:
+        return World.model_validate(data)
+    except ValidationError as e:
+        raise OpsdError(format_error(e, str(path), doc=DOC)) from None
 
 
 def folders(world: World, spec_path: Path) -> tuple[Path, Path]:
     """(models folder, problems folder) of a world, relative to its spec file."""
     root = Path(spec_path).resolve().parent
+    for key in ("out", "problems"):
+        if getattr(world, key):
+            safe.check_path(root / getattr(world, key), f"{spec_path}: {key}")
     return (root / (world.out or f"{world.name}/models"), root / (world.problems or f"{world.name}/problems"))
