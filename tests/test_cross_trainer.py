@@ -16,7 +16,7 @@ from opsd_diag.io.retokenize import Retokenized, retokenize
 from trainer import cli, config
 from trainer import cross_losses as CL
 from trainer.cross_step import cross_micro_batch_backward
-from opsd_diag.engine.roles import CompletionHidden
+from opsd_diag.engine.train_step import CompletionHidden
 from opsd_diag.engine.train_step import MicroBatch
 from trainer.setup import prepare
 

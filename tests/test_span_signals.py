@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from opsd_diag.core import signals
 from opsd_diag.core import span_signals as SS
 from opsd_diag.core.align import Spans
 from opsd_diag.schema import SIGNAL_COLUMNS
@@ -114,21 +115,21 @@ def test_uld_is_id_free_and_padded():
     g = torch.Generator().manual_seed(3)
     lp = torch.log_softmax(torch.randn(4, 9, generator=g), -1)
     perm = lp[:, torch.randperm(9, generator=g)]
-    assert torch.allclose(SS.uld(lp, perm), torch.zeros(4), atol=1e-6)  # a relabelling of the ids costs nothing
+    assert torch.allclose(signals.uld(lp, perm), torch.zeros(4), atol=1e-6)  # a relabelling of the ids costs nothing
     wide = torch.cat([perm, torch.full((4, 5), -40.0)], -1)  # a larger vocabulary with near-zero extra mass
-    assert torch.allclose(SS.uld(lp, wide), torch.zeros(4), atol=1e-5)
+    assert torch.allclose(signals.uld(lp, wide), torch.zeros(4), atol=1e-5)
     lq = torch.log_softmax(torch.randn(4, 6, generator=g), -1)
     want = torch.tensor([ref_uld(lp[n].double().tolist(), lq[n].double().tolist()) for n in range(4)],
                         dtype=torch.float64)
-    close(SS.uld(lp, lq), want)
-    assert (SS.uld(lp, lq) <= 2 + 1e-6).all()
+    close(signals.uld(lp, lq), want)
+    assert (signals.uld(lp, lq) <= 2 + 1e-6).all()
 
 
 def test_uld_gradient_matches_float64_autograd():
     g = torch.Generator().manual_seed(5)
     s, t = torch.randn(3, 8, generator=g), torch.randn(3, 11, generator=g)
     s32, t32 = s.clone().requires_grad_(True), t.clone().requires_grad_(True)
-    SS.uld(torch.log_softmax(s32, -1), torch.log_softmax(t32, -1)).sum().backward()
+    signals.uld(torch.log_softmax(s32, -1), torch.log_softmax(t32, -1)).sum().backward()
     s64, t64 = s.double().requires_grad_(True), t.double().requires_grad_(True)
     total = 0.0
     for n in range(3):

@@ -228,7 +228,7 @@ def test_every_method_trains_and_saves_a_loadable_checkpoint(world, tmp_path, tr
 
 def _grads(st, mbs, n_global):
     st.roles.student.zero_grad(set_to_none=True)
-    from opsd_diag.engine.roles import CompletionHidden
+    from opsd_diag.engine.train_step import CompletionHidden
 
     hidden = CompletionHidden(st.roles.student)
     for mb in mbs:

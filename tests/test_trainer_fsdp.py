@@ -18,7 +18,7 @@ from test_trainer import _split, resolve
 
 from opsd_diag import jobs
 from trainer import cli, sharded
-from opsd_diag.engine.roles import CompletionHidden
+from opsd_diag.engine.train_step import CompletionHidden
 from opsd_diag.engine.train_step import MicroBatch
 from trainer.setup import prepare
 from opsd_diag.engine.train_step import micro_batch_backward

@@ -56,4 +56,4 @@ def sampled_span_loss(student_token_logp: Tensor, token_advantage: Tensor) -> Te
 
 def uld_loss(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
     """ULD distance ``[n]`` at span starts, with gradient to the student only (the teacher is a target)."""
-    return spans_maths.uld(student_logp, teacher_logp.detach())
+    return signals.uld(student_logp, teacher_logp.detach())

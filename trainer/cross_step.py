@@ -23,7 +23,7 @@ from opsd_diag.io.models import check_compatible, vocab_fingerprint
 from opsd_diag.io.retokenize import Retokenized, retokenize
 from opsd_diag.settings import LossSettings
 from trainer import cross_losses
-from opsd_diag.engine.roles import Roles
+from opsd_diag.engine.train_step import Roles
 from opsd_diag.engine.train_step import MicroBatch
 from opsd_diag.engine.train_step import StepSums, _checked, backward_by_chunks
 

@@ -22,7 +22,7 @@ from opsd_diag.engine.sampling import sample_hf
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.io.config import EvalSpec
 from opsd_diag.io.thinking import check
-from opsd_diag.engine.roles import Roles
+from opsd_diag.engine.train_step import Roles
 from trainer.rollouts import ProblemSet, cut, micro_seed
 
 

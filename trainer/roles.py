@@ -1,7 +1,7 @@
 """Loading the trainable student of a training run (and its LoRA adapter).
 
 The student is a fresh, trainable copy, never the cached eval model of ``opsd_diag.io.models``; the
-roles it plays with its partners are ``opsd_diag.engine.roles.Roles``.
+roles it plays with its partners are ``opsd_diag.engine.train_step.Roles``.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from trainer.config import TrainConfig
 from trainer.cross_step import plan_partner
 from trainer.evaluate import EvalSets
 from opsd_diag.io.model_options import teacher_model_spec
-from opsd_diag.io.view_set import student_renderer, teacher_renderer
-from opsd_diag.engine.roles import Roles, frozen_copy
+from opsd_diag.io.view_set import student_renderer, system_tokens, teacher_renderer
+from opsd_diag.engine.train_step import Roles, frozen_copy
 from trainer.roles import add_lora, load_lora
 from trainer.roles import load_trainable as load_student
 from trainer.rollouts import ProblemSet, build_problem_set, load_set
@@ -130,12 +130,19 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
             roles.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     stop_ids = hub.stop_token_ids(roles.student, tok, cfg.student.prompt_format == "chat")  # end of turn first
     cross = roles.cross
+    n_new, key = spec.max_completion_length, "training.max_completion_length"  # prompt + completion fit the models
+    room = min((n - n_new for m in (roles.student, roles.teacher, roles.base) if m is not None
+                and (n := hub.positions(m))), default=None)  # caps the default length of a teacher view
+    system = ("data.system_prompt" if spec.data == cfg.data else "training.data.system_prompt",  # inherited or own
+              system_tokens(views[0], train_problems[0], spec.data.system_prompt))
+
+    def question_fits(prompts):  # the student's view first: a question too long is not a teacher context's fault
+        hub.check_fits(roles.student, f"the student model '{cfg.student.model}'", prompts, train_problems, n_new, key,
+                       system=system)
     train = build_problem_set(cfg, spec, views, train_problems, stop_ids, system=spec.data.system_prompt,
                               teacher=tc.teacher, with_targets=spec.method == "sft",
-                              base_tok=cross and cross.base_side == "teacher" and cross.teacher_tok or None)
-    n_new, key = spec.max_completion_length, "training.max_completion_length"  # prompt + completion fit the models
-    hub.check_fits(roles.student, f"the student model '{cfg.student.model}'", train.student_prompts, train.problems,
-                   n_new, key)
+                              base_tok=cross and cross.base_side == "teacher" and cross.teacher_tok or None, room=room,
+                              check_student=question_fits)
     if roles.teacher_mode == "external":
         hub.check_fits(roles.teacher, f"teacher '{tc.teacher.name}' (model '{tc.teacher.model}')",
                        train.teacher_prompts, train.problems, n_new, key, "lower scoring.max_prompt_length")
@@ -149,9 +156,10 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
         hub.check_finite_logits(roles.base, train.base_prompts[0], f"the base model '{cfg.base.model}'",
                                 f"its view of {first}")
     sets = EvalSets(
-        build_problem_set(cfg, spec, views, held_out, stop_ids, system=ev.data.system_prompt) if held_out else None,
+        build_problem_set(cfg, spec, views, held_out, stop_ids, system=ev.data.system_prompt, room=room)
+        if held_out else None,
         build_problem_set(cfg, spec, views, regression, stop_ids, system=ev.regression.system_prompt,
-                          with_targets=True) if regression else None)
+                          with_targets=True, room=room) if regression else None)
     ref = spec.exopd_reference if spec.method == "exopd" else None
     vocab = roles.student.get_output_embeddings().weight.shape[0]
     chunk = spec.chunk_size or auto_chunk_size(vocab)

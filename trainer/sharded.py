@@ -38,7 +38,7 @@ from torch.utils.checkpoint import checkpoint
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
 from opsd_diag.settings import LossSettings
-from opsd_diag.engine.roles import Roles
+from opsd_diag.engine.train_step import Roles
 from opsd_diag.engine.train_step import MicroBatch
 
 CPU_ENV = "OPSD_FSDP2_CPU"
@@ -132,8 +132,8 @@ class ShardedStudent(nn.Module):
 
 
 def wrap(student: nn.Module, acc):
-    """What ``acc.prepare`` gets: ``ShardedStudent`` under FSDP, else ``opsd_diag.engine.roles.CompletionHidden``."""
-    from opsd_diag.engine.roles import CompletionHidden
+    """What ``acc.prepare`` gets: ``ShardedStudent`` under FSDP, else ``opsd_diag.engine.train_step.CompletionHidden``."""
+    from opsd_diag.engine.train_step import CompletionHidden
 
     return ShardedStudent(student) if fsdp_requested(acc) else CompletionHidden(student)
 

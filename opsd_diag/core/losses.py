@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from opsd_diag.core import signals, span_signals
+from opsd_diag.core import signals
 from opsd_diag.settings import LossSettings
 
 # The advantage each sampled-token method trains on: a column of ``signals.advantages``, so the
@@ -76,10 +76,10 @@ def sft_loss(student_logits, token_ids, s: LossSettings, teacher_logits=None, ba
 
 def uld_loss(student_logits, token_ids, s: LossSettings, teacher_logits, base_logits=None, ref_logprob=None):
     """ULD distance between the sorted probabilities of student and (detached) teacher at every position
-    (``core.span_signals.uld``; against a teacher with another tokenizer, at span starts: trainer.cross_step)."""
+    (``core.signals.uld``; against a teacher with another tokenizer, at span starts: trainer.cross_step)."""
     student_logp, _, teacher, stats = _common(student_logits, teacher_logits, token_ids, s.temperature)
     stats["clipped"] = torch.zeros_like(stats["r_opd"])
-    per_token = span_signals.uld(student_logp, teacher.logp)  # [N]
+    per_token = signals.uld(student_logp, teacher.logp)  # [N]
     stats["uld"] = per_token.detach()
     return per_token, stats
 

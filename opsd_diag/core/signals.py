@@ -290,3 +290,20 @@ def masked_sum_and_count(per_token: Tensor, mask: Tensor) -> tuple[Tensor, Tenso
     values = per_token.float()  # [N]
     total = torch.where(keep, values, torch.zeros_like(values)).sum()  # [] connected to per_token
     return total, keep.sum()
+
+
+def uld(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
+    """ULD distance ``Σ_i |p_(i) − q_(i)|``, p_(i) and q_(i) the i-th largest probabilities (``[N]``).
+
+    The two vocabularies may differ in size: the shorter sorted vector is padded with zeros. It is
+    the Wasserstein-1 distance between the two distributions under a cost that does not look at the
+    token ids (Boizard et al., 2024, "Towards cross-tokenizer distillation: the Universal Logit
+    Distillation loss"), so it needs no mapping between vocabularies; it is 0 iff the sorted
+    probabilities agree, and at most 2. Differentiable w.r.t. both inputs.
+    """
+    p = student_logp.exp().sort(-1, descending=True).values  # [N, V_s]
+    q = teacher_logp.exp().sort(-1, descending=True).values  # [N, V_t]
+    width = max(p.shape[-1], q.shape[-1])
+    p = torch.nn.functional.pad(p, (0, width - p.shape[-1]))  # [N, W]
+    q = torch.nn.functional.pad(q, (0, width - q.shape[-1]))  # [N, W]
+    return (p - q).abs().sum(-1)  # [N]

@@ -8,7 +8,7 @@ token log-probs, and every sampled advantage is ``signals.sampled_rewards`` of t
 
 Signals that compare the two distributions id by id (KL, JSD, the centred advantages and the
 OPD² gate, top-1 agreement, teachability and top-k overlap) have no meaning across two vocabularies
-and are NaN (not available), never computed on mismatched ids. In their place: ``uld``, the
+and are NaN (not available), never computed on mismatched ids. In their place: ``signals.uld``, the
 Universal Logit Distillation distance between the sorted probability vectors at the span's first
 position, where both models predict the start of the same text from the same text before it.
 Entropies and ``rank_t`` are read at that position too, each within its own model's vocabulary.
@@ -30,23 +30,6 @@ def span_sum(values: Tensor, span_index: Tensor, n_spans: int) -> Tensor:
     """``out[j] = Σ_{i : span_index[i] = j} values[i]``: the log-prob of span j from its token log-probs."""
     out = torch.zeros(n_spans, dtype=values.dtype, device=values.device)  # [S]
     return out.index_add(0, span_index.to(values.device).long(), values)  # [S] differentiable in values
-
-
-def uld(student_logp: Tensor, teacher_logp: Tensor) -> Tensor:
-    """ULD distance ``Σ_i |p_(i) − q_(i)|``, p_(i) and q_(i) the i-th largest probabilities (``[N]``).
-
-    The two vocabularies may differ in size: the shorter sorted vector is padded with zeros. It is
-    the Wasserstein-1 distance between the two distributions under a cost that does not look at the
-    token ids (Boizard et al., 2024, "Towards cross-tokenizer distillation: the Universal Logit
-    Distillation loss"), so it needs no mapping between vocabularies; it is 0 iff the sorted
-    probabilities agree, and at most 2. Differentiable w.r.t. both inputs.
-    """
-    p = student_logp.exp().sort(-1, descending=True).values  # [N, V_s]
-    q = teacher_logp.exp().sort(-1, descending=True).values  # [N, V_t]
-    width = max(p.shape[-1], q.shape[-1])
-    p = torch.nn.functional.pad(p, (0, width - p.shape[-1]))  # [N, W]
-    q = torch.nn.functional.pad(q, (0, width - q.shape[-1]))  # [N, W]
-    return (p - q).abs().sum(-1)  # [N]
 
 
 def span_signals(student_lp: Tensor, student_span: Tensor, teacher_lp: Tensor, teacher_span: Tensor, n_spans: int,
@@ -94,7 +77,7 @@ def start_signals(student_logp: Tensor, teacher_logp: Tensor, teacher_ids: Tenso
     vocabulary) and ``uld``."""
     t_lp = signals.token_logprob(teacher_logp, teacher_ids)  # [S]
     return {"h_s": signals.entropy(student_logp), "h_t": signals.entropy(teacher_logp),
-            "rank_t": (teacher_logp > t_lp.unsqueeze(-1)).sum(-1).float(), "uld": uld(student_logp, teacher_logp)}
+            "rank_t": (teacher_logp > t_lp.unsqueeze(-1)).sum(-1).float(), "uld": signals.uld(student_logp, teacher_logp)}
 
 
 def span_rows(student_lp: Tensor, student_h: Tensor, student_span: Tensor, teacher_lp: Tensor, teacher_h: Tensor,

@@ -20,7 +20,7 @@ import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import cross, fast_decode, fused_scoring
+from opsd_diag.engine import cross, fast_decode, fused_scoring, lookahead
 from opsd_diag.engine.cross_nodes import CrossSide
 from opsd_diag.engine.cross_scoring import CrossTeacher, left_out
 from opsd_diag.engine.manifest import manifest
@@ -309,6 +309,10 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                 jobs.write_status(out_dir, stage="predictor")
                 run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
                               show_progress=show_progress, status=lambda **f: jobs.write_status(out_dir, **f))
+            if cfg.lookahead is not None and cfg.lookahead.enabled:
+                jobs.write_status(out_dir, stage="lookahead")
+                lookahead.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
+                                        list(prep.cross))
             store.atomic_write_json(out_dir / "manifest.json",
                                     manifest(prep, "finished", seconds=round(time.time() - started, 2),
                                              run_id=store.run_id(out_dir)))

@@ -1,5 +1,11 @@
 """One micro-batch: score the rollouts, compute the method's loss chunk by chunk, and backpropagate.
 
+Shared by the trainer and the diagnosis' lookahead (``engine.lookahead``), with the models a step holds
+(``Roles``): the trainable student; the teacher, an external model (frozen) or for a self-teacher the
+``frozen`` initial student (with LoRA: the adapter switched off), an ``ema`` copy or the ``live`` student
+under no_grad; the frozen base (opd2, ExOPD with a base reference); the frozen initial student, kept only
+when something needs it. Loading the trainable copy is the trainer's (``trainer.roles``).
+
 Normalisation (docs/design.md, pitfall 9): the loss of a step is sum over every generated token of every
 micro-batch on every process, divided by that global count ``N``. Each micro-batch contributes
 ``sum / N`` and, since DDP averages gradients over ``world`` processes, is scaled by ``world / N``.
@@ -13,17 +19,90 @@ through the decoder (and into the head's weights, tied or not) so DDP sees one o
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from opsd_diag.core import signals
+from opsd_diag.core.losses import token_loss
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
 from opsd_diag.settings import LossSettings
-from opsd_diag.core.losses import token_loss
-from opsd_diag.engine.roles import Roles
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+class CompletionHidden(nn.Module):
+    """The student's forward as one module, so DDP syncs it: completion hidden states ``[N, H]`` with grad.
+
+    The LM head is applied outside, chunk by chunk (no ``[batch, length, vocab]`` tensor), by the caller.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> torch.Tensor:
+        return completion_hidden(self.model, prompts, completions, pad_id)  # [N, H]
+
+
+@dataclass
+class Roles:
+    student: nn.Module  # the HF causal LM that trains (LoRA layers injected when peft is used)
+    peft_model: nn.Module | None
+    teacher_mode: str  # external | frozen | ema | live | none
+    teacher: nn.Module | None  # external teacher or the EMA copy
+    base: nn.Module | None
+    initial: nn.Module | None  # frozen initial student (None with LoRA: adapter off instead)
+    cross: object = None  # trainer.cross_step.CrossPartner: the teacher has another tokenizer
+
+    @contextlib.contextmanager
+    def teacher_model(self):
+        """The model that scores the teacher view, for the duration of a no_grad block."""
+        if self.teacher_mode in ("external", "ema"):
+            yield self.teacher
+        elif self.teacher_mode == "live":
+            yield self.student
+        elif self.teacher_mode == "frozen":
+            with self.initial_model() as m:
+                yield m
+        else:
+            raise RuntimeError("this method has no teacher")
+
+    @contextlib.contextmanager
+    def initial_model(self):
+        """The initial student: a frozen copy, or the LoRA student with its adapter switched off."""
+        if self.peft_model is not None:
+            with self.peft_model.disable_adapter():
+                yield self.student
+        elif self.initial is not None:
+            yield self.initial
+        else:
+            raise RuntimeError("the initial student was not kept for this run")
+
+    @property
+    def has_initial(self) -> bool:
+        return self.peft_model is not None or self.initial is not None
+
+    def trainable(self) -> list[nn.Parameter]:
+        return [p for p in self.student.parameters() if p.requires_grad]
+
+    @torch.no_grad()
+    def ema_update(self, decay: float) -> None:
+        """teacher <- decay * teacher + (1 - decay) * student, over the trained parameters."""
+        if self.teacher_mode != "ema":
+            return
+        ema = dict(self.teacher.named_parameters())
+        for name, p in self.student.named_parameters():
+            if p.requires_grad:
+                src = p.detach()
+                src = src.full_tensor() if hasattr(src, "full_tensor") else src  # FSDP shard: gather (collective)
+                ema[name].lerp_(src.to(ema[name].dtype), 1.0 - decay)
+
 
 @dataclass
 class MicroBatch:

@@ -208,6 +208,18 @@ class IdealSpec(Strict):
         "union", description="a config's node maths on the union of every config's candidates, or on its own")
 
 
+class LookaheadSpec(Strict):
+    """A few optimiser steps of each method's loss on half the diagnosis rollouts, measured on the rest."""
+    enabled: bool = Field(True, description="run the lookahead after scoring (when the section exists)")
+    methods: list[Literal["opd", "jsd", "opd2", "exopd"]] = Field(default_factory=lambda: ["opd", "jsd"], min_length=1,
+                                                                  description="loss methods, each on every teacher")
+    steps: int = Field(4, ge=1, le=64, description="optimiser steps")
+    rollouts_per_step: int = Field(8, ge=1, le=4096, description="diagnosis rollouts per step (even problems)")
+    learning_rate: float | None = Field(None, gt=0.0, le=1.0, description="default training.learning_rate")
+    clip: float | None = Field(None, gt=0.0, description="clip sampled-token advantages; default training.clip")
+    seed: Seed = Field(0, description="order of the rollouts the steps take")
+
+
 class LoraSpec(Strict):
     """LoRA through peft (optional dependency); the frozen self-teacher is the adapter switched off."""
     r: int = Field(8, ge=1, description="LoRA rank")
@@ -328,6 +340,7 @@ class DiagnosisConfig(Strict):
                                                                                "cuda:N or mps")
     shard_size: int = Field(8, ge=1, description="prompts per stored shard (the unit of resume and of sharding)")
     ideal: IdealSpec | None = Field(None, description="the ideal-gradient predictor; off when absent")
+    lookahead: LookaheadSpec | None = Field(None, description="a few training steps per (config, method); off when absent")
     training: TrainingSpec | None = Field(None, description="the training run of `opsd-train`")
 
     @model_validator(mode="after")

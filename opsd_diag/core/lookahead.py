@@ -1,0 +1,49 @@
+"""What a few training steps did to the student, measured on rollouts it was not trained on.
+
+The lookahead (``engine.lookahead``) takes a few optimiser steps of a method's own loss on one half
+of the diagnosis prompts and scores the other half's rollouts, which the initial student ``pi_0``
+sampled, under the stepped student ``pi_1``. From those log-probabilities alone (no new samples):
+
+- ``dv``: the change of success. For a prompt with rollouts y_i ~ pi_0 and outcomes c_i, the
+  self-normalised importance-sampling estimate of pi_1's success is Σ w_i c_i / Σ w_i with
+  w_i = pi_1(y_i) / pi_0(y_i) (whole completions); minus pi_0's own estimate, mean c_i. Consistent
+  as the number of rollouts grows and exact when pi_1 = pi_0 (gives 0); its bias shrinks with the
+  step, which is small by design.
+- ``dll``: the mean per-token log-likelihood change of correct completions minus that of incorrect
+  ones, per prompt with both kinds: a lower-variance proxy that asks "did the step favour what
+  succeeds?".
+- ``kl``: the mean per-token KL(pi_1 || pi_0) over the full vocabulary at the rollouts' positions:
+  how far the step moved the policy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def success_change(delta_logp: np.ndarray, correct: np.ndarray) -> float:
+    """One prompt's Σ w c / Σ w − mean c, with w = exp(delta_logp) (``delta_logp``: log pi_1 − log pi_0 of
+    each whole completion, ``correct`` 0/1), computed stably (weights shifted by their max)."""
+    d = np.asarray(delta_logp, dtype=np.float64)  # [n]
+    c = np.asarray(correct, dtype=np.float64)  # [n]
+    w = np.exp(d - d.max())  # [n] the common factor cancels in the ratio
+    return float((w * c).sum() / w.sum() - c.mean())
+
+
+def loglik_gap(delta_per_token: np.ndarray, correct: np.ndarray) -> float:
+    """One prompt's mean per-token log-likelihood change of its correct completions minus its incorrect
+    ones (NaN unless it has both)."""
+    d = np.asarray(delta_per_token, dtype=np.float64)
+    c = np.asarray(correct, dtype=bool)
+    if c.all() or not c.any():
+        return math.nan
+    return float(d[c].mean() - d[~c].mean())
+
+
+def kl_per_token(new_logp: Tensor, old_logp: Tensor) -> Tensor:
+    """KL(pi_1 || pi_0) per position over the full vocabulary; inputs ``[N, V]`` log-probs -> ``[N]``."""
+    return (new_logp.exp() * (new_logp - old_logp)).sum(-1)  # [N]

@@ -1,0 +1,66 @@
+"""Predictor v2's model: a ridge regression of the realised held-out gain on standardised diagnosis columns.
+
+Small and explainable on purpose (benchmarks/validity/v2/plan.yaml): features are z-scored with the
+fitting rows' mean and SD (a missing value is imputed with that mean, i.e. z = 0), the intercept is
+not penalised, and a prediction is the intercept plus one additive contribution per feature, which
+is what the product shows as "why". The interval is the prediction plus the 2.5% and 97.5%
+quantiles of out-of-fold residuals; the verdict follows from the interval and a practical
+threshold delta. Pure functions of arrays and dicts: the study fits, the package applies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+LOSS_KIND = {"opd": 0.0, "opd2": 0.0, "exopd": 0.0, "opsd_opd": 0.0, "jsd": 1.0, "opsd_jsd": 1.0}  # is_jsd
+
+
+def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict:
+    """Ridge fit of ``y`` ``[n]`` on ``X`` ``[n, f]`` (NaN imputed by the column mean); returns the model as data."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    mean = np.nanmean(X, axis=0)  # [f]
+    mean = np.where(np.isfinite(mean), mean, 0.0)
+    sd = np.nanstd(X, axis=0)  # [f]
+    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+    Z = _z(X, mean, sd)  # [n, f]
+    y0 = y.mean()
+    coef = np.linalg.solve(Z.T @ Z + alpha * np.eye(Z.shape[1]), Z.T @ (y - y0))  # [f]
+    return {"features": list(features), "mean": mean.tolist(), "sd": sd.tolist(), "coef": coef.tolist(),
+            "intercept": float(y0), "alpha": float(alpha)}
+
+
+def _z(X: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    Z = (X - mean) / sd
+    return np.where(np.isfinite(Z), Z, 0.0)  # a missing feature sits at the fitting rows' mean
+
+
+def contributions(model: dict, X: np.ndarray) -> np.ndarray:
+    """``[n, f]`` additive contribution of each feature: coef * z (the prediction is their sum + intercept)."""
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    return _z(X, np.asarray(model["mean"]), np.asarray(model["sd"])) * np.asarray(model["coef"])
+
+
+def predict(model: dict, X: np.ndarray) -> np.ndarray:
+    return model["intercept"] + contributions(model, X).sum(axis=1)  # [n]
+
+
+def residual_band(residuals, alpha: float = 0.05) -> tuple[float, float]:
+    """(q_alpha/2, q_1-alpha/2) of out-of-fold residuals (realised - predicted)."""
+    r = np.asarray(residuals, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    if r.size == 0:
+        return math.nan, math.nan
+    lo, hi = np.quantile(r, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def verdict(lo: float, hi: float, delta: float) -> str:
+    """helps when the whole interval is above +delta, hurts when below -delta, else unclear."""
+    if lo > delta:
+        return "helps"
+    if hi < -delta:
+        return "hurts"
+    return "unclear"

@@ -1,0 +1,217 @@
+"""The lookahead: a few optimiser steps of one method's own training loss, measured on held-out rollouts.
+
+Per (teacher config, loss method), on a float32 copy of the student: ``steps`` AdamW steps of the
+trainer's own micro-batch step (``engine.train_step``, the loss of ``core.losses``) over the
+diagnosis rollouts of the even-indexed problems, ``rollouts_per_step`` at a time in a seeded order;
+then the odd-indexed problems' rollouts are scored under the stepped student and compared with the
+initial one (``core.lookahead``: the success change by importance weighting, the correct-minus-
+incorrect log-likelihood gap, KL to the initial student). It draws no new samples: the diagnosis'
+student rollouts are the training run's first, on-policy batch. The student itself is never changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from opsd_diag.core import signals
+from opsd_diag.core import lookahead as maths
+from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict
+from opsd_diag.engine.train_step import CompletionHidden, Roles
+from opsd_diag.engine.scoring import completion_hidden, lm_logits
+from opsd_diag.engine.train_step import MicroBatch, StepSums, auto_chunk_size, micro_batch_backward
+from opsd_diag.settings import LossSettings, derive_seed
+
+LOSS_METHODS = ("opd", "jsd", "opd2", "exopd")  # per-token losses a teacher config can be looked ahead with
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookaheadSettings:
+    steps: int
+    rollouts_per_step: int
+    learning_rate: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    max_grad_norm: float | None
+    seed: int
+    sampling_temperature: float  # the temperature the rollouts were drawn at: the policy whose success counts
+
+
+@dataclass
+class Measured:
+    """The measurement half, scored once under the initial student."""
+    rows: pd.DataFrame  # rollouts of the odd-indexed problems with a known outcome
+    old_logp: list[torch.Tensor]  # per row: [L_i] log pi_0 of its sampled tokens
+    old_full: torch.Tensor  # [N, V] log pi_0 at every position (for the KL)
+
+
+def _ids(column) -> list[list[int]]:
+    """A table column of id arrays (parquet gives numpy arrays) as lists of ints."""
+    return [[int(t) for t in x] for x in column]
+
+
+def split(rollouts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(step half: even problem_index, measurement half: odd problem_index with a known outcome)."""
+    known = rollouts[rollouts["length"] > 0]
+    step = known[known["problem_index"] % 2 == 0]
+    measure = known[(known["problem_index"] % 2 == 1) & known["correct"].notna()]
+    return step.reset_index(drop=True), measure.reset_index(drop=True)
+
+
+@torch.no_grad()
+def policy_logp(model, rows: pd.DataFrame, pad_id: int, temperature: float) -> torch.Tensor:
+    """``[N, V]`` log-probs of ``model`` (as the policy samples: at ``temperature``) at the rows' completion
+    positions, rows concatenated in order."""
+    h = completion_hidden(model, _ids(rows["prompt_ids.student"]), _ids(rows["completion_ids"]), pad_id)  # [N, H]
+    return signals.log_probs(lm_logits(model, h), temperature)  # [N, V]
+
+
+def measure_initial(student, rows: pd.DataFrame, pad_id: int, temperature: float) -> Measured:
+    full = policy_logp(student, rows, pad_id, temperature)  # [N, V]
+    return Measured(rows, _per_row(full, rows), full)
+
+
+def _per_row(full: torch.Tensor, rows: pd.DataFrame) -> list[torch.Tensor]:
+    ids = torch.tensor([t for c in rows["completion_ids"] for t in c], dtype=torch.long)  # [N]
+    lp = signals.token_logprob(full, ids.to(full.device)).double().cpu()  # [N]
+    return list(torch.split(lp, [len(c) for c in rows["completion_ids"]]))
+
+
+def take_steps(student, roles_for, rows: pd.DataFrame, config: str, loss: LossSettings, ref: str | None,
+               s: LookaheadSettings, pad_id: int, base_view: str = "student") -> tuple[torch.nn.Module, dict]:
+    """A stepped float32 copy of ``student`` and the counts of what the steps cost.
+
+    ``roles_for(trainable)`` gives the ``Roles`` around the copy (its teacher, base and initial student).
+    """
+    trainable = copy.deepcopy(student).float().train().requires_grad_(True)
+    roles: Roles = roles_for(trainable)
+    params = [p for p in trainable.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=s.learning_rate, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay)
+    hidden = CompletionHidden(trainable)
+    order = list(range(len(rows)))
+    random.Random(derive_seed(s.seed, 23)).shuffle(order)
+    chunk = auto_chunk_size(trainable.get_output_embeddings().weight.shape[0])
+    trained = 0
+    for step in range(s.steps):
+        idx = [order[(step * s.rollouts_per_step + i) % len(order)] for i in range(s.rollouts_per_step)]
+        batch = rows.iloc[idx]
+        student_prompts, teacher_prompts = _ids(batch["prompt_ids.student"]), _ids(batch[f"prompt_ids.{config}"])
+        mb = MicroBatch(step, [int(i) for i in batch["problem_index"]], student_prompts, teacher_prompts,
+                        teacher_prompts if base_view == "teacher" else student_prompts,
+                        _ids(batch["completion_ids"]), [bool(f) for f in batch["finished"]])
+        sums = micro_batch_backward(hidden, roles, mb, loss, pad_id=pad_id, chunk_size=chunk,
+                                    scale=1.0 / mb.n_tokens, ref=ref, sums=StepSums())
+        if not np.isfinite(float(sums.loss)):
+            raise FloatingPointError(f"the lookahead's loss is not finite at step {step + 1}")
+        if s.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        trained += mb.n_tokens
+    return trainable.eval(), {"trained_tokens": trained, "partner_scored_tokens": trained}
+
+
+def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, seed: int) -> dict:
+    """The stepped student against the initial one on the measurement half (``core.lookahead``)."""
+    new_full = policy_logp(stepped, m.rows, pad_id, temperature)  # [N, V]
+    kl = maths.kl_per_token(new_full.double(), m.old_full.double())  # [N]
+    new_rows = _per_row(new_full, m.rows)
+    seq = np.array([float((n - o).sum()) for n, o in zip(new_rows, m.old_logp)])  # [R] log pi_1/pi_0
+    per_tok = np.array([float((n - o).mean()) for n, o in zip(new_rows, m.old_logp)])  # [R]
+    correct = m.rows["correct"].astype(float).to_numpy()
+    prompts = m.rows["problem_id"].to_numpy()
+    groups = pd.Series(range(len(m.rows))).groupby(prompts, sort=True)
+    ids = list(groups.groups)
+    dv = np.array([maths.success_change(seq[g], correct[g]) for g in groups.indices.values()])
+    dll = np.array([maths.loglik_gap(per_tok[g], correct[g]) for g in groups.indices.values()])
+    lengths = m.rows["completion_ids"].map(len).to_numpy()
+    token_prompt = np.repeat(prompts, lengths)
+    return {
+        "dv": ci_dict(bootstrap_mean_over_prompts(dv, ids, n_boot, seed), len(ids)),
+        "dll": ci_dict(bootstrap_mean_over_prompts(dll, ids, n_boot, seed), int(np.isfinite(dll).sum())),
+        "kl": ci_dict(bootstrap_mean_over_prompts(kl.numpy(), token_prompt, n_boot, seed), len(ids)),
+        "measured_tokens": int(lengths.sum()),
+    }
+
+
+def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: list[str], methods: list[str],
+        loss_of, s: LookaheadSettings, *, pad_id: int, exopd_reference: str, base_view: str, n_boot: int,
+        boot_seed: int, skip: dict[str, str] | None = None) -> dict:
+    """Every (config, method) lookahead of a diagnosis: ``{"configs": {config: {method: result}}, ...}``.
+
+    ``loss_of(method)`` gives the method's ``LossSettings``; ``skip``: configs left out, with the reason
+    (a teacher with another tokenizer). The initial student is scored on the measurement half once.
+    """
+    step_rows, measure_rows = split(rollouts)
+    if step_rows.empty or measure_rows.empty:
+        return {"status": "skipped", "reason": "skipped: the lookahead needs scored rollouts with known outcomes on "
+                                               "at least two problems (one to step on, one to measure)"}
+    m = measure_initial(student, measure_rows, pad_id, s.sampling_temperature)
+    out: dict[str, dict] = {}
+    for config in configs:
+        if config in (skip or {}):
+            out[config] = {"skipped": skip[config]}
+            continue
+        for method in methods:
+            if method == "opd2" and base is None:
+                out.setdefault(config, {})[method] = {"skipped": "opd2 needs a base model"}
+                continue
+            ref = exopd_reference if method == "exopd" else None
+
+            def roles_for(trainable, config=config, method=method, ref=ref):
+                return Roles(trainable, None, "external", teacher_models[config],
+                             base if (method == "opd2" or ref == "base") else None, student)
+
+            stepped, cost = take_steps(student, roles_for, step_rows, config, loss_of(method), ref, s, pad_id,
+                                       base_view)
+            out.setdefault(config, {})[method] = {**measure(stepped, m, pad_id, s.sampling_temperature, n_boot,
+                                                            boot_seed), **cost}
+            del stepped
+    return {"status": "ok", "configs": out, "n_step_rollouts": len(step_rows), "n_measure_rollouts": len(measure_rows),
+            "settings": {k: v for k, v in vars(s).items()}}
+
+
+def settings(cfg) -> tuple[LookaheadSettings, float | None]:
+    """(the lookahead's settings, the advantage clip) of a diagnosis config: the training section's optimiser
+    where the config has one (a diagnosis then looks ahead with what it will train with), else its defaults."""
+    from opsd_diag.io.config import TrainingSpec
+
+    spec, tr = cfg.lookahead, cfg.training or TrainingSpec(method="opd")
+    return LookaheadSettings(
+        steps=spec.steps, rollouts_per_step=spec.rollouts_per_step,
+        learning_rate=spec.learning_rate or tr.learning_rate, betas=(tr.adam_beta1, tr.adam_beta2), eps=tr.adam_epsilon,
+        weight_decay=tr.weight_decay, max_grad_norm=tr.max_grad_norm, seed=spec.seed,
+        sampling_temperature=cfg.sampling.temperature), spec.clip if spec.clip is not None else tr.clip
+
+
+def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str]) -> dict:
+    """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``."""
+    from pathlib import Path
+
+    from opsd_diag.core.stats import jsonable
+    from opsd_diag.io import store
+    from opsd_diag.io.config import centering_k
+
+    s, clip = settings(cfg)
+    sc = cfg.scoring
+
+    def loss_of(method: str) -> LossSettings:
+        return LossSettings(method=method, temperature=cfg.scoring_temperature, beta=sc.jsd_beta,
+                            centering=centering_k(sc.centering), exopd_lambda=sc.exopd_lambda,
+                            clip=None if method == "jsd" else clip)
+
+    result = run(student, teacher_models, base, store.read_table(run_dir, "rollouts"), [t.name for t in cfg.teachers],
+                 list(cfg.lookahead.methods), loss_of, s, pad_id=tok.pad_token_id,
+                 exopd_reference=sc.exopd_reference, base_view=sc.base_view, n_boot=cfg.analysis.bootstrap,
+                 boot_seed=cfg.sampling.seed,
+                 skip={c: "a teacher with another tokenizer: no lookahead yet" for c in cross})
+    path = Path(run_dir) / "summary.json"
+    summary = {**store.read_json(path), "lookahead": jsonable(result)}
+    store.atomic_write_json(path, summary)
+    return result
