@@ -56,8 +56,21 @@ def load_rows(study: Path, plan: dict) -> list[dict]:
                          "is_jsd": model.LOSS_KIND[r["method"]],
                          **{o: r[o] for o in OUTCOMES},
                          "cost": {k: x[k] for k in ("trained_tokens", "partner_scored_tokens", "measured_tokens",
-                                                    "n_measure_rollouts", "training_run_completions")}})
+                                                    "n_measure_rollouts", "training_run_completions")},
+                         "rediagnosed": rediagnosed(study / w / "diag" / r["diagnosis_run"], r["diagnosis_config"])})
     return rows
+
+
+def rediagnosed(run: Path, config: str) -> dict:
+    """The rediagnosis' own G and mean JSD of the row (they must equal the committed ones: same rollouts)."""
+    c = json.loads((run / "summary.json").read_text())["configs"][config]
+    return {"accuracy_gap": c["teacher_minus_student_accuracy"]["estimate"],
+            "mean_jsd": c["overall"]["columns"]["jsd"]["mean"]}
+
+
+def reproduction(rows: list[dict]) -> dict:
+    """Largest difference between the rediagnosed and the committed G and mean JSD over every row."""
+    return {k: max(abs(_num(r["rediagnosed"][k]) - _num(r[k])) for r in rows) for k in ("accuracy_gap", "mean_jsd")}
 
 
 def _num(v) -> float:
@@ -187,6 +200,7 @@ def analyse(study: Path) -> dict:
                      "per_world": per_world(fold["pred"], rows, o)}
     out["other_outcomes"] = others
     out["cost"] = cost(rows)
+    out["reproduction"] = reproduction(rows)
     out["rows"] = [{k: r[k] for k in ("world", "config", "method", "realised")} | {"d_pass1": r["d_pass1"]["estimate"]}
                    for r in rows]
     out["ship"] = ship(out, rows, plan)
@@ -273,6 +287,9 @@ def render(a: dict) -> str:
     lines += ["", "## Other outcomes (v2's features, LOWO, pooled Spearman)", ""]
     for o, d in a["other_outcomes"].items():
         lines.append(f"- {o}: {fmt(d['spearman'])} (mean of worlds {fmt(d['per_world']['mean'])})")
+    rep = a["reproduction"]
+    lines += ["", f"Reproduction: the rediagnosis (same configs and seeds as the worlds study) gives every row's G within "
+              f"{rep['accuracy_gap']:.1e} and mean JSD within {rep['mean_jsd']:.1e} of the committed values."]
     lines += ["", "## Cost of the lookahead (tokens per row over one training run's sampled + scored + trained tokens)",
               "", "| world | mean | max |", "|---|---|---|"]
     for w, d in a["cost"].items():
@@ -312,10 +329,19 @@ def main(argv: list[str] | None = None) -> int:
                "lowo": {t: {"spearman": d["spearman"], "mean_of_worlds": d["per_world"]["mean"],
                             "decisive_accuracy": d["decisions"]["accuracy"], "coverage": d["decisions"]["coverage"],
                             "unclear_share": d["decisions"]["unclear_share"]} for t, d in a["tiers"].items()},
-               "accuracy_gap": a["single"]["accuracy_gap"]["spearman"]}
+               "accuracy_gap": a["single"]["accuracy_gap"]["spearman"], "studies": earlier_studies()}
     SHIPPED.write_text(json.dumps(stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS.md").read_text())
     return 0
+
+
+def earlier_studies() -> dict:
+    """The v1 studies' figures the decision panel quotes (toy world, outcome worlds), so the package carries them."""
+    from opsd_diag import decision
+
+    val = REPO / "benchmarks" / "validity"
+    return {"toy_world": decision.validity(val / "validity_analysis.json"),
+            "outcome_worlds": decision.validity(val / "worlds" / "worlds_analysis.json")}
 
 
 def stats_jsonable(x):

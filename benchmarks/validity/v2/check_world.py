@@ -1,0 +1,101 @@
+"""The shipped predictor on a world nobody fitted it on: no refit, one command (issue 32, item 5).
+
+    python benchmarks/validity/v2/check_world.py --world NAME --study DIR [--lookahead DIR] [--write FILE]
+
+``DIR/NAME/`` is a world's study made by ``worlds/run_worlds.py`` (diagnoses, training runs, evaluations;
+NAME one of the worlds plan's, or one added to it). The world's rows and realised outcomes are read
+exactly as the worlds analysis reads them (``worlds/analyze_worlds.world_rows``); the lookahead columns
+come from a rediagnosis with the v2 lookahead (``run_v2.py``, into ``--lookahead``, default
+``DIR/v2-lookahead``; reused when already there). The package's shipped model
+(``opsd_diag/data/predictor_v2.json``) is then applied as it is, and the script prints Spearman with
+the realised d_pass1, the decisive accuracy, the coverage of the 95% intervals and the method-order
+accuracy, next to the accuracy gap G on the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import report_v2, run_v2  # noqa: E402
+from benchmarks.validity.worlds import analyze_worlds, run_worlds  # noqa: E402
+from opsd_diag.core import predictor  # noqa: E402
+
+
+def shipped() -> dict:
+    return json.loads(resources.files("opsd_diag").joinpath("data/predictor_v2.json").read_text())
+
+
+def check(world: str, study: Path, lookahead_dir: Path) -> dict:
+    plans = run_worlds.load("default")
+    plan = run_worlds.resolve(plans, world)
+    rows, _, _ = analyze_worlds.world_rows(study / world, plan, np.random.default_rng(0))
+    rows = [r for r in rows if r.get("kind") == "product"]
+    if not (lookahead_dir / world / "lookahead.json").is_file():
+        run_v2.main(["--out", str(lookahead_dir), "--worlds", world])
+    la = {(r["config"], r["method"]): r for r in json.loads((lookahead_dir / world / "lookahead.json").read_text())["rows"]}
+    for r in rows:
+        x = la[(r["config"], r["method"])]
+        r.update({k: x[k]["estimate"] for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl")},
+                 world=world, is_jsd=predictor.LOSS_KIND[r["method"]])
+    ship = shipped()
+    tier = ship["choice"] if ship["choice"] in ship["models"] else None
+    g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
+    if tier is None:  # the study shipped G itself: the ranking is G's, with no interval
+        pred = lo = hi = g
+    else:
+        m = ship["models"][tier]["d_pass1"]
+        pred = predictor.predict(m, report_v2.matrix(rows, m["features"]))
+        lo, hi = pred + m["residual_band"][0], pred + m["residual_band"][1]
+    y = report_v2.target(rows, "d_pass1")
+    fold = {"pred": pred, "lo": lo, "hi": hi}
+    dec = report_v2.decisions(fold, rows, ship["delta"]) if tier else None
+    return {"world": world, "tier": tier or "accuracy_gap", "n_rows": len(rows),
+            "spearman": stats.spearman(pred, y), "accuracy_gap_spearman": stats.spearman(g, y),
+            "decisive": None if dec is None else {k: dec[k] for k in ("n_decisive", "n_correct", "accuracy",
+                                                                       "unclear_share", "coverage")},
+            "method_order": report_v2.method_order(pred, rows),
+            "accuracy_gap_method_order": report_v2.method_order(g, rows)}
+
+
+def text(c: dict) -> str:
+    f = report_v2.fmt
+    lines = [f"world {c['world']} ({c['n_rows']} rows), shipped model '{c['tier']}', no refit:",
+             f"  Spearman with realised d_pass1: {f(c['spearman'])} (accuracy gap G on the same rows: "
+             f"{f(c['accuracy_gap_spearman'])})"]
+    d = c["decisive"]
+    if d:
+        acc = "n/a" if d["accuracy"] is None or not math.isfinite(d["accuracy"]) else f"{d['accuracy']:.0%}"
+        lines.append(f"  decisive verdicts right: {d['n_correct']}/{d['n_decisive']} ({acc}); unclear "
+                     f"{d['unclear_share']:.0%}; 95% intervals cover {d['coverage']:.0%} of realised changes")
+    mo, go = c["method_order"], c["accuracy_gap_method_order"]
+    lines.append(f"  method order (pairs > 0.10 apart): {mo['n_right']}/{mo['n_pairs']} (G: {go['n_right']}/{go['n_pairs']})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--world", required=True)
+    ap.add_argument("--study", required=True, type=Path, help="run_worlds.py's output directory")
+    ap.add_argument("--lookahead", type=Path, help="where the v2 rediagnosis goes (default STUDY/v2-lookahead)")
+    ap.add_argument("--write", type=Path, help="also write the figures as JSON here")
+    args = ap.parse_args(argv)
+    c = check(args.world, args.study.resolve(), (args.lookahead or args.study / "v2-lookahead").resolve())
+    print(text(c))
+    if args.write:
+        args.write.write_text(json.dumps(report_v2.stats_jsonable(c), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
