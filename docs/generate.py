@@ -8,6 +8,7 @@ Generated:
 - ``docs/config.md`` entirely: every key of the YAML config, walked from the pydantic models of
   ``opsd_diag/io/config.py`` (``model_fields``: annotation, default, constraints, description), and
   what a training section inherits, found by probing ``trainer.config.resolve_training``;
+- ``docs/worlds.md`` entirely: every key of a world spec, walked the same way from ``opsd_diag/zoo/world.py``;
 - the blocks between ``<!-- generated: NAME -->`` and ``<!-- end generated -->`` in the other pages:
   the per-token columns (``opsd_diag.schema``), the verdict rule (``opsd_diag.core.verdict``), the
   figure captions (``opsd_diag.report.figures``), the training methods, the signal -> method table of
@@ -100,7 +101,22 @@ def _type_text(tp) -> tuple[str, list[str]]:
     return getattr(tp, "__name__", str(tp)), []
 
 
+def _flow(v) -> str:
+    """A default in YAML's flow style (``{hidden: 96, layers: 3}``), as a spec would write it."""
+    if _is_model(type(v)):
+        v = v.model_dump()
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_flow(k)}: {_flow(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_flow(x) for x in v) + "]"
+    if v is None or isinstance(v, bool):
+        return str(v).lower() if v is not None else "null"
+    return str(v)
+
+
 def _yaml_value(v) -> str:
+    if _is_model(type(v)) or (isinstance(v, dict) and v):
+        return f"`{_flow(v)}`"
     if v is None:
         return "none"
     if isinstance(v, bool):
@@ -250,12 +266,24 @@ def _rows(model: type, prefix: str, seen: dict[type, str], inherited: dict[str, 
             default = "(its defaults)" if _is_model(type(value)) else _yaml_value(value)
         elif f.default is PydanticUndefined:
             default = "**required**"
+        elif _is_model(type(f.default)) and _own_defaults(f.default):
+            default = "(its defaults)"
         else:
             default = _yaml_value(f.default)
+        if type_text.startswith("str"):  # a length bound of a text counts characters
+            cons = [re.sub(r"item(s?)$", r"character\1", c) if c.startswith("at ") else c for c in cons]
         if cons:
             type_text += " (" + ", ".join(cons) + ")"
         rows.append(f"| `{key}` | {_cell(type_text)} | {_cell(default)} | {_cell(desc)} |")
     return rows
+
+
+def _own_defaults(value) -> bool:
+    """Is a section's default the section with every key at its own default?"""
+    try:
+        return value == type(value)()
+    except Exception:  # noqa: BLE001 (a section with required keys has no defaults of its own)
+        return False
 
 
 def config_md() -> str:
@@ -300,6 +328,55 @@ def config_md() -> str:
         path, model = sections[i]
         i += 1
         rows = _rows(model, path + ".", seen, inherited, sections)
+        doc = _first_line(model.__dict__.get("__doc__"))
+        parts += [f"### `{path}`", ""] + ([doc, ""] if doc else []) + [head, *rows, ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def worlds_md() -> str:
+    from opsd_diag.zoo.guard import MARKER
+    from opsd_diag.zoo.world import World
+
+    seen: dict[type, str] = {}
+    sections: list[tuple[str, type]] = []
+    top = _rows(World, "", seen, {}, sections)
+    head = "| key | type | default | description |\n|---|---|---|---|"
+    parts = [NOTICE, "", "# World spec reference", "",
+             "A world spec is one YAML file that decides a toy world's models: its task, its base, teacher and",
+             "student, and the checks its model card must pass. `opsd-diag zoo build --world SPEC` builds it (the",
+             "bundled zoo is [`chains.yaml`](../sample_data/worlds/chains.yaml), whose every value is the default",
+             "below); the other shipped worlds are the other files of [`sample_data/worlds/`](../sample_data/worlds/).",
+             "The spec is checked whole before anything is built, by the pydantic model `World` of",
+             "[`opsd_diag/zoo/world.py`](../opsd_diag/zoo/world.py): an unknown key, a value of the wrong type or out",
+             "of range, or keys that do not fit together is one error line naming the dotted key, and nothing is",
+             "written. Numbers are strict: YAML reads `yes`, `no`, `on`, `off`, `true` and `false` as booleans, and",
+             "a count or a share given one is refused. Checked across keys: the head size `hidden / heads` is even",
+             "(rotary embeddings rotate pairs), `teacher.level_weights` name exactly the task's levels and do not",
+             "sum to 0, the levels and ops make enough distinct problems for every split and the pool (and the",
+             "second skill's lengths enough digit strings), `student.uses` names contexts the student sees and",
+             "`survives` contexts it uses, and every context named is a built-in or one of `contexts`. A full-size",
+             "build also needs its training to fit this machine's memory.", "",
+             "## Where a build writes", "",
+             "The models go to `out` and the problem splits to `problems` (relative to the spec file), or to",
+             "`--out` and `--problems-dir`. Each must be a new (absent or empty) folder or one that holds an",
+             f"earlier build of the same world, which the build marks with a `{MARKER}` file naming the world,",
+             "size and seed; any other folder is refused unless `--replace` asks for it (then only the build's own",
+             "files in it are replaced). Never, flag or not: through a symbolic link; inside another build or a",
+             "run directory; into the repository's `sample_data/` except a full-size build with the spec's own",
+             "seed, into a new folder or into the shipped build of that very spec (`make zoo`). So",
+             "`zoo build --world sample_data/worlds/chains.yaml --size ci` is refused: pass `--out` and",
+             "`--problems-dir`. `--card-only` renders the card of an earlier build of the same world only, after",
+             "checking its `build_report.json`.", "",
+             "## Keys", "",
+             "Types: \"or none\" means `null` (or leaving the key out) is allowed. Constraints are inclusive",
+             "(≥, ≤) or strict (>, <) bounds. A section used in several places is listed once; the other",
+             "places say whose keys they take.", "",
+             "### Top level", "", head, *top, ""]
+    i = 0
+    while i < len(sections):
+        path, model = sections[i]
+        i += 1
+        rows = _rows(model, path + ".", seen, {}, sections)
         doc = _first_line(model.__dict__.get("__doc__"))
         parts += [f"### `{path}`", ""] + ([doc, ""] if doc else []) + [head, *rows, ""]
     return "\n".join(parts).rstrip() + "\n"
@@ -519,7 +596,7 @@ def fill(text: str, blocks: dict, name: str) -> str:
 
 def expected() -> dict[str, str]:
     """Path (relative to the repository) -> the content it should have."""
-    out = {"docs/config.md": config_md()}
+    out = {"docs/config.md": config_md(), "docs/worlds.md": worlds_md()}
     for name, blocks in BLOCKS.items():
         path = ROOT / name
         if not path.is_file():

@@ -229,7 +229,8 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
                 **{lv: [p for p in pool if p["meta"]["difficulty"] == lv] for lv in wt.levels}}
     empty = [lv for lv in wt.levels if not by_level[lv]]
     if empty:  # samples.pick draws every level: one without training problems would fail mid-training
-        raise OpsdError(f"task.levels: level {empty[0]} ({wt.levels[empty[0]]} operations) has no training problem "
+        n = wt.levels[empty[0]]
+        raise OpsdError(f"task.levels: level {empty[0]} ({n} operation{'s' if n > 1 else ''}) has no training problem "
                         "left: the test and dev splits took every distinct problem of its length; make its chains "
                         "longer or the splits smaller")
     if problems_dir is not None:

@@ -166,8 +166,8 @@ def _check_owner(path: Path, role: str, world, replace: bool, files, dirs, card:
     elif not ours and not replace:
         what = "write its MODEL_CARD.md" if card else f"replace its {', '.join((*files, *dirs))}"
         fix = "pass --out the folder of this world's build" if card else "choose a new folder"
-        raise OpsdError(f"{label} holds {held}, not an earlier build of the world {world.name!r}: a build replaces only "
-                        f"its own earlier build; {fix}, or pass --replace to {what} anyway")
+        raise OpsdError(f"{label} holds {held}, not the {role} of an earlier build of the world {world.name!r}: a build "
+                        f"replaces only its own earlier build; {fix}, or pass --replace to {what} anyway")
     for name in files:
         with_kind = _kind(path / name)
         if with_kind not in (None, "missing"):

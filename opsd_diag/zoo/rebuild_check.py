@@ -164,9 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if same else 1
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> int:
+    """``main`` with a user's mistake (a bad spec, a damaged report, a bad --write) as one line, status 2."""
     try:
-        sys.exit(main())
-    except OpsdError as e:  # a bad spec, a damaged report, a bad --write: one line, status 2
+        return main(argv)
+    except OpsdError as e:
         print(f"rebuild_check: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
+    except SystemExit as e:  # argparse: its one line is printed already
+        return e.code if isinstance(e.code, int) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -48,6 +48,9 @@ class StoredReport(BaseModel):
 def read_report(folder, world) -> dict:
     """The checked report of the build in ``folder``, a build of ``world`` (its card's rows and levels)."""
     path = Path(folder) / REPORT
+    if path.is_symlink():
+        raise OpsdError(f"{path} is a symbolic link: a build's report is read from its own folder only; replace the "
+                        "link with the file itself")
     try:
         data = safe.read_json(path, limit=1 << 20)
     except (FileNotFoundError, NotADirectoryError):

@@ -1,8 +1,11 @@
 """A world spec: everything that decides a toy world's models, read from one YAML file.
 
 ``opsd-diag zoo build --world WORLD.yaml`` builds the world it describes. Every field is checked
-here (pydantic, unknown keys refused) so a bad spec is one clear error before anything is built.
-The defaults are today's bundled zoo: ``sample_data/worlds/chains.yaml`` only names them.
+here (pydantic, unknown keys refused, numbers strict) and so is every combination that could not
+build (an odd head size, too few distinct problems, a context the student never uses...), so a bad
+spec is one clear error naming the key before anything is built. The defaults are today's bundled
+zoo: ``sample_data/worlds/chains.yaml`` only names them. Every key: docs/worlds.md (generated from
+this module by docs/generate.py).
 """
 
 from __future__ import annotations
