@@ -12,10 +12,39 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 # A chat-template option is a plain value: templates read flags and strings (enable_thinking, date_string).
 TemplateValue = str | int | float | bool | None
+
+# What the tool itself decides, by kind: a chat_template_kwargs key among these is refused, naming it.
+_RENDER = ("an argument of the render, which opsd-diag sets itself (every view is its prompt as text, ending in the "
+           "generation prompt)")
+RESERVED_TEMPLATE_OPTIONS = {
+    **dict.fromkeys(("add_generation_prompt", "continue_final_message", "tokenize", "chat_template", "padding",
+                     "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+                     "tokenizer_kwargs", "sanitize_control_tokens"), _RENDER),
+    **dict.fromkeys(("conversation", "messages", "tools", "documents"),
+                    "an input the template gets from the data (the problem's messages; no tools or documents)"),
+    **dict.fromkeys(("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+                     "additional_special_tokens", "extra_special_tokens"),
+                    "a special token the template gets from the tokenizer"),
+    **dict.fromkeys(("strftime_now", "raise_exception", "namespace", "dict", "range", "lipsum", "cycler", "joiner"),
+                    "a function the template calls (strftime_now tells the fixed day: set date_string instead)"),
+}
+
+
+def _template_options(v):
+    """Refuse a key the tool decides before the values' types are checked (``tools: [...]`` names ``tools``)."""
+    for key in v if isinstance(v, dict) else ():
+        if key in RESERVED_TEMPLATE_OPTIONS:
+            raise ValueError(f"'{key}' is {RESERVED_TEMPLATE_OPTIONS[key]}, not a template option: remove it "
+                             "(chat_template_kwargs holds only what the template reads, e.g. enable_thinking, "
+                             "date_string)")
+    return v
+
+
+TemplateOptions = Annotated[dict[str, TemplateValue], BeforeValidator(_template_options)]
 DeviceMap = str | dict[str, int | str]
 
 
@@ -31,24 +60,41 @@ def _attn(v: str | None) -> str | None:
     return v
 
 
+def _device_map(v: DeviceMap | None) -> DeviceMap | None:
+    """transformers' strategies or one device by name; a {module: device} map with devices by name or GPU index."""
+    if isinstance(v, str) and not re.fullmatch(r"auto|balanced|balanced_low_0|sequential|cpu|mps|cuda(:\d+)?", v):
+        raise ValueError(f"device_map {v!r}: use auto, balanced, balanced_low_0, sequential, one device (cpu, "
+                         "cuda:N, mps), or {module: device}")
+    for module, where in (v.items() if isinstance(v, dict) else ()):
+        if not (isinstance(where, int) and where >= 0 or isinstance(where, str)
+                and re.fullmatch(r"cpu|mps|cuda(:\d+)?|\d+", where)):
+            raise ValueError(f"device_map puts '{module}' on {where!r}: use cpu, cuda:N, a GPU index N or mps")
+    return v
+
+
 Device = Annotated[str | None, AfterValidator(_device)]
+DeviceMapOption = Annotated[DeviceMap | None, AfterValidator(_device_map)]
 Attn = Annotated[str | None, AfterValidator(_attn)]
 
 
 class ModelOptions(BaseModel):
     """Fields shared by the student's and the base's model sections (``ModelSpec``)."""
     device: Device = Field(None, description="this model's device (default: the top-level `device`)")
-    device_map: DeviceMap | None = Field(
+    device_map: DeviceMapOption = Field(
         None, description="transformers `device_map` (`auto`, `balanced`, or {module: device}): split a large "
                           "model over GPUs; the model is then not moved to `device`")
     attn_implementation: Attn = Field(None, description="`eager`, `sdpa`, `flash_attention_2`, ... (default: "
                                                         "transformers' choice)")
     adapter: str | None = Field(None, description="a LoRA adapter directory (e.g. a checkpoint `opsd-train` wrote "
                                                   "with training.lora) applied to `model` and merged (needs peft)")
-    chat_template_kwargs: dict[str, TemplateValue] = Field(
-        default_factory=dict, description="options passed to the chat template, e.g. `{enable_thinking: false}` "
-                                          "(Qwen3), `{date_string: 26 Jul 2024}` (Llama-3.x); a template that reads "
-                                          "today's date gets a fixed `date_string` unless you give one")
+    chat_template_kwargs: TemplateOptions = Field(
+        default_factory=dict, description="plain values the chat template reads, e.g. `{enable_thinking: false}` "
+                                          "(Qwen3), `{date_string: 26 Jul 2024}` (Llama-3.x); what the tool sets "
+                                          "itself (`add_generation_prompt`, `tokenize`, `tools`, `chat_template`, "
+                                          "special tokens, ...) is refused. A template that reads today's date "
+                                          "(`strftime_now`, by any path) gets 26 Jul 2024, or your `date_string` "
+                                          "when it reads as a date (`26 Jul 2024`, `2024-07-26`): a prompt never "
+                                          "changes with the day")
     prompt_format: Literal["chat", "raw"] = Field(
         "chat", description="`chat`: the tokenizer's chat template; `raw`: the prompt text as is, BOS as the "
                             "tokenizer adds it (a -Base student without a template)")
@@ -61,12 +107,12 @@ class TeacherOptions(BaseModel):
     """A teacher's own loading and template options; each left out (None) is the student's."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(None, description="default: the student's")
     device: Device = Field(None, description="default: the student's")
-    device_map: DeviceMap | None = Field(None, description="e.g. `auto`: an 8B teacher split over GPUs")
+    device_map: DeviceMapOption = Field(None, description="e.g. `auto`: an 8B teacher split over GPUs")
     attn_implementation: Attn = Field(None, description="default: the student's")
     trust_remote_code: bool | None = Field(None, description="default: the student's")
     allow_download: bool | None = Field(None, description="default: the student's")
     adapter: str | None = Field(None, description="a LoRA adapter directory for this teacher's model (merged)")
-    chat_template_kwargs: dict[str, TemplateValue] | None = Field(
+    chat_template_kwargs: TemplateOptions | None = Field(
         None, description="template options of this view (default: the student's), e.g. a thinking and a "
                           "non-thinking view of one model as two teacher configs")
 

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import templates
+from opsd_diag.io import chat_template, templates
+from opsd_diag.io.chat_template import FIXED_DATE  # noqa: F401 - the day every view is rendered on
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,6 @@ def encode_segments(tok, text: str, specials: list[str], literal=lambda part: pa
     return ids
 
 
-# What Llama-3.1's template writes when no date is given; Llama-3.2's reads today's date instead, so a
-# prompt would change from day to day (and a resumed run could mix two dates): it gets this one too.
-FIXED_DATE = "26 Jul 2024"
-
-
 @dataclass(frozen=True)
 class Format:
     """How one model's prompts are rendered: its chat template with options, or ``raw`` text."""
@@ -90,29 +86,12 @@ class Format:
         return Format(kind, tuple(sorted((kwargs or {}).items())), who)
 
 
-def template_options(tok, kwargs: dict) -> dict:
-    """The options a render passes: the user's, plus the fixed date for a template that reads today's."""
-    out = dict(kwargs)
-    if "date_string" not in out and "strftime_now" in (getattr(tok, "chat_template", None) or ""):
-        out["date_string"] = FIXED_DATE
-    return out
-
-
 def render_chat(tok, messages: list[dict], fmt: Format = Format(), where: str = "") -> str:
-    """The chat template's text with the generation prompt; a template's own refusal is one clear error."""
-    from jinja2 import TemplateError
-
+    """The chat template's text with the generation prompt (``io.chat_template``: the fixed day, one-line failures)."""
     if not getattr(tok, "chat_template", None):
         raise OpsdError(f"{fmt.who} has no chat template in its tokenizer: use an instruct/chat checkpoint, add a "
                         "chat_template to its tokenizer_config.json, or set prompt_format: raw (a -Base student)")
-    try:
-        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                       **template_options(tok, dict(fmt.template_kwargs)))
-    except TemplateError as e:
-        msg = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        fix = ("this template takes no system prompt: remove data.system_prompt and the teachers' system_prompt"
-               if "system" in msg.lower() else "check the prompt's messages and chat_template_kwargs")
-        raise OpsdError(f"the chat template of {fmt.who} refuses {where or 'the prompt'}: {msg!r}: {fix}") from None
+    return chat_template.render(tok, messages, dict(fmt.template_kwargs), fmt.who, where or "the prompt")
 
 
 def encode_chat(tok, messages: list[dict], fmt: Format = Format(), where: str = "") -> list[int]:
