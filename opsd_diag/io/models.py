@@ -20,6 +20,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.io.adapters import merge_adapter
+from opsd_diag.io.load_errors import describe, held_warnings, is_refused_pickle
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -58,11 +60,27 @@ def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_
         raise OpsdError(f"model directory {name} does not exist: check the path (relative paths start from "
                         f"{Path.cwd()})")
     if name.count("/") == 0 or not allow_download:
-        hint = ("give a local directory, or a hub id 'org/name' with allow_download: true" if name.count("/") == 0
-                else "set allow_download: true to fetch it, or give a local path")
+        if not _cached(name, revision):  # transformers' own answer is a paragraph about connecting to the hub
+            raise OpsdError(f"cannot load model '{name}': there is no directory of that name and it is not in the "
+                            "local Hugging Face cache: give a local directory, or a hub id 'org/name' with "
+                            "allow_download: true"
+                            if name.count("/") == 0 else
+                            f"cannot load model '{name}': it is not in the local Hugging Face cache and allow_download "
+                            "is false: set allow_download: true for this model to fetch it, or give a local directory")
         return {"pretrained_model_name_or_path": name, "revision": revision, "local_files_only": True,
-                "trust_remote_code": trust_remote_code, "_hint": hint}
+                "trust_remote_code": trust_remote_code, "_hint": "save the model (and tokenizer) again, or fetch it "
+                                                                 "again with allow_download: true"}
     return {"pretrained_model_name_or_path": name, "revision": revision, "trust_remote_code": trust_remote_code}
+
+
+def _cached(name: str, revision: str | None) -> bool:
+    """Whether the local Hugging Face cache holds hub model ``name`` (its config.json) at ``revision``."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str)
+    except ValueError:  # not a valid repo id
+        return False
 
 
 @contextlib.contextmanager
@@ -89,15 +107,16 @@ def _load(loader, name: str, revision, allow_download: bool, trust_remote_code: 
     kwargs = _source_kwargs(name, revision, allow_download, trust_remote_code)
     hint = kwargs.pop("_hint", "check the name and your network access")
     try:
-        with offline(not allow_download):
+        with held_warnings(), offline(not allow_download):
             return loader.from_pretrained(**kwargs, **extra)
     except Exception as e:  # noqa: BLE001 - a user's files: corrupt weights raise SafetensorError, shapes RuntimeError
-        first = (str(e).splitlines() or [""])[0][:160]
-        if "ignore_mismatched_sizes" in first:
+        local = Path(kwargs["pretrained_model_name_or_path"])
+        first = describe(e, local if local.is_dir() else None)
+        if "ignore_mismatched_sizes" in str(e):
             first, hint = ("its weights do not have the shapes its config.json declares (vocab_size, hidden_size, "
                            "...)", "fix config.json or save the model again")
-        elif not isinstance(e, OSError):
-            first = f"{type(e).__name__}: {first}"
+        elif is_refused_pickle(e):
+            hint = "use a safetensors copy of the weights (model.safetensors), from a source you trust"
         raise OpsdError(f"cannot load model '{name}' ({first}): {hint}") from None
 
 
@@ -129,11 +148,12 @@ def load_model(name: str, revision: str | None = None, dtype: str = "auto", devi
     extra = {"dtype": dt}
     if device_map is not None:
         extra["device_map"] = dict(device_map) if isinstance(device_map, tuple) else device_map
+        check_device_map(name, revision, allow_download, trust_remote_code, extra["device_map"])
     if attn_implementation is not None:
         extra["attn_implementation"] = attn_implementation
     model = _load(AutoModelForCausalLM, name, revision, allow_download, trust_remote_code, **extra)
     if adapter is not None:
-        model = merge_adapter(model, adapter, name, allow_download)
+        model = merge_adapter(model, adapter, name, offline(not allow_download))
     return (model if device_map is not None else model.to(dev)).eval()
 
 
@@ -153,24 +173,42 @@ def model_args(spec, device: str, dtype: str | None = None) -> tuple:
             spec.trust_remote_code, dm, spec.attn_implementation, spec.adapter)
 
 
-def merge_adapter(model, adapter: str, name: str, allow_download: bool = False):
-    """The LoRA adapter directory (peft's ``adapter_config.json``) applied to ``model`` and merged into it."""
-    path = Path(adapter).expanduser()
-    if not (path / "adapter_config.json").is_file():
-        raise OpsdError(f"adapter {adapter} has no adapter_config.json: point to a LoRA adapter directory (e.g. a "
-                        "checkpoint opsd-train wrote with training.lora)")
+def check_device_map(name: str, revision, allow_download: bool, trust_remote_code: bool, device_map) -> None:
+    """A ``device_map`` of {module: device} names modules of this model, places every weight, and only on
+    devices this machine has; checked on the model's skeleton (no weights) before the load."""
+    if not isinstance(device_map, dict):
+        return
+    for module, where in device_map.items():
+        what, cuda = (f"'{module}'" if module else "the whole model ('')"), str(where).startswith("cuda")
+        index = int((str(where).split(":") + ["0"])[1]) if cuda else int(where) if str(where).isdigit() else None
+        if where == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            have = "no MPS"
+        elif index is not None and (not torch.cuda.is_available() or index >= torch.cuda.device_count()):
+            have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA"
+        else:
+            continue
+        raise OpsdError(f"device_map of model '{name}' puts {what} on {where}, but this machine has {have}: use "
+                        "devices it has, or device_map: auto")
+    from transformers import AutoConfig
+
+    config = _load(AutoConfig, name, revision, allow_download, trust_remote_code)
     try:
-        from peft import PeftModel
-    except ImportError:
-        raise OpsdError(f"adapter {adapter} needs peft: pip install 'opsd-diag[peft]'") from None
-    try:
-        with offline(not allow_download):
-            merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
-        return merged.requires_grad_(True)  # peft froze the base weights; a loaded model is trainable
-    except Exception as e:  # noqa: BLE001 - a user's adapter: wrong modules or shapes for this model
-        first = (str(e).splitlines() or [""])[0][:160]
-        raise OpsdError(f"cannot apply adapter {adapter} to model '{name}' ({type(e).__name__}: {first}): check "
-                        "that the adapter was trained on this model") from None
+        with held_warnings(), torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - no skeleton (an unknown architecture): the load itself says what is wrong
+        return
+    top = ", ".join(n for n, _ in skeleton.named_children())
+    unknown = [k for k in device_map if k not in {n for n, _ in skeleton.named_modules()}
+               and k not in {n for n, _ in skeleton.named_parameters()}]
+    if unknown:
+        raise OpsdError(f"device_map of model '{name}' names '{unknown[0]}', which is not a module of that model: use "
+                        f"its module names (at the top: {top}), or device_map: auto")
+    placed = [p for p, _ in skeleton.named_parameters()
+              if not any(k == "" or p == k or p.startswith(k + ".") for k in device_map)]
+    if placed:
+        more = f" (and {len(placed) - 1} more)" if len(placed) > 1 else ""
+        raise OpsdError(f"device_map of model '{name}' places no device for {placed[0]}{more}: map every module (a "
+                        f"module covers what is inside it; at the top: {top}), or use device_map: auto")
 
 
 SCORED_ROWS = "opsd_scored_rows"
