@@ -141,6 +141,33 @@ class Ideal(_Model):
                 f"k={self.k}, m={self.m}.")
 
 
+class LookaheadResult(_Model):
+    """One (config, loss method) lookahead: the stepped student against the initial one on held-out rollouts."""
+    dv: CI | None = None  # success change (importance weighted)
+    dll: CI | None = None  # correct-minus-incorrect log-likelihood gap change
+    kl: CI | None = None  # KL(stepped || initial) per token
+    trained_tokens: int | None = None
+    partner_scored_tokens: int | None = None
+    measured_tokens: int | None = None
+    skipped: str | None = None  # why this method was not looked ahead (e.g. opd2 without a base)
+
+
+class Lookahead(_Model):
+    """``summary.json["lookahead"]`` (engine.lookahead): a config's value is its methods' results, or
+    ``{"skipped": reason}`` for a config left out (a teacher with another tokenizer)."""
+    status: str  # ok | skipped
+    reason: str | None = None
+    configs: dict[str, dict[str, LookaheadResult | str]] = {}
+    n_step_rollouts: int | None = None
+    n_measure_rollouts: int | None = None
+    settings: dict = {}
+
+    def result(self, config: str, method: str) -> LookaheadResult | None:
+        """The result of (config, loss method), or None when it was not looked ahead (or skipped)."""
+        r = self.configs.get(config, {}).get(method) if self.status == "ok" else None
+        return r if isinstance(r, LookaheadResult) and r.skipped is None else None
+
+
 class Verdict(_Model):
     verdict: str  # helps | unclear | hurts
     reason: str
@@ -165,6 +192,7 @@ class Summary(_Model):
     verdicts: dict[str, dict[str, Verdict]] = {}
     ranking: list[Ranked] = []
     verdict_rule: str | None = None
+    lookahead: Lookahead | None = None
 
     @property
     def config_names(self) -> list[str]:

@@ -53,14 +53,18 @@ def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> lis
 
 def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, problems: list[dict],
                       stop_ids: list[int], *, system: str | None = None, teacher=None,
-                      with_targets: bool = False, base_tok=None) -> ProblemSet:
+                      with_targets: bool = False, base_tok=None, room: int | None = None,
+                      check_student=None) -> ProblemSet:
     """``renderers``: (the student's ``view_set.ViewRenderer``, the teacher's or None), the diagnosis' rule (a
     teacher with another tokenizer renders in its own, ``trainer.cross_step``); ``base_tok``: the base's
-    tokenizer when it is of such a teacher's family (None: the student's)."""
+    tokenizer when it is of such a teacher's family (None: the student's); ``room``: the fewest positions a
+    model has for a prompt (``view_set.prompt_limit``: the default length of a teacher view, as diagnosed);
+    ``check_student``: checks the student views before any teacher view is built (``view_set.build_views``)."""
     s_render, t_render = renderers
     tok = s_render.tok
     teachers = {teacher.name: t_render} if teacher is not None else {}
-    views = build_views(cfg, problems, s_render, teachers, system, [teacher] if teacher is not None else [])
+    views = build_views(cfg, problems, s_render, teachers, system, [teacher] if teacher is not None else [],
+                        check_student, room)
     student = views.student
     teacher_prompts = views.teachers[teacher.name] if teacher is not None else None
     base_prompts = None
@@ -69,7 +73,7 @@ def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, probl
         if cfg.scoring.base_view == "teacher" and teacher_prompts:
             base_prompts = (teacher_prompts if b_tok is t_render.tok else
                             build_views(cfg, problems, s_render, {teacher.name: ViewRenderer(b_tok, t_render.fmt)},
-                                        system, [teacher]).teachers[teacher.name])
+                                        system, [teacher], room=room).teachers[teacher.name])
         else:
             base_prompts = student if b_tok is tok else [student_view(b_tok, p, system, s_render.fmt).ids
                                                          for p in problems]

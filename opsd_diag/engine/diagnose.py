@@ -34,10 +34,10 @@ from opsd_diag.io import safe, store, templates
 from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.model_options import teacher_model_spec
-from opsd_diag.io.models import check_finite_logits, check_fits, fingerprint, load_spec, stop_token_ids
+from opsd_diag.io.models import check_finite_logits, check_fits, fingerprint, load_spec, positions, stop_token_ids
 from opsd_diag.io.thinking import check
-from opsd_diag.io.view_set import (base_renderer, build_views, rendered_text, student_renderer, teacher_renderer,
-                                   template_notes)
+from opsd_diag.io.view_set import (base_renderer, build_views, rendered_text, student_renderer, system_tokens,
+                                   teacher_renderer, template_notes)
 from opsd_diag.settings import SamplingSettings, derive_seed
 
 
@@ -115,12 +115,16 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
     other = {f"teacher '{n}'" for n in crossed} | ({"base"} if any(c.base_side == "teacher" for c in crossed.values())
                                                    else set())  # models of another family: their own prompts
 
+    system = ("data.system_prompt", system_tokens(s_render, problems[0], cfg.data.system_prompt))
+
     def question_fits(student_prompts):  # the question itself must fit every model, context aside
         for role, (name, _, model) in named.items():
             if role not in other:
                 check_fits(model, f"the {role} model '{name}'" if role in ("student", "base") else
-                           f"{role} (model '{name}')", student_prompts, problems, n_new, key)
-    views = build_views(cfg, problems, s_render, renders, cfg.data.system_prompt, check_student=question_fits)
+                           f"{role} (model '{name}')", student_prompts, problems, n_new, key, system=system)
+    room = min((n - n_new for _, _, m in named.values() if (n := positions(m))), default=None)  # caps the default
+    views = build_views(cfg, problems, s_render, renders, cfg.data.system_prompt, check_student=question_fits,
+                        room=room)
     student_prompts, teacher_prompts, truncated = views.student, views.teachers, views.truncated
     for t in cfg.teachers:
         check_fits(teacher_models[t.name], f"teacher config '{t.name}'", teacher_prompts[t.name], problems, n_new,
@@ -128,7 +132,7 @@ def prepare(cfg: DiagnosisConfig) -> Prepared:
     for t in cfg.teachers:  # the base next to a teacher with another tokenizer reads its own family's tokens
         c = crossed.get(t.name)
         if c is not None and c.base_side is not None:
-            c.base_prompts = _base_prompts(cfg, problems, t, c, views, s_render, renders[t.name])
+            c.base_prompts = _base_prompts(cfg, problems, t, c, views, s_render, renders[t.name], room)
             if c.base_side == "teacher":
                 check_fits(base, f"the base model '{cfg.base.model}'", c.base_prompts, problems, n_new, key)
     if not cfg.scoring.allow_nonfinite:  # broken weights fail here, before the run directory exists
@@ -184,14 +188,15 @@ def _checked(prep: Prepared, problem: dict, prompt: list[int], c, tok=None) -> d
             "in_thinking": r.in_thinking}
 
 
-def _base_prompts(cfg, problems: list[dict], t, c: CrossTeacher, views, s_render, t_render) -> list[list[int]]:
+def _base_prompts(cfg, problems: list[dict], t, c: CrossTeacher, views, s_render, t_render,
+                  room: int | None) -> list[list[int]]:
     """The base's prompt ids next to cross config ``t`` (``io.view_set.base_renderer``), reusing a view
     already rendered where the base reads exactly that one."""
     r = base_renderer(cfg, t, s_render, t_render, c.tok if c.base_side == "teacher" else None)
     if r is s_render or r is t_render:
         return views.student if r is s_render else views.teachers[t.name]
     on_teacher = cfg.scoring.base_view == "teacher"
-    own = build_views(cfg, problems, r, {t.name: r}, cfg.data.system_prompt, [t] if on_teacher else [])
+    own = build_views(cfg, problems, r, {t.name: r}, cfg.data.system_prompt, [t] if on_teacher else [], room=room)
     return own.teachers[t.name] if on_teacher else own.student
 
 

@@ -157,8 +157,8 @@ class ScoringSpec(Strict):
     chunk_size: int = Field(128, ge=1, description="positions per LM-head chunk (bounds memory)")
     engine: Literal["reference", "fused", "compiled"] = Field(
         "reference", description="per-chunk scoring: reference, fused (one function), compiled (torch.compile)")
-    max_prompt_length: int = Field(2048, ge=16, description="a longer teacher view has its privileged context "
-                                                            "shortened (never the question), and the run records it")
+    max_prompt_length: int | None = Field(None, ge=16, description="a longer teacher view has its privileged context "
+        "shortened (never the question), and the run records it; default: 2048, at most what the models hold")
     allow_nonfinite: bool = Field(False, description="NaN/inf logits stop the run, naming the model and the position; "
                                                      "true: keep going, every column derived from them NaN")
 

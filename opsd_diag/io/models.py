@@ -289,9 +289,12 @@ def positions(model: torch.nn.Module) -> int | None:
 
 
 def check_fits(model: torch.nn.Module, who: str, prompts: list[list[int]], problems: list[dict], new_tokens: int,
-               key: str, shorten: str = "shorten that prompt or leave the problem out") -> None:
+               key: str, shorten: str = "shorten that prompt or leave the problem out",
+               system: tuple[str, int] = ("", 0)) -> None:
     """Every prompt plus ``new_tokens`` (the setting ``key``) fits ``who``'s positions, or one error that
-    names what is too long; checked before anything is written (a longer sequence fails mid-run)."""
+    names what is too long; checked before anything is written (a longer sequence fails mid-run).
+    ``system``: (its key, the tokens the system prompt adds to each prompt): when the prompts would fit
+    without it, the error names the system prompt, not the problem."""
     n = positions(model)
     if n is None or not prompts:
         return
@@ -300,9 +303,14 @@ def check_fits(model: torch.nn.Module, who: str, prompts: list[list[int]], probl
                         f"its config.json) for the prompt and the completion together: set it below {n}")
     i = max(range(len(prompts)), key=lambda j: len(prompts[j]))
     if len(prompts[i]) + new_tokens > n:
+        system_key, extra = system
+        room = f"{n} positions (max_position_embeddings) for the prompt and the {new_tokens} new tokens of {key} " \
+               "together"
+        if extra and len(prompts[i]) - extra + new_tokens <= n:
+            raise OpsdError(f"{system_key} is {extra} tokens, which makes the prompt of problem '{problems[i]['id']}' "
+                            f"{len(prompts[i])} tokens for {who}, which has {room}: shorten {system_key}")
         raise OpsdError(f"problem '{problems[i]['id']}': its prompt is {len(prompts[i])} tokens for {who}, which has "
-                        f"{n} positions (max_position_embeddings) for the prompt and the {new_tokens} new tokens of "
-                        f"{key} together: {shorten}, or lower {key}")
+                        f"{room}: {shorten}, or lower {key}")
 
 
 @torch.no_grad()

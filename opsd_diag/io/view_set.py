@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from opsd_diag.io.model_options import view_template_kwargs
 from opsd_diag.io.models import has_chat_template
-from opsd_diag.io.views import Format, student_view, teacher_view
+from opsd_diag.io.views import PROMPT_LIMIT, Format, student_view, teacher_view
 
 
 @dataclass(frozen=True)
@@ -85,21 +85,38 @@ class Views:
     truncated: dict[str, list[bool]]
 
 
+def prompt_limit(cfg, room: int | None) -> int:
+    """The teacher views' length limit: ``scoring.max_prompt_length``, else 2048 capped at ``room`` (the fewest
+    positions a model reading them has for a prompt beside the completion): a default the models cannot hold
+    would only turn a shortened context into an error."""
+    return cfg.scoring.max_prompt_length or max(1, min(PROMPT_LIMIT, room or PROMPT_LIMIT))
+
+
+def system_tokens(r: ViewRenderer, problem: dict, system: str | None) -> int:
+    """The tokens ``system`` adds to ``problem``'s student view (0 without one): a prompt too long because of
+    the system prompt is reported as the system prompt's (``io.models.check_fits``)."""
+    if not system:
+        return 0
+    return len(student_view(r.tok, problem, system, r.fmt).ids) - len(student_view(r.tok, problem, None, r.fmt).ids)
+
+
 def build_views(cfg, problems: list[dict], student: ViewRenderer, teachers: dict[str, ViewRenderer],
-                system: str | None, teacher_specs=None, check_student=None) -> Views:
+                system: str | None, teacher_specs=None, check_student=None, room: int | None = None) -> Views:
     """Every view of every problem as ids (``teacher_specs``: the teacher configs to render, default all).
 
     ``check_student(ids)`` runs on the student views before any teacher view is built, so a question
-    too long for a model is reported as such rather than as a teacher context over its limit."""
+    too long for a model is reported as such rather than as a teacher context over its limit. ``room``:
+    the fewest positions a model reading the views has for a prompt, when the models are loaded
+    (``prompt_limit``)."""
     s_ids = [student_view(student.tok, p, system, student.fmt).ids for p in problems]
     if check_student is not None:
         check_student(s_ids)
-    t_ids, truncated = {}, {}
+    t_ids, truncated, limit = {}, {}, prompt_limit(cfg, room)
     for t in cfg.teachers if teacher_specs is None else teacher_specs:
         r = teachers[t.name]
         views = [teacher_view(r.tok, p, t.context, partial_fraction=t.partial_fraction,
-                              system_prompt=t.system_prompt or system, max_length=cfg.scoring.max_prompt_length,
-                              fmt=r.fmt) for p in problems]
+                              system_prompt=t.system_prompt or system, max_length=limit, room=room, fmt=r.fmt)
+                 for p in problems]
         t_ids[t.name] = [v.ids for v in views]
         truncated[t.name] = [v.context_truncated for v in views]
     return Views(s_ids, t_ids, truncated)

@@ -21,6 +21,9 @@ from opsd_diag.io import chat_template, templates
 from opsd_diag.io.chat_template import FIXED_DATE  # noqa: F401 - the day every view is rendered on
 
 
+PROMPT_LIMIT = 2048  # tokens of a teacher view, unless scoring.max_prompt_length or the models' positions say fewer
+
+
 @dataclass(frozen=True)
 class PromptView:
     ids: list[int]
@@ -125,33 +128,50 @@ def student_view(tok, problem: dict, system_prompt: str | None = None, fmt: Form
 
 
 def teacher_view(tok, problem: dict, context: str, *, partial_fraction: float = 0.5,
-                 system_prompt: str | None = None, max_length: int = 2048, fmt: Format = Format()) -> PromptView:
+                 system_prompt: str | None = None, max_length: int = PROMPT_LIMIT, room: int | None = None,
+                 fmt: Format = Format()) -> PromptView:
     """The teacher's prompt: the question with the privileged context rendered in.
 
     When it is longer than ``max_length`` only the privileged fields are shortened (never the
-    question, never the completion), and the view records that it happened.
+    question, never the completion), and the view records that it happened. ``room``: the fewest
+    positions a model reading this view has for a prompt (beside the completion), when known: a view
+    that cannot fit in it is never met with "raise the limit".
     """
     template = templates.resolve(context)
     fields = templates.context_fields(problem, partial_fraction)
 
-    def build(keep: float) -> list[int]:
+    def build(keep: float, system: str | None = system_prompt) -> list[int]:
         cut = {k: (v[:max(1, int(len(v) * keep))] if k in templates.PRIVILEGED and keep < 1 else v)
                for k, v in fields.items()}
-        return encode_chat(tok, _messages(problem, templates.render(template, cut), system_prompt), fmt,
+        return encode_chat(tok, _messages(problem, templates.render(template, cut), system), fmt,
                            f"problem '{problem['id']}' (teacher view)")
 
     ids = build(1.0)
     if len(ids) <= max_length:
         return PromptView(ids)
     if not templates.placeholders(template) & set(templates.PRIVILEGED):
-        raise OpsdError(f"problem {problem['id']}: the prompt alone is {len(ids)} tokens, over "
-                        f"scoring.max_prompt_length={max_length}: raise the limit")
-    if len(build(0.0)) > max_length:
-        raise OpsdError(f"problem {problem['id']}: the teacher prompt does not fit scoring.max_prompt_length="
-                        f"{max_length} even without its context: raise the limit")
+        raise _too_long(problem, "the teacher prompt alone (it has no privileged context to shorten)", len(ids),
+                        max_length, room, system_prompt and len(build(1.0, None)))
+    if len(shortest := build(0.0)) > max_length:
+        raise _too_long(problem, "the teacher prompt even without its context", len(shortest), max_length, room,
+                        system_prompt and len(build(0.0, None)))
     lo, hi = 0.0, 1.0  # bisect the kept share of the privileged text
     for _ in range(20):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if len(build(mid)) <= max_length else (lo, mid)
     return PromptView(build(lo), context_truncated=True)
 
+
+def _too_long(problem: dict, what: str, n: int, limit: int, room: int | None, bare: int | None) -> OpsdError:
+    """A teacher view over ``limit`` tokens, with the fix that can work: shorten the system prompt when it is
+    what pushes the view over (``bare``: the view's length without it), raise the limit only when the models
+    hold more (``room``), else shorten the question or the template."""
+    head = f"problem {problem['id']}: {what} is {n} tokens, over scoring.max_prompt_length={limit}"
+    if bare and bare <= limit:
+        return OpsdError(f"{head}: its system prompt (the teacher's system_prompt, else data.system_prompt) "
+                         f"takes {n - bare} of them: shorten the system prompt")
+    if room is None or room >= n:
+        return OpsdError(f"{head}: raise the limit" + (f" (the models hold {room} prompt tokens)" if room else ""))
+    return OpsdError(f"{head}, and the models hold at most {room} prompt tokens beside the completion, so a higher "
+                     "limit cannot help: shorten the question or the teacher's context template, or lower the "
+                     "completion length")

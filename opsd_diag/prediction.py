@@ -1,0 +1,319 @@
+"""Predictor v2 applied to a run: per (teacher config, training method) the predicted held-out Δpass@1 with a
+95% interval and its verdict, the predicted drift, forgetting and Δpass@4, a collapse flag, and the features
+behind the prediction ("why").
+
+The models are the ridge regressions of ``core.predictor`` that the pre-registered validity study fitted
+over seven outcome worlds (benchmarks/validity/v2/), shipped as ``opsd_diag/data/predictor_v2.json``
+(written by ``benchmarks/validity/v2/report_v2.py``, never by hand) or given as a calibration file of the
+same format. The file also says what the study's ship rule chose (``choice``): ``v2`` (with the lookahead
+where a run has one), ``v2_no_lookahead``, or ``accuracy_gap``, in which case the ranking follows the
+accuracy gap G, because v2 lost to it in the study and the product must never recommend less well than a
+number it shows. A row without a lookahead result gets the ``v2_no_lookahead`` tier, never the lookahead
+tier with every lookahead feature imputed. Pure functions of a ``Summary`` and the model file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opsd_diag.core import predictor
+from opsd_diag.errors import OpsdError
+from opsd_diag.summary import CI, Summary
+
+SHIPPED = "predictor_v2.json"  # in opsd_diag/data/
+TIERS = {"v2": ("accuracy_gap", "lookahead_dv", "lookahead_dll", "lookahead_kl", "teachability", "mean_jsd", "is_jsd"),
+         "v2_no_lookahead": ("accuracy_gap", "teachability", "mean_jsd", "is_jsd")}
+CHOICES = (*TIERS, "accuracy_gap")
+OUTCOMES = ("d_pass1", "d_pass4", "d_regression", "kl_to_initial")
+EXTERNAL_METHODS = ("opd", "jsd", "opd2", "exopd")  # a teacher model (opd2 only with a base)
+SELF_METHODS = ("opsd_opd", "opsd_jsd")  # the student shown a context
+LOSS = {"opd": "opd", "jsd": "jsd", "opd2": "opd2", "exopd": "exopd", "opsd_opd": "opd", "opsd_jsd": "jsd"}
+SIGNAL = {"opd": "r_opd", "jsd": "jsd", "opd2": "a_d2", "exopd": "a_ex", "opsd_opd": "r_opd", "opsd_jsd": "jsd"}
+LOOKAHEAD = {"lookahead_dv": "dv", "lookahead_dll": "dll", "lookahead_kl": "kl"}
+N_WHY = 3  # features named in a row's "why"
+
+COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``), documented in docs/verdict.md
+    "rank": "1 = best: by predicted gain, or by the accuracy gap G (then the predicted gain) when the study chose G",
+    "config": "teacher config",
+    "method": "training method (opd, jsd, opd2, exopd with a teacher model; opsd_opd, opsd_jsd with a self-teacher)",
+    "signal": "the diagnosed signal the method trains on (what `opsd-train --from-diagnosis --signal` takes)",
+    "tier": "the model that ran: v2 (with the lookahead) or v2_no_lookahead (no lookahead result for this row)",
+    "predicted_gain": "predicted change of held-out pass@1 after training",
+    "lo": "lower end of its 95% interval (prediction + the study's 2.5% out-of-fold residual quantile)",
+    "hi": "upper end (prediction + the 97.5% residual quantile)",
+    "verdict": "helps if lo > delta, hurts if hi < -delta, else unclear (delta from the model file)",
+    "drift": "predicted KL(trained || initial student) per token on held-out samples",
+    "forgetting": "predicted change of accuracy on the frozen regression set (negative: forgetting)",
+    "pass4": "predicted change of held-out pass@4",
+    "collapse": "predicted gain > 0 and predicted pass4 < 0 (pass@1 up, diversity down)",
+    "accuracy_gap": "G: teacher with its context minus student accuracy (the baseline v2 is judged against)",
+    "why": "the features with the largest contributions to predicted_gain, signed",
+    "imputed": "features missing for this row, set to the study's mean (contribute 0)",
+    "calibration": "shipped (the package's model file) or the calibration file's path",
+}
+WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
+         "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
+         "mean_jsd": "mean JSD", "is_jsd": "JSD loss"}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A predictor v2 model file (format: module docstring of ``benchmarks/validity/v2/report_v2.py``)."""
+    source: str  # "shipped" or the file's path
+    choice: str  # what the study's ship rule chose
+    reason: str
+    delta: float
+    models: dict  # tier -> outcome -> model (core.predictor's dict plus residual_band)
+    lowo: dict  # tier -> the study's leave-one-world-out figures
+    accuracy_gap: dict | None  # G's pooled Spearman in the same study
+    studies: dict  # earlier studies' figures (decision.validity's dicts)
+    study: str  # where the study's results are written up
+
+
+def _shipped_text() -> str | None:
+    try:
+        return (resources.files("opsd_diag") / "data" / SHIPPED).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def load(calibration: str | Path | None = None) -> Calibration | None:
+    """The shipped model file (None when this installation has none), or the calibration file ``calibration``
+    of the same format (a missing or malformed one is an OpsdError naming the fix)."""
+    if calibration is None:
+        text, source = _shipped_text(), "shipped"
+        if text is None:
+            return None
+    else:
+        source = str(calibration)
+        try:
+            text = Path(calibration).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise OpsdError(f"cannot read the calibration file {calibration} ({getattr(e, 'strerror', None) or e}): "
+                            "give a predictor_v2.json written by benchmarks/validity/v2/report_v2.py") from None
+    try:
+        return _parse(json.loads(text), source)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise OpsdError(f"the calibration {source} is not a predictor v2 model file ({e}): give a "
+                        "predictor_v2.json written by benchmarks/validity/v2/report_v2.py") from None
+
+
+def _parse(d: dict, source: str) -> Calibration:
+    if d.get("version") != 2:
+        raise ValueError(f"version {d.get('version')!r}, not 2")
+    if d["choice"] not in CHOICES:
+        raise ValueError(f"choice {d['choice']!r} is none of {', '.join(CHOICES)}")
+    for tier in TIERS:
+        for outcome in OUTCOMES:
+            m = d["models"][tier][outcome]
+            n = len(m["features"])
+            if not all(len(m[k]) == n for k in ("mean", "sd", "coef")) or len(m["residual_band"]) != 2:
+                raise ValueError(f"model {tier}/{outcome} has mismatched lengths")
+            float(m["intercept"])
+    return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
+                       d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""))
+
+
+def _num(x) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _est(ci: CI | None) -> float:
+    return math.nan if ci is None else ci.value()
+
+
+def features(summary: Summary, config: str, method: str) -> dict[str, float]:
+    """The diagnosis columns of (config, method) the models take (NaN: missing)."""
+    entry = summary.configs[config]
+    cols = entry.overall.columns
+    la = summary.lookahead.result(config, LOSS[method]) if summary.lookahead else None
+    out = {"accuracy_gap": _est(entry.teacher_minus_student_accuracy),
+           "teachability": _num(cols["teachability"].mean) if "teachability" in cols else math.nan,
+           "mean_jsd": _num(cols["jsd"].mean) if "jsd" in cols else math.nan,
+           "is_jsd": predictor.LOSS_KIND[method]}
+    out.update({name: _est(getattr(la, key)) if la else math.nan for name, key in LOOKAHEAD.items()})
+    return out
+
+
+def methods(is_self: bool, has_base: bool) -> tuple[str, ...]:
+    """The training methods a teacher config can be trained with."""
+    if is_self:
+        return SELF_METHODS
+    return tuple(m for m in EXTERNAL_METHODS if m != "opd2" or has_base)
+
+
+def tier_for(cal: Calibration, has_lookahead: bool) -> str:
+    """The tier the study chose (v2 when it chose G), v2_no_lookahead where the row has no lookahead result."""
+    preferred = cal.choice if cal.choice in TIERS else "v2"
+    return "v2_no_lookahead" if preferred == "v2" and not has_lookahead else preferred
+
+
+@dataclass(frozen=True)
+class Row:
+    rank: int
+    config: str
+    method: str
+    tier: str
+    gain: float  # predicted Δpass@1
+    lo: float
+    hi: float
+    verdict: str
+    drift: float
+    forgetting: float
+    pass4: float
+    accuracy_gap: float
+    contributions: tuple[tuple[str, float, float], ...]  # (feature, value, contribution), largest |contribution| first
+    intercept: float
+    imputed: tuple[str, ...]
+
+    @property
+    def signal(self) -> str:
+        return SIGNAL[self.method]
+
+    @property
+    def collapse(self) -> bool:
+        return bool(self.gain > 0 and self.pass4 < 0)
+
+    def interval(self) -> str:
+        if math.isnan(self.gain):
+            return "n/a"
+        band = "" if math.isnan(self.lo) else f" [{self.lo:+.3f}, {self.hi:+.3f}]"
+        return f"{self.gain:+.3f}{band}"
+
+    def why(self, n: int = N_WHY) -> str:
+        top = [c for c in self.contributions if c[2] != 0][:n]
+        text = "; ".join(f"{f} {v:+.3f} adds {c:+.3f}" for f, v, c in top) or "every feature at the study's mean"
+        return text + (f" (imputed: {', '.join(self.imputed)})" if self.imputed else "")
+
+
+def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
+    x = features(summary, config, method)
+    has_la = not all(math.isnan(x[f]) for f in LOOKAHEAD)
+    tier = tier_for(cal, has_la)
+    out = {}
+    for outcome in OUTCOMES:
+        m = cal.models[tier][outcome]
+        X = np.array([[x[f] for f in m["features"]]], dtype=np.float64)  # [1, f]
+        out[outcome] = float(predictor.predict(m, X)[0])
+    m = cal.models[tier]["d_pass1"]
+    X = np.array([[x[f] for f in m["features"]]], dtype=np.float64)  # [1, f]
+    contrib = predictor.contributions(m, X)[0]  # [f]
+    order = sorted(range(len(contrib)), key=lambda i: -abs(contrib[i]))
+    band = [_num(b) for b in m["residual_band"]]
+    gain = out["d_pass1"]
+    lo, hi = gain + band[0], gain + band[1]
+    return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), out["kl_to_initial"],
+               out["d_regression"], out["d_pass4"], x["accuracy_gap"],
+               tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),
+               tuple(f for f in m["features"] if math.isnan(x[f])))
+
+
+def _key(v: float) -> float:
+    return -v if not math.isnan(v) else math.inf  # highest first, missing last
+
+
+@dataclass(frozen=True)
+class Predictions:
+    rows: list[Row]  # ranked
+    calibration: Calibration
+    ranked_by: str  # "predicted_gain" or "accuracy_gap"
+
+    def frame(self) -> pd.DataFrame:
+        """One row per (config, method), ranked; columns: ``COLUMNS``."""
+        recs = [{"rank": r.rank, "config": r.config, "method": r.method, "signal": r.signal, "tier": r.tier,
+                 "predicted_gain": r.gain, "lo": r.lo, "hi": r.hi, "verdict": r.verdict, "drift": r.drift,
+                 "forgetting": r.forgetting, "pass4": r.pass4, "collapse": r.collapse,
+                 "accuracy_gap": r.accuracy_gap, "why": r.why(), "imputed": ", ".join(r.imputed),
+                 "calibration": self.calibration.source} for r in self.rows]
+        return pd.DataFrame(recs, columns=list(COLUMNS))
+
+    def row(self, config: str, method: str) -> Row | None:
+        return next((r for r in self.rows if (r.config, r.method) == (config, method)), None)
+
+    def recommended(self, trainable=None) -> Row | None:
+        """The best-ranked trainable row that the ranking supports: verdict helps (v2), or G > 0 (G ranks)."""
+        ok = trainable or (lambda config, signal: True)
+        good = ((lambda r: r.accuracy_gap > 0) if self.ranked_by == "accuracy_gap"
+                else (lambda r: r.verdict == "helps"))
+        return next((r for r in self.rows if good(r) and ok(r.config, r.signal)), None)
+
+
+def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibration: str | Path | None = None,
+            ) -> Predictions | None:
+    """Every (config, method) of ``summary`` predicted and ranked; ``self_teachers``: the configs that are the
+    student shown a context; None when there is no model file (an installation without one)."""
+    cal = load(calibration)
+    if cal is None:
+        return None
+    self_teachers = set(self_teachers)
+    rows = [_row(summary, cal, c, m) for c in summary.configs for m in methods(c in self_teachers, has_base)]
+    by_gap = cal.choice == "accuracy_gap"
+    rows.sort(key=(lambda r: (_key(r.accuracy_gap), _key(r.gain))) if by_gap else (lambda r: _key(r.gain)))
+    rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
+    return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain")
+
+
+def rule_text(delta: float) -> str:
+    """The v2 verdict rule in words (docs/verdict.md, the app and the reports show this text)."""
+    return (f"helps if the 95% interval of the predicted held-out pass@1 change lies above +{delta:g}, hurts if it "
+            f"lies below -{delta:g}, unclear otherwise; the interval is the prediction plus the 2.5% and 97.5% "
+            "quantiles of the study's out-of-fold residuals.")
+
+
+def _rho(ci: dict | None) -> str:
+    if not ci or ci.get("estimate") is None:
+        return "n/a"
+    return f"{ci['estimate']:+.2f} [{_num(ci.get('lo')):+.2f}, {_num(ci.get('hi')):+.2f}]"
+
+
+def effects_text(r: Row) -> str:
+    collapse = ("collapse risk: pass@1 predicted up while pass@4 goes down" if r.collapse
+                else "no collapse predicted")
+    return (f"Predicted drift KL(trained || initial) {r.drift:.3f} per token; forgetting (change of regression-set "
+            f"accuracy) {r.forgetting:+.3f}; Δpass@4 {r.pass4:+.3f}: {collapse}.")
+
+
+def panel(p: Predictions, trainable=None) -> dict[str, str]:
+    """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking,
+    tiers, calibration; plain text, names as the run holds them."""
+    cal, rec = p.calibration, p.recommended(trainable)
+    best = rec or (p.rows[0] if p.rows else None)
+    out = {}
+    if p.ranked_by == "accuracy_gap":
+        out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G "
+                          f"({cal.reason}). G's Spearman with the realised pass@1 change was "
+                          f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. v2's "
+                          "predictions below order the methods within a config and are shown as secondary evidence.")
+        out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "
+                           f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}, {rec.verdict})" if rec else
+                           "No teacher config has a positive accuracy gap G: nothing is recommended")
+    else:
+        tier = cal.lowo.get(cal.choice, {})
+        out["ranking"] = (f"Ranked by predictor v2's predicted pass@1 change (the study chose {cal.choice}: "
+                          f"{cal.reason}; leave-one-world-out Spearman {_rho(tier.get('spearman'))} against the "
+                          f"accuracy gap G's {_rho(cal.accuracy_gap)}).")
+        out["headline"] = (f"Recommended: {rec.config} trained with {rec.method}: predicted Δpass@1 "
+                           f"{rec.interval()}, helps (95% interval above +{cal.delta:g})" if rec else
+                           "No (config, method) is predicted to help" + (
+                               f": the best, {best.config} with {best.method}, is predicted {best.interval()} "
+                               f"({best.verdict}); helps needs the whole 95% interval above +{cal.delta:g}"
+                               if best else ""))
+    if best is not None:
+        who = "" if best is rec else f" ({best.config} with {best.method})"
+        out["effects"] = effects_text(best)
+        out["why"] = (f"Why{who}: {best.why()}; starting from the study's mean {best.intercept:+.3f} "
+                      f"(tier {best.tier}).")
+    tiers = {t: sum(r.tier == t for r in p.rows) for t in TIERS}
+    out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + (
+        " (rows without a lookahead result use v2_no_lookahead; add a lookahead: section to the config for the "
+        "full model)." if tiers["v2_no_lookahead"] and cal.choice != "v2_no_lookahead" else ".")
+    out["calibration"] = (f"Calibration: {cal.source}" + (f" ({cal.study})" if cal.source == "shipped" and cal.study
+                                                         else "") + f"; verdict rule: {rule_text(cal.delta)}")
+    return out

@@ -1,0 +1,208 @@
+"""Predictor v2 applied to a run (``opsd_diag.prediction``): features read from a real tiny run, predictions
+against a float64 loop over the coefficients, the collapse flag, the tier fallback without a lookahead, the
+ranking, the accuracy-gap ranking when the study chose G, and the calibration file."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+from calibration import model_file, write
+from conftest import tiny_config
+
+from opsd_diag import prediction
+from opsd_diag.errors import OpsdError
+from opsd_diag.prediction import LOSS, TIERS
+from opsd_diag.summary import Summary
+
+
+@pytest.fixture(scope="module")
+def tiny_run(ci_zoo, tmp_path_factory):
+    """A real diagnosis on the random zoo: a teacher model, a self-teacher, a base, and a lookahead of opd, jsd."""
+    from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.io.config import from_dict
+    from opsd_diag.zoo import task
+
+    root = tmp_path_factory.mktemp("prediction")
+    data = root / "problems.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(6, 11)))
+    cfg = tiny_config(ci_zoo, data, lookahead={"methods": ["opd", "jsd"], "steps": 2, "rollouts_per_step": 2,
+                                               "learning_rate": 1e-2})
+    return run_diagnosis(from_dict(cfg), root / "run", show_progress=False)
+
+
+@pytest.fixture()
+def raw(tiny_run) -> dict:
+    return json.loads((tiny_run / "summary.json").read_text())
+
+
+@pytest.fixture()
+def cal_file(tmp_path):
+    return write(tmp_path / "calibration.json")
+
+
+def _reference(m: dict, x: dict) -> float:
+    """intercept + sum_i coef_i * (x_i - mean_i) / sd_i in float64, a missing x_i contributing 0."""
+    total = float(m["intercept"])
+    for f, mean, sd, coef in zip(m["features"], m["mean"], m["sd"], m["coef"]):
+        v = x[f]
+        if v is not None and not math.isnan(v):
+            total += float(coef) * (float(v) - float(mean)) / float(sd)
+    return total
+
+
+def _raw_features(raw: dict, config: str, method: str) -> dict:
+    """The features by key chains into summary.json, as the brief of issue 32 writes them."""
+    c = raw["configs"][config]
+    la = raw.get("lookahead") or {}
+    r = (la.get("configs") or {}).get(config, {}).get(LOSS[method]) if la.get("status") == "ok" else None
+    gap = c["teacher_minus_student_accuracy"]
+    x = {"accuracy_gap": gap["estimate"] if gap else None,
+         "teachability": c["overall"]["columns"]["teachability"]["mean"],
+         "mean_jsd": c["overall"]["columns"]["jsd"]["mean"], "is_jsd": 1.0 if method in ("jsd", "opsd_jsd") else 0.0}
+    for k in ("dv", "dll", "kl"):
+        x[f"lookahead_{k}"] = r[k]["estimate"] if r and "skipped" not in r else None
+    return {k: math.nan if v is None else v for k, v in x.items()}
+
+
+def test_features_are_read_from_a_real_run(raw):
+    s = Summary.model_validate(raw)
+    assert raw["lookahead"]["status"] == "ok"
+    for config, method in (("teacher", "opd"), ("teacher", "jsd"), ("teacher", "opd2"), ("self_full", "opsd_opd"),
+                           ("self_full", "opsd_jsd")):
+        got, want = prediction.features(s, config, method), _raw_features(raw, config, method)
+        assert set(got) == set(want)
+        for k in want:
+            assert (math.isnan(got[k]) and math.isnan(want[k])) or got[k] == want[k], (config, method, k)
+    assert not math.isnan(prediction.features(s, "teacher", "opd")["lookahead_dv"])
+    assert math.isnan(prediction.features(s, "teacher", "exopd")["lookahead_dv"])  # not looked ahead
+
+
+def test_predictions_equal_a_float64_loop_over_the_coefficients(raw, cal_file):
+    s = Summary.model_validate(raw)
+    model = model_file()
+    p = prediction.predict(s, {"self_full"}, True, cal_file)
+    assert {(r.config, r.method) for r in p.rows} == {("teacher", m) for m in ("opd", "jsd", "opd2", "exopd")} | {
+        ("self_full", "opsd_opd"), ("self_full", "opsd_jsd")}
+    for r in p.rows:
+        x = _raw_features(raw, r.config, r.method)
+        tier = "v2" if not math.isnan(x["lookahead_dv"]) else "v2_no_lookahead"
+        assert r.tier == tier
+        ms = model["models"][tier]
+        gain = _reference(ms["d_pass1"], x)
+        assert r.gain == pytest.approx(gain, abs=1e-12)
+        lo, hi = (gain + b for b in ms["d_pass1"]["residual_band"])
+        assert (r.lo, r.hi) == pytest.approx((lo, hi), abs=1e-12)
+        assert r.verdict == ("helps" if lo > 0.02 else "hurts" if hi < -0.02 else "unclear")
+        assert r.pass4 == pytest.approx(_reference(ms["d_pass4"], x), abs=1e-12)
+        assert r.forgetting == pytest.approx(_reference(ms["d_regression"], x), abs=1e-12)
+        assert r.drift == pytest.approx(_reference(ms["kl_to_initial"], x), abs=1e-12)
+        assert r.collapse == (gain > 0 and r.pass4 < 0)
+        # contributions: one per feature, largest first, summing to the prediction
+        assert sum(c for _, _, c in r.contributions) + r.intercept == pytest.approx(gain, abs=1e-12)
+        assert [abs(c) for *_, c in r.contributions] == sorted((abs(c) for *_, c in r.contributions), reverse=True)
+        top = next(c for c in r.contributions if c[2] != 0)
+        assert f"{top[0]} {top[1]:+.3f} adds {top[2]:+.3f}" in r.why()
+        assert r.imputed == tuple(f for f in ms["d_pass1"]["features"] if math.isnan(x[f]))
+    frame = p.frame()
+    assert list(frame.columns) == list(prediction.COLUMNS) and (frame["calibration"] == str(cal_file)).all()
+
+
+def test_the_ranking_follows_the_predicted_gain(raw, cal_file):
+    p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, cal_file)
+    assert p.ranked_by == "predicted_gain" and [r.rank for r in p.rows] == list(range(1, len(p.rows) + 1))
+    gains = [r.gain for r in p.rows]
+    assert gains == sorted(gains, reverse=True)
+
+
+def _edited(raw: dict, cal_path, **models) -> dict:
+    """The calibration with every (tier, outcome) model's coefficients zeroed and intercepts set."""
+    d = model_file()
+    for tier in TIERS:
+        for outcome, intercept in models.items():
+            m = d["models"][tier][outcome]
+            m["coef"], m["intercept"], m["residual_band"] = [0.0] * len(m["coef"]), intercept, [-0.01, 0.01]
+    cal_path.write_text(json.dumps(d))
+    return d
+
+
+@pytest.mark.parametrize("gain, pass4, collapse", [(0.1, -0.05, True), (0.1, 0.05, False), (-0.1, -0.05, False)])
+def test_collapse_flag(raw, tmp_path, gain, pass4, collapse):
+    _edited(raw, tmp_path / "c.json", d_pass1=gain, d_pass4=pass4)
+    p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")
+    assert all(r.collapse is collapse for r in p.rows)
+    assert ("collapse risk" in prediction.panel(p)["effects"]) is collapse
+
+
+def test_without_a_lookahead_every_row_uses_the_no_lookahead_tier(raw, cal_file):
+    for edit in ({"status": "skipped", "reason": "skipped: no rollouts"}, None):
+        r2 = copy.deepcopy(raw)
+        r2["lookahead"] = edit
+        p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, cal_file)
+        assert {r.tier for r in p.rows} == {"v2_no_lookahead"}  # never v2 with every lookahead feature imputed
+        assert not any(f.startswith("lookahead") for r in p.rows for f in r.imputed)
+        assert "v2_no_lookahead on 6 row(s)" in prediction.panel(p)["tiers"]
+    with_la = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, cal_file)
+    assert {r.method for r in with_la.rows if r.tier == "v2"} == {"opd", "jsd", "opsd_opd", "opsd_jsd"}
+
+
+def test_a_study_that_chose_the_no_lookahead_tier_applies_it_everywhere(raw, tmp_path):
+    p = prediction.predict(Summary.model_validate(raw), {"self_full"}, False,
+                           write(tmp_path / "c.json", choice="v2_no_lookahead"))
+    assert {r.tier for r in p.rows} == {"v2_no_lookahead"}
+    assert "opd2" not in {r.method for r in p.rows}  # no base: no OPD²
+
+
+def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
+    r2 = copy.deepcopy(raw)
+    r2["configs"]["self_full"]["teacher_minus_student_accuracy"] = {"estimate": 0.5, "lo": 0.2, "hi": 0.8, "n_prompts": 6}
+    r2["configs"]["teacher"]["teacher_minus_student_accuracy"] = {"estimate": 0.1, "lo": -0.1, "hi": 0.3, "n_prompts": 6}
+    s = Summary.model_validate(r2)
+    p = prediction.predict(s, {"self_full"}, True, write(tmp_path / "c.json", choice="accuracy_gap"))
+    assert p.ranked_by == "accuracy_gap"
+    assert [r.config for r in p.rows] == ["self_full"] * 2 + ["teacher"] * 4
+    for config in ("self_full", "teacher"):  # within a config (one G), v2's prediction orders the methods
+        gains = [r.gain for r in p.rows if r.config == config]
+        assert gains == sorted(gains, reverse=True)
+    text = prediction.panel(p)
+    assert "v2 lost to G" in text["ranking"] and "Ranked by the accuracy gap G" in text["ranking"]
+    assert text["headline"].startswith(f"Recommended by the accuracy gap: self_full trained with {p.rows[0].method}")
+    assert p.recommended(lambda c, sig: c != "self_full").config == "teacher"  # G > 0, the only trainable one
+    for cfg in r2["configs"].values():
+        cfg["teacher_minus_student_accuracy"]["estimate"] = -0.1
+    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    assert p.recommended() is None and "nothing is recommended" in prediction.panel(p)["headline"]
+
+
+def test_recommendation_needs_a_helps_verdict(raw, tmp_path):
+    _edited(raw, tmp_path / "c.json", d_pass1=0.0)
+    p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")
+    assert p.recommended() is None and {r.verdict for r in p.rows} == {"unclear"}
+    assert prediction.panel(p)["headline"].startswith("No (config, method) is predicted to help")
+    _edited(raw, tmp_path / "c.json", d_pass1=0.1)
+    p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")
+    assert p.recommended() is p.rows[0] and "helps" in prediction.panel(p)["headline"]
+
+
+def test_a_bad_calibration_file_is_one_error(raw, tmp_path):
+    s = Summary.model_validate(raw)
+    with pytest.raises(OpsdError, match="cannot read the calibration file"):
+        prediction.predict(s, (), True, tmp_path / "missing.json")
+    bad = model_file()
+    del bad["models"]["v2"]["d_pass4"]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(OpsdError, match="not a predictor v2 model file"):
+        prediction.predict(s, (), True, tmp_path / "bad.json")
+    (tmp_path / "v1.json").write_text(json.dumps({**model_file(), "version": 1}))
+    with pytest.raises(OpsdError, match="version"):
+        prediction.predict(s, (), True, tmp_path / "v1.json")
+
+
+def test_the_shipped_file_loads_when_present():
+    cal = prediction.load()
+    if cal is None:
+        pytest.skip("no opsd_diag/data/predictor_v2.json in this checkout yet (report_v2.py writes it)")
+    assert cal.source == "shipped" and cal.choice in prediction.CHOICES
+    assert set(cal.models) >= set(TIERS)
