@@ -8,17 +8,19 @@ Session state dies with a reload; the URL does not. The draft file lives under t
 
 from __future__ import annotations
 
-import json
+import contextlib
 import re
 import uuid
 from pathlib import Path
 
 import streamlit as st
 
-from opsd_diag.io import store
+from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe, store
 
 _ID = re.compile(r"[0-9a-f]{12}")
 PLAIN = (str, int, float, bool)
+MAX_DRAFT = 1 << 20  # bytes: a form's entries are a few kB
 
 
 def draft_id() -> str:
@@ -46,9 +48,9 @@ def restore(root: str | Path, prefix: tuple[str, ...], extra: tuple[str, ...] = 
     if st.session_state.get("_draft_restored"):
         return
     st.session_state["_draft_restored"] = True
-    try:
-        data = json.loads(_path(root).read_text())
-    except (OSError, ValueError):
+    try:  # bounded, and never blocking on a FIFO or following a link put where the draft was
+        data = safe.read_json(_path(root), MAX_DRAFT)
+    except (OSError, ValueError, OpsdError):
         return
     if not isinstance(data, dict):
         return
@@ -64,22 +66,24 @@ def applied() -> bool:
 
 def save(root: str | Path, prefix: tuple[str, ...], extra: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> None:
     """The plain values of the widget keys starting with ``prefix`` (plus ``extra``) into the draft file,
-    when they changed since the last save; a folder that cannot be written keeps no draft (nothing fails)."""
+    when they changed since the last save; a folder that cannot be written (or a link, a FIFO in the way)
+    keeps no draft (nothing fails)."""
     values = {k: v for k, v in st.session_state.items() if _ours(k, prefix, extra, skip) and isinstance(v, PLAIN)}
     if values == st.session_state.get("_draft_saved"):
         return
     try:
         path = _path(root)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store.atomic_write_json(path, values)
-    except OSError:
+        safe.real_dir(path.parent, root)  # a link as .drafts is never followed out of the runs folder
+        store.atomic_write_json(path, values)  # a link or FIFO as the draft file is refused
+    except (OSError, OpsdError):
         return
     st.session_state["_draft_saved"] = values
 
 
 def forget(root: str | Path, prefix: tuple[str, ...], extra: tuple[str, ...] = ()) -> None:
     """Drop the draft and the values it restored (a widget refused one: a file from another version)."""
-    _path(root).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # a folder in its place: nothing to drop
+        _path(root).unlink(missing_ok=True)
     for k in [k for k in st.session_state if _ours(k, prefix, extra, ())]:
         del st.session_state[k]
     for k in ("_draft_saved", "_draft_applied"):

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from opsd_diag.argparser import Parser, check_paths, parse, stop_as_interrupt
-from opsd_diag.errors import OpsdError, printable
+from opsd_diag.errors import OpsdError, ResourceError, printable
 
 MODELS_DIR = Path("sample_data/models")
 PROBLEMS_DIR = Path("sample_data/problems")
@@ -302,6 +302,8 @@ def _main(args) -> int:
         except OSError as e:  # a write that met a full disk outside io.safe (a library's own file)
             raise safe.resource_error(e, getattr(args, "out", None) or getattr(args, "run_dir", None) or ".") or e
     except OpsdError as e:
+        if isinstance(e, ResourceError):  # a full disk: what to rerun depends on the command (errors.AFTER_FULL)
+            e = e.after(args.command)
         print(f"opsd-diag: error: {e}", file=sys.stderr)
         if getattr(args, "out", None) and args.command == "run":
             from opsd_diag import jobs

@@ -6,6 +6,8 @@ Anything else is a bug and keeps its traceback. A message often quotes a path, a
 user's file; ``printable`` escapes the characters in it that could break the line or drive the terminal.
 """
 
+from __future__ import annotations
+
 import re
 
 # C0/C1 controls (ESC included), DEL, line/paragraph separators, bidi overrides and lone surrogates
@@ -32,6 +34,34 @@ class OpsdError(Exception):
 
     def __str__(self) -> str:
         return printable(super().__str__())
+
+
+# What to do once space is freed depends on the command that met the full disk: only a diagnosis resumes by
+# itself; a training run continues with --resume; predict and export are written whole or not at all.
+AFTER_FULL = {
+    None: "try again",
+    "run": "rerun the same command, which resumes from the finished shards",
+    "train": "run the same command again",
+    "train --resume": "rerun it with --resume (opsd-train CONFIG --out RUN_DIR --resume), which continues from the "
+                      "last checkpoint saved",
+    "predict": "run predict again (the run keeps the verdicts it had; a predictor run starts over)",
+    "export": "run the export again (nothing of it was kept; it starts over)",
+    "zoo": "run zoo build again (it starts over)",
+}
+
+
+class ResourceError(OpsdError):
+    """A write that failed for want of space, inodes or file descriptors (``problem`` names the file and the
+    want); the fix names what to rerun, chosen by the command that failed (``after``)."""
+
+    def __init__(self, problem: str, command: str | None = None):
+        then = AFTER_FULL.get(command, AFTER_FULL[None])
+        super().__init__(f"{problem}: free some space (or raise the limit) and {then}")
+        self.problem = problem
+
+    def after(self, command: str | None) -> ResourceError:
+        """The same error, its fix for ``command`` (a key of ``AFTER_FULL``: run, train, train --resume...)."""
+        return ResourceError(self.problem, command)
 
 
 class NonFiniteLogits(OpsdError):

@@ -9,7 +9,9 @@ finished run of the same student exists, timed from it.
 
 from __future__ import annotations
 
+import io
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from opsd_diag.io import safe, store
 from opsd_diag.io.config import DataSpec, DiagnosisConfig, from_dict, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.templates import BUILTIN, context_fields, placeholders, resolve
+from opsd_diag.io.yamlfile import read_bytes
 
 BUNDLED_DATA = Path("sample_data/problems")
 
@@ -48,14 +51,18 @@ def config_yaml(cfg: DiagnosisConfig) -> str:
 
 
 def save_config(cfg: DiagnosisConfig, path: str | Path, overwrite: bool = False) -> Path:
-    """Write the config's YAML to ``path`` (refusing to replace another file unless ``overwrite``)."""
-    path = Path(path)
+    """Write the config's YAML to ``path`` (refusing to replace another file unless ``overwrite``).
+
+    What stands there is checked before it is read (a FIFO would block the read forever, a link or a
+    run's file is never replaced), and the old file is read without blocking and bounded."""
+    path = safe.check_path(path, "the config file")
     if path.suffix.lower() not in (".yaml", ".yml"):
         raise OpsdError(f"{path}: a config file ends in .yaml or .yml")
     text = config_yaml(cfg)
-    if path.exists() and not overwrite and path.read_text(errors="replace") != text:
-        raise OpsdError(f"{path} exists and holds another config: choose another name, or tick 'replace'")
+    safe.check_target(path)
     try:
+        if os.path.lexists(path) and not overwrite and safe.read_bytes(path, 16 << 20) != text.encode():
+            raise OpsdError(f"{path} exists and holds another config: choose another name, or tick 'replace'")
         path.parent.mkdir(parents=True, exist_ok=True)
         safe.write_file(path, text.encode())
     except OSError as e:
@@ -66,16 +73,15 @@ def save_config(cfg: DiagnosisConfig, path: str | Path, overwrite: bool = False)
 def raw_rows(path: str | Path, n: int = 5, fmt: str = "auto") -> pd.DataFrame:
     """The first ``n`` records of a data file as stored (before any field mapping)."""
     path = Path(path)
-    if not path.is_file():
-        raise OpsdError(f"data file {path} not found: pick a bundled split, give a path, or upload a file")
+    data = io.BytesIO(read_bytes(path, "data", "pick a bundled split, give a path, or upload a file"))  # never a FIFO
     suffix = path.suffix.lower() if fmt == "auto" else f".{fmt}"
     try:
         if suffix in (".jsonl", ".json"):
-            return pd.read_json(path, lines=True, nrows=n, dtype=False)
+            return pd.read_json(data, lines=True, nrows=n, dtype=False)
         if suffix == ".csv":
-            return pd.read_csv(path, nrows=n, dtype=str, keep_default_na=False)
+            return pd.read_csv(data, nrows=n, dtype=str, keep_default_na=False)
         if suffix == ".parquet":
-            return pd.read_parquet(path).head(n)
+            return pd.read_parquet(data).head(n)
     except Exception as e:  # pandas raises many types for a malformed file
         raise OpsdError(f"cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
     raise OpsdError(f"cannot tell the format of {path}: use a .jsonl, .csv or .parquet file")

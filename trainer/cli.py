@@ -17,7 +17,7 @@ from pathlib import Path
 
 from opsd_diag import jobs
 from opsd_diag.argparser import Parser, check_paths, parse, stop_as_interrupt
-from opsd_diag.errors import OpsdError
+from opsd_diag.errors import OpsdError, ResourceError
 from opsd_diag.io import safe
 
 PATHS = {"config_file": "the config file", "out": "--out", "from_diagnosis": "--from-diagnosis",
@@ -139,6 +139,8 @@ def _main(args, argv) -> int:
     except (OpsdError, OSError) as e:
         if isinstance(e, OSError) and (e := safe.resource_error(e, run_dir or ".")) is None:
             raise
+        if isinstance(e, ResourceError):  # a full disk: once the run directory holds the run, --resume continues it
+            e = e.after("train --resume" if run_dir and os.path.lexists(run_dir / "config.yaml") else "train")
         if _is_main():
             print(f"opsd-train: error: {e}", file=sys.stderr)
             if run_dir is not None:

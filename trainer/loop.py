@@ -255,6 +255,7 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
         return _train(acc, st, run_dir, ckpt, resumed)
     except BaseException as e:
         full = safe.resource_error(e, run_dir) if isinstance(e, Exception) else None  # a full disk: one line
+        full = full and full.after("train --resume")  # which says how to continue this run
         if acc.is_main_process and isinstance(e, KeyboardInterrupt):  # a stop before the graceful handler
             jobs.write_status(run_dir, "stopped", error=jobs.STOPPED_EARLY)
         elif acc.is_main_process:

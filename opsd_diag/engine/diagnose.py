@@ -325,6 +325,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
         state.wait_for_everyone()
     except BaseException as e:
         full = safe.resource_error(e, out_dir) if isinstance(e, Exception) else None  # a full disk: one line
+        full = full and full.after("run")  # which says that a rerun resumes
         if main and isinstance(e, KeyboardInterrupt):  # Ctrl-C or a stop (SIGTERM): finished shards are kept
             jobs.write_status(out_dir, "stopped", error="interrupted; rerun the same command to resume")
         elif main:

@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opsd_diag import schema
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import templates
+from opsd_diag.io import safe, templates
 from opsd_diag.io.config_errors import format_error
 from opsd_diag.io.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
 from opsd_diag.io.training_fit import training_teacher
@@ -32,6 +32,7 @@ METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft", "uld")
 class Strict(BaseModel):
     """Unknown keys, non-finite floats and values of another type are errors; assignments are validated too."""
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+    _paths = field_validator("model", "adapter", "path", check_fields=False)(safe.path_field)  # every path named
 
 
 def _centering(v: str) -> str:

@@ -18,7 +18,7 @@ import pandas as pd
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
 from opsd_diag.io.config import DataSpec
-from opsd_diag.io.yamlfile import read_text
+from opsd_diag.io.yamlfile import decode, read_bytes
 
 OUR_FIELDS = ("id", "prompt", "solution", "answer", "meta")
 _EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
@@ -54,21 +54,21 @@ def _json_rows(path: Path, text: str) -> tuple[list[dict], str]:
     return rows, "line"
 
 
-def _read_rows(path: Path, fmt: str, key: str) -> tuple[list[dict], list[str] | None, str]:
-    """(records, the header's columns for a table format else None, what a record is called)."""
+def _read_rows(path: Path, data: bytes, fmt: str, key: str) -> tuple[list[dict], list[str] | None, str]:
+    """(records of the file's ``data``, the header's columns for a table format else None, what a record is)."""
     if fmt == "auto":
         fmt = _EXTENSIONS.get(path.suffix.lower(), "")
         if not fmt:
             raise OpsdError(f"cannot tell the format of {path} from its extension: set {key}.format to jsonl, csv or "
                             "parquet")
     if fmt == "jsonl":
-        rows, what = _json_rows(path, read_text(path, "data"))
+        rows, what = _json_rows(path, decode(data, path, "data"))
         return rows, None, what
     try:
         if fmt == "csv":
-            frame = pd.read_csv(io.StringIO(read_text(path, "data")), dtype=str, keep_default_na=False)
+            frame = pd.read_csv(io.StringIO(decode(data, path, "data")), dtype=str, keep_default_na=False)
         else:
-            frame = pd.read_parquet(path)
+            frame = pd.read_parquet(io.BytesIO(data))
     except OpsdError:
         raise
     except Exception as e:  # pandas/pyarrow raise many types for a corrupt file
@@ -146,15 +146,11 @@ def load_problems(spec: DataSpec, key: str = "data") -> list[dict]:
     ``key`` is where the spec sits in the config (``data``, ``training.data``...): errors name it.
     """
     path = Path(spec.path)
-    if path.is_dir():
-        raise OpsdError(f"data file {path} is a directory, not a file: set {key}.path to a JSONL, CSV or Parquet "
-                        "file")
-    if not path.is_file():
-        raise OpsdError(f"data file {path} not found: set {key}.path to a JSONL, CSV or Parquet file")
+    data = read_bytes(path, "data", f"set {key}.path to a JSONL, CSV or Parquet file")  # a FIFO, a folder: said
     unknown = set(spec.fields) - set(OUR_FIELDS)
     if unknown:
         raise OpsdError(f"{key}.fields maps unknown field(s) {sorted(unknown)}: map only {', '.join(OUR_FIELDS)}")
-    rows, header, what = _read_rows(path, spec.format, key)
+    rows, header, what = _read_rows(path, data, spec.format, key)
     if not rows:
         raise OpsdError(f"{path} contains no problems: add records with at least a 'prompt' field")
     _check_columns(path, spec, rows, header, key)

@@ -9,8 +9,10 @@ so every read and write of a run's files, and every output a command writes, goe
   regular file (never a link, FIFO, device or folder), and is never a file of a run unless the
   caller writes its own run (``own_run``); the temp file goes on every exit path (an exception,
   Ctrl-C);
-- a full disk, no inodes or no file descriptors is one OpsdError naming the file;
-- ``check_path`` turns a NUL, an over-long name or a symbolic-link loop into one error.
+- a full disk, no inodes or no file descriptors is one ResourceError naming the file (its fix, what to
+  rerun, is said by the command that failed);
+- ``check_name`` turns a NUL or an over-long name into one error (every path a config names goes through
+  it), ``check_path`` a symbolic-link loop too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from opsd_diag.errors import OpsdError
+from opsd_diag.errors import OpsdError, ResourceError
 
 NAME_MAX, PATH_MAX = 255, 4096  # bytes: Linux's limits for one path component and a whole path
 MAX_JSON_BYTES = 64 << 20  # a summary of many configs is a few MB; anything larger is not ours
@@ -66,21 +68,43 @@ def kind(mode: int) -> str | None:
 
 # ------------------------------------------------------------------------------------ paths
 
-def check_path(path, what: str = "path") -> Path:
-    """``path`` as a Path, or one OpsdError for what no file system call can take (checked before any work)."""
+def check_name(path, what: str = "path") -> str:
+    """``path`` as text, or one OpsdError for what no file system call can take: a NUL, undecodable
+    characters, a path or one name over Linux's limits. Pure (no file system call): a config's paths are
+    checked with it when the config is read (``io.config``), whatever machine reads it. ``what`` may be
+    empty when the caller names the path itself (a config key)."""
     s = os.fspath(path)
+    lead = f"{what} " if what else "the path "
     if "\0" in s:
-        raise OpsdError(f"{what} contains a NUL character, which no file name can hold: check how it was typed")
+        raise OpsdError(f"{lead}contains a NUL character, which no file name can hold: check how it was typed")
     try:
         raw = os.fsencode(s)
     except UnicodeEncodeError:
-        raise OpsdError(f"{what} {_show(s)} holds characters that cannot be a file name: retype it") from None
+        raise OpsdError(f"{lead}{_show(s)} holds characters that cannot be a file name: retype it") from None
     if len(raw) >= PATH_MAX:
-        raise OpsdError(f"{what} is {len(raw)} bytes long, over the limit of {PATH_MAX - 1}: use a shorter path")
+        raise OpsdError(f"{lead}is {len(raw)} bytes long, over the limit of {PATH_MAX - 1}: use a shorter path")
     long = next((part for part in raw.split(b"/") if len(part) > NAME_MAX), None)
     if long is not None:
-        raise OpsdError(f"{what}: the name {_show(os.fsdecode(long[:40]))}... is {len(long)} bytes, over the file "
-                        f"system's limit of {NAME_MAX} per name: use a shorter name")
+        raise OpsdError(f"{what + ': ' if what else ''}the name {_show(os.fsdecode(long[:40]))}... is {len(long)} "
+                        f"bytes, over the file system's limit of {NAME_MAX} per name: use a shorter name")
+    return s
+
+
+def path_field(v):
+    """``check_name`` as the validator of every path field of a config (problem sets, model and adapter
+    folders): a NUL or an over-long name is that key's error, not a traceback where the file is opened."""
+    if isinstance(v, str):
+        try:
+            check_name(v, "")
+        except OpsdError as e:
+            raise ValueError(str(e)) from None
+    return v
+
+
+def check_path(path, what: str = "path") -> Path:
+    """``path`` as a Path, or one OpsdError for what no file system call can take (checked before any work):
+    ``check_name``'s limits, and a symbolic-link loop or a path the file system finds too long."""
+    s = check_name(path, what)
     try:
         os.stat(s)
     except OSError as e:
@@ -92,18 +116,20 @@ def check_path(path, what: str = "path") -> Path:
     return Path(s)
 
 
-def resource_error(e: BaseException, path) -> OpsdError | None:
-    """The one-line error for a write that failed for want of space, inodes or descriptors, else None.
+def resource_error(e: BaseException, path) -> ResourceError | None:
+    """The one-line error for a write that failed for want of space, inodes or descriptors, else None; its
+    fix is generic until the command that failed names what to rerun (``ResourceError.after``).
 
     torch and safetensors wrap the OS error in their own types: then the file system itself is asked."""
+    if isinstance(e, ResourceError):
+        return e
     code = getattr(e, "errno", None)
     if code not in _RESOURCE:
         wrapped = code is None and (isinstance(e, (OSError, RuntimeError)) or type(e).__name__ == "SafetensorError")
         if not (wrapped and _full(path)):
             return None
         code = errno.ENOSPC
-    return OpsdError(f"cannot write {_show(path)}: {_RESOURCE[code]} ({errno.errorcode[code]}): free some space (or "
-                     "raise the limit) and rerun the same command, which resumes where it stopped")
+    return ResourceError(f"cannot write {_show(path)}: {_RESOURCE[code]} ({errno.errorcode[code]})")
 
 
 def _full(path) -> bool:

@@ -4,12 +4,17 @@ Duplicate keys are rejected (YAML would keep the last one silently), aliases tha
 beyond a sane size are refused (a "billion laughs" file), a UTF-8 byte-order mark is ignored and
 any other encoding than UTF-8 is named. Merge keys (``<<: *defaults``) work, ``1e-5`` is a number (YAML 1.1
 would read it as a string), and a JSON file is read as JSON when YAML refuses it (tab indentation).
+Every file a user names as input (this config, a problem set: ``read_bytes``) is opened without ever
+blocking: a FIFO, a device, a folder or a loop of links is named as such, never read, never "not found".
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 import yaml
@@ -67,19 +72,44 @@ def _expanded_size(node, memo: dict) -> int:
     return memo[id(node)]
 
 
-def read_text(path: str | Path, what: str) -> str:
-    """A text file as UTF-8 (a byte-order mark is dropped), or an OpsdError naming the problem."""
+def read_bytes(path: str | Path, what: str, fix: str = "check the path") -> bytes:
+    """A file a user names as input (a config, a problem set): a regular file, links followed, opened without
+    ever waiting on a named pipe (a FIFO would block the read forever); else one OpsdError saying what stands
+    there (nothing, a folder, a FIFO, a device, a loop of links) and ``fix``."""
     path = Path(path)
-    if path.is_dir():
-        raise OpsdError(f"{what} {path} is a directory, not a file: pass the path of the file itself")
-    if not path.is_file():
-        raise OpsdError(f"{what} file {path} not found: check the path")
     try:
-        return path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise OpsdError(f"{what} file {path} not found: {fix}") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        why = ("goes through a loop of symbolic links" if getattr(e, "errno", None) == errno.ELOOP else
+               f"cannot be opened ({getattr(e, 'strerror', None) or e})")
+        raise OpsdError(f"{what} file {path} {why}: {fix}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        found = ("a directory, not a file" if stat.S_ISDIR(mode) else
+                 f"{'a named pipe (FIFO)' if stat.S_ISFIFO(mode) else 'a device or a socket'}, not a regular file")
+        raise OpsdError(f"{what} file {path} is {found}: {fix}")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise OpsdError(f"cannot read {what} file {path} ({e.strerror})") from None
+
+
+def read_text(path: str | Path, what: str, fix: str = "check the path") -> str:
+    """A text file as UTF-8 (a byte-order mark is dropped), or an OpsdError naming the problem."""
+    return decode(read_bytes(path, what, fix), path, what)
+
+
+def decode(data: bytes, path: str | Path, what: str) -> str:
+    """A file's bytes as UTF-8 text (a byte-order mark dropped), or an OpsdError saying to save it as UTF-8."""
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         raise OpsdError(f"{what} file {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
-    except OSError as e:
-        raise OpsdError(f"cannot read {what} file {path} ({e.strerror})") from None
 
 
 def read_mapping(path: str | Path, what: str, expected: str) -> dict:
