@@ -32,7 +32,8 @@ from pathlib import Path
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
-from opsd_diag.lock import LOCK, acquire_lock, check_free, holders, process_start_time, release_lock, status_lock
+from opsd_diag.lock import (LOCK, acquire_lock, check_free, holders, process_start_time, release_lock, status_lock,
+                            unless_held)
 
 __all__ = ["LOCK", "acquire_lock", "check_free", "release_lock", "process_start_time"]  # the protocol's names
 
@@ -115,12 +116,17 @@ def write_status(run_dir: str | Path, status: str | None = None, *, owner: bool 
 
 def fail(run_dir: str | Path, error: str, status: str = "failed") -> None:
     """Record a failure (or a stop, ``status="stopped"``) in a run directory this process owns or was launched
-    into, while it still reads as active: never in another's, never over what the run itself recorded."""
-    st = read_status(run_dir)
-    launched = os.environ.get(ARGV_ENV) is not None and json.loads(os.environ[ARGV_ENV]) == (st or {}).get("argv")
-    if st is not None and st.get("status") in ACTIVE and (st.get("pid") == os.getpid() or launched):
-        with contextlib.suppress(OpsdError, OSError):  # the error being reported matters more than this record
-            write_status(run_dir, status, error=error)
+    into, while it still reads as active: never in another's, never over what the run itself recorded.
+
+    Only while no other process holds the run's lock: a second launch into a folder whose run took the lock
+    first (the launcher's ``starting`` and its argv may be that second launch's) loses, and says so on its
+    own stderr only; the running run's status stays ``running``."""
+    with unless_held(run_dir) as free:
+        st = read_status(run_dir) if free else None
+        launched = os.environ.get(ARGV_ENV) is not None and json.loads(os.environ[ARGV_ENV]) == (st or {}).get("argv")
+        if st is not None and st.get("status") in ACTIVE and (st.get("pid") == os.getpid() or launched):
+            with contextlib.suppress(OpsdError, OSError):  # the error being reported matters more than this record
+                write_status(run_dir, status, error=error)
 
 
 STOPPED_EARLY = "stopped while loading, before any new work: start it again to continue"

@@ -83,6 +83,27 @@ def check_free(run_dir: str | Path) -> None:
         os.close(fd)  # closing drops a lock we got
 
 
+@contextlib.contextmanager
+def unless_held(run_dir: str | Path):
+    """Yield whether no other process holds the run directory's lock, keeping it so meanwhile (the writes
+    inside cannot race a run that takes the lock): True when it is free or this process itself holds it."""
+    run_dir = Path(run_dir)
+    try:
+        fd = _dir_fd(run_dir)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        yield False  # no folder (or not one): nothing of a run to write into
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            free = True
+        except BlockingIOError:
+            free = os.getpid() in holders(run_dir)  # our own lock, on another descriptor
+        yield free
+    finally:
+        os.close(fd)  # closing drops a lock we got
+
+
 class Held:
     """The lock of one run directory, held until ``close`` (or the process ends)."""
 
