@@ -490,3 +490,14 @@ def test_the_world_reference_lists_every_key():
     for prefix, model in sections.items():
         for name in model.model_fields:
             assert f"| `{prefix}{name}` |" in text, f"{prefix}{name} missing from docs/worlds.md"
+
+
+def test_card_only_renders_a_copy_of_the_shipped_card_byte_for_byte_keeping_its_rebuild_record(tmp_path):
+    """`--card-only` rewrites the card from the report and the spec; `rebuild_check --record`'s section stays."""
+    models = tmp_path / "models"
+    shutil.copytree(SAMPLE / "models", models)
+    card = (models / "MODEL_CARD.md").read_bytes()
+    assert b"## Rebuild check" in card
+    (models / "MODEL_CARD.md").write_text("# stale\n\n## Rebuild check" + card.decode().split("## Rebuild check", 1)[1])
+    assert diag_cli.main(["zoo", "build", "--out", str(models), "--card-only"]) == 0
+    assert (models / "MODEL_CARD.md").read_bytes() == card

@@ -29,7 +29,7 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
 from opsd_diag.zoo import guard, samples, stored, task
-from opsd_diag.zoo.card import model_card
+from opsd_diag.zoo.card import RECORD_HEADING, model_card
 from opsd_diag.zoo.evaluate import (  # noqa: F401  (the zoo's evaluation, as tests/test_zoo.py uses it)
     MAX_NEW_TOKENS, accuracy_by_level, eval_problems, evaluate, greedy_correct, user_texts)
 from opsd_diag.zoo.tokenizer import IM_END, train_tokenizer
@@ -294,7 +294,14 @@ def rerender_card(out_dir: Path, world: World, command: str = "", replace: bool 
     guard.check_card(world, out_dir, replace)
     report = BuildReport(**stored.read_report(out_dir, world))
     card = out_dir / "MODEL_CARD.md"
-    safe.write_file(card, model_card(report, size_of(world, report.size), world, command=command).encode())
+    text = model_card(report, size_of(world, report.size), world, command=command)
+    try:  # the record of `rebuild_check --record` is no render of the report: it is kept
+        old = safe.read_bytes(card, limit=1 << 20).decode("utf-8")
+    except (OSError, ValueError):
+        old = ""
+    if RECORD_HEADING in old:
+        text = text.rstrip("\n") + "\n\n" + RECORD_HEADING + old.split(RECORD_HEADING, 1)[1]
+    safe.write_file(card, text.encode())
     return card
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from opsd_diag.zoo import effects
 
 OP_WORDS = {"+": "adding", "-": "subtracting", "*": "multiplying by"}
+RECORD_HEADING = "## Rebuild check"  # the section rebuild_check --record appends; a re-rendered card keeps it
 
 REBUILD_NOTE = ("`tests/test_zoo.py` rebuilds the reduced `ci` size twice in CI and checks the weights are "
                 "bit-identical; `python -m opsd_diag.zoo.rebuild_check --record` rebuilds this full size and "

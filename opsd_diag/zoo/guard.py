@@ -51,6 +51,8 @@ def read_marker(folder) -> dict | None:
 
 def write_marker(folder: Path, world: str, size: str, seed: int, holds: str) -> None:
     """Claim ``folder`` for this build (created if absent), before anything else is written into it."""
+    if folder.is_symlink():  # checked before the build; again, in case it changed since
+        raise OpsdError(f"the problem splits folder {folder} became a symbolic link: nothing was written")
     folder.mkdir(parents=True, exist_ok=True)
     safe.write_file(folder / MARKER, marker(world, size, seed, holds))
 
@@ -139,7 +141,11 @@ def _check_folder(path: Path, role: str, world, size: str, seed: int, replace: b
     if shipped(path) and seed != world.seed:
         raise OpsdError(f"{label} is in the shipped sample_data/ folder, built with the spec's seed {world.seed}: "
                         f"a build with --seed {seed} goes elsewhere; {ELSEWHERE}")
-    if path.is_dir() and any(path.iterdir()):
+    try:
+        filled = path.is_dir() and any(path.iterdir())
+    except OSError as e:
+        raise OpsdError(f"cannot read {label} ({e.strerror}): choose a folder you can read and write") from None
+    if filled:
         files, dirs = (MODEL_FILES, MODEL_DIRS) if role == "models" else (PROBLEM_FILES, ())
         _check_owner(path, role, world, replace, files, dirs)
     _check_writable(path, role)

@@ -36,9 +36,9 @@ from opsd_diag.io import safe
 from opsd_diag.zoo import guard, stored
 from opsd_diag.zoo import world as world_mod
 from opsd_diag.zoo.build import build
+from opsd_diag.zoo.card import RECORD_HEADING
 
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "worlds" / "chains.yaml"
-RECORD_HEADING = "## Rebuild check"
 
 
 def cpu_model() -> str:
