@@ -135,7 +135,7 @@ def _cmd_predict(args) -> None:
     spec = validate(IdealSpec, {**spec, "enabled": True}, "predict options", "ideal")
     from opsd_diag import jobs
     from opsd_diag.engine.diagnose import prepare
-    from opsd_diag.engine.predict import run_predictor
+    from opsd_diag.engine.predict import check_tables, run_predictor
 
     jobs.check_free(run_dir)  # another process writes this run: say so before the models load
     from opsd_diag.io import safe, store
@@ -145,6 +145,7 @@ def _cmd_predict(args) -> None:
     if note:
         print(f"opsd-diag: {note}", file=sys.stderr)
     prep = prepare(cfg.model_copy(update={"ideal": spec}))  # what the predictor cannot do is refused here
+    check_tables(run.rollouts, run.tokens, [t.name for t in cfg.teachers], prep.node_models())  # models vs tables
     lock = jobs.acquire_lock(run_dir, "opsd-diag predict")  # one writer per run directory
     try:
         if run.summary.ranking:
@@ -168,8 +169,10 @@ def _cmd_scoreboard(args) -> None:
               "'opsd-train --from-diagnosis RUN_DIR --config NAME --signal SIGNAL'")
         return
     with _pd_options():  # names from the runs' prediction.json files: escaped for the terminal
-        print(printable(board.frame.drop(columns=["diagnosis"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"),
-                        keep_newlines=True))
+        print(printable(board.frame.drop(columns=["diagnosis", "problem"]).to_string(
+            index=False, float_format=lambda v: f"{v:.3f}"), keep_newlines=True))
+    for run, problem in board.frame.dropna(subset=["problem"])[["run", "problem"]].itertuples(index=False):
+        print(printable(f"not scored: {run}: {problem}"))  # one line each, whatever the run's files hold
     print(f"\nSpearman(predicted score, realised pass@1 gain) over {board.n_scored} finished runs: "
           f"{board.spearman:.3f}" + ("  (needs 3 or more)" if board.n_scored < 3 else "")
           + f"; verdict accuracy over the {board.n_judged} helps/hurts runs whose gain interval excludes zero: "

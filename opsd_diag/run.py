@@ -55,28 +55,38 @@ class Run:
         if manifest.get("status") != "finished":
             raise OpsdError(f"run {path} is not finished (status: {manifest.get('status')}): "
                             f"resume it with 'opsd-diag run {path / 'config.yaml'} --out {path}'")
+        raw = store.read_json(path / "summary.json")
         try:
-            summary = Summary.model_validate(store.read_json(path / "summary.json"))
+            summary = Summary.model_validate(raw)
         except ValidationError as e:
             raise OpsdError(f"{path / 'summary.json'} does not match the summary schema ({e.errors()[0]['msg']} at "
                             f"{'.'.join(map(str, e.errors()[0]['loc']))}): rerun the diagnosis into a new --out") \
                 from None
+        store.check_summary(path, raw, manifest)  # this run's own summary: its run id
         return cls(path, manifest, summary)
 
     # -------------------------------------------------------------------------------- data
     @cached_property
     def config(self) -> DiagnosisConfig:
         """The run's config with remote code off, whatever the manifest says (``io.trust``)."""
-        return from_dict(trust.without_code(self.manifest.get("config") or {})[0],
-                         f"{self.path / 'manifest.json'} config")
+        return from_dict(trust.without_code(self._stored_config())[0], f"{self.path / 'manifest.json'} config")
 
     def config_for_models(self, trust_remote_code: bool = False) -> tuple[DiagnosisConfig, str | None]:
         """(the config to load the run's models with, remote code only as the user's own flag says; the one-line
         note when the manifest asked for remote code, else None)."""
-        stored = self.manifest.get("config") or {}
+        stored = self._stored_config()
         _, asked = trust.without_code(stored)
         cfg = from_dict(trust.with_code(stored, trust_remote_code), f"{self.path / 'manifest.json'} config")
         return cfg, trust.note(self.path / "manifest.json", asked, trust_remote_code)
+
+    def _stored_config(self) -> dict:
+        """The manifest's config, refused in one line when it is not an object (a damaged manifest)."""
+        stored = self.manifest.get("config")
+        if not isinstance(stored, dict):
+            what = "missing" if stored is None else f"{type(stored).__name__}, not an object"
+            raise OpsdError(f"{self.path / 'manifest.json'}: its config is {what} (damaged or edited by hand): "
+                            "rerun the diagnosis into a new --out")
+        return stored
 
     @property
     def configs(self) -> list[str]:
@@ -96,12 +106,13 @@ class Run:
     nodes = property(lambda self: self.table("nodes"))
 
     def facts(self) -> dict:
-        """The run in one line: status, problems, samples, temperatures, centring, seed, time, student."""
-        m = self.manifest
-        facts = {k: m.get(k) for k in ("status", "n_problems", "sampling_temperature", "scoring_temperature",
-                                       "centering", "seed", "seconds")}
-        facts["samples"] = (m.get("config") or {}).get("sampling", {}).get("num_samples")
-        facts["student"] = (m.get("config") or {}).get("student", {}).get("model")
+        """The run in one line: status, problems, samples, temperatures, centring, seed, time, student. A
+        value of the wrong type in a damaged or hand-edited manifest is None (shown as missing), never an error."""
+        m, cfg = self.manifest, _section(self.manifest, "config")
+        facts = {k: _fact(m.get(k)) for k in ("status", "n_problems", "sampling_temperature", "scoring_temperature",
+                                              "centering", "seed", "seconds")}
+        facts["samples"] = _fact(_section(cfg, "sampling").get("num_samples"))
+        facts["student"] = _fact(_section(cfg, "student").get("model"))
         return facts
 
     def verdicts(self) -> pd.DataFrame | None:
@@ -277,7 +288,7 @@ class Run:
         """
         from opsd_diag.io.models import load_tokenizer
 
-        spec = (self.manifest.get("config") or {}).get("student") or {}
+        spec = _section(_section(self.manifest, "config"), "student")
         try:
             return load_tokenizer(str(spec.get("model") or ""), spec.get("revision"), False, False)
         except (OpsdError, TypeError):
@@ -326,3 +337,17 @@ class Run:
         for name, data in files.items():
             safe.write_file(out_dir / name, data)
         return [out_dir / name for name in files]
+
+
+def _section(obj: dict, key: str) -> dict:
+    """``obj[key]`` when it is an object, else {} (a manifest may be damaged or hand-edited)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _fact(value):
+    """A manifest value as a fact: a number, a flag or a line of text (at most 200 characters); anything else
+    (a list, an object) is None."""
+    if isinstance(value, str):
+        return value[:200]
+    return value if isinstance(value, (int, float, bool)) or value is None else None

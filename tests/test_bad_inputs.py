@@ -905,7 +905,7 @@ CASES: list[Case] = [
     diag("i19-show-tokens-of-another-run", corrupt_run(restamp("tokens", "0123456789abcdef"), cmd="show"),
          "tokens.parquet belongs to another run (run id 0123456789abcdef"),
     diag("i19-show-tokens-unstamped", corrupt_run(restamp("tokens", None), cmd="show"),
-         "belongs to another run (run id none"),
+         "tokens.parquet lacks the run-id stamp"),
     diag("i19-predict-rollouts-of-another-run", corrupt_run(restamp("rollouts", "f" * 32), cmd="predict"),
          "rollouts.parquet belongs to another run"),
     # --- end of issue 19 ---

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import store
 from opsd_diag.run import Run
 from trainer.config import with_training
 
@@ -88,4 +89,32 @@ def from_diagnosis(run_dir: str | Path, config: str, signal: str, *, trust_remot
     finished run in ``run_dir``; remote code only as ``trust_remote_code`` (the user's flag) says."""
     run = Run.load(run_dir)
     cfg = training_config(run, config, signal, trust_remote_code=trust_remote_code, **overrides)
+    check_scored(run, cfg, config)
     return cfg, prediction(run, config, signal), run.config_for_models(trust_remote_code)[1]
+
+
+def check_scored(run: Run, cfg: DiagnosisConfig, config: str) -> None:
+    """The teacher the manifest names for ``config`` is one the diagnosis scored: the config has a summary,
+    and its model is of the family (the student's tokenizer or another) its tables were scored with. A
+    manifest edited to name another teacher would train a teacher the prediction is not about."""
+    fix = ("the manifest's teachers are not the ones this diagnosis scored (manifest.json edited, or copied from "
+           "another run); train from the diagnosis' own run directory, or rerun the diagnosis")
+    if config not in run.configs:
+        raise OpsdError(f"the diagnosis has no summary of config '{config}': {fix}")
+    scored_other = f"left_out.{config}" in store.table_columns(run.path, "rollouts")  # span-scored configs only
+    teacher = next(t for t in cfg.teachers if t.name == config)
+    if teacher.is_self:
+        other = False
+    else:
+        from opsd_diag.io.models import load_tokenizer, vocab_fingerprint
+
+        try:
+            toks = [load_tokenizer(s.model, s.revision, bool(s.allow_download), bool(s.trust_remote_code))
+                    for s in (cfg.student, teacher)]
+        except OpsdError:
+            return  # a model that does not load is said, in its words, when the training run loads it
+        other = vocab_fingerprint(toks[0]) != vocab_fingerprint(toks[1])
+    if other != scored_other:
+        was, now = ("another", "the student's") if scored_other else ("the student's", "another")
+        raise OpsdError(f"config '{config}' was scored with a teacher of {was} tokenizer, but the model the manifest "
+                        f"names has {now}: {fix}")

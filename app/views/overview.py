@@ -18,6 +18,7 @@ from trainer import from_diagnosis  # noqa: E402  finished run is shown)
 
 s, f = run.summary, run.facts()
 st.title("Overview")
+f = {k: common.md(v) for k, v in f.items()}  # the manifest's values, shown as written (never markdown)
 st.caption(f"{common.md(run.path)} · {f['n_problems']} problems × {f['samples']} samples · "
            f"T_sample={f['sampling_temperature']} · T_score={f['scoring_temperature']} · centering={f['centering']}")
 

@@ -261,7 +261,7 @@ def finish(prep: Prepared, out_dir: Path) -> dict:
     summary["context_truncated"] = {t: int(sum(v)) for t, v in prep.truncated.items()}
     if dropped:
         summary["left_out"] = dropped  # rollouts a teacher with another tokenizer could not align with, and why
-    store.atomic_write_json(Path(out_dir) / "summary.json", summary)
+    store.write_summary(out_dir, summary)  # stamped with the run's id
     return summary
 
 

@@ -8,6 +8,7 @@ import platform
 import torch
 
 from opsd_diag import __version__
+from opsd_diag.io.store import STAMPS
 
 
 def _versions() -> dict:
@@ -26,4 +27,4 @@ def manifest(prep, status: str, **extra) -> dict:
             "n_problems": len(prep.problems), "n_shards": prep.n_shards, "shard_size": cfg.shard_size,
             "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids,
             "rendered_prompts": {"problem_id": prep.problems[0]["id"], **prep.rendered}, "template_notes": prep.notes,
-            "vocab_size": int(prep.student.get_output_embeddings().weight.shape[0]), **extra}
+            "vocab_size": int(prep.student.get_output_embeddings().weight.shape[0]), "stamps": list(STAMPS), **extra}

@@ -52,8 +52,9 @@ def run_predictor(run_dir: Path, cfg: DiagnosisConfig, problems: list[dict], mod
     """
     spec = validate(IdealSpec, (spec or cfg.ideal or IdealSpec()).model_dump(), "predictor settings", "ideal")
     run_dir = Path(run_dir)
-    summary = store.read_json(run_dir / "summary.json")
+    summary = store.read_summary(run_dir)  # this run's own (its run id), never one copied in
     rollouts, tokens = store.read_table(run_dir, "rollouts"), store.read_table(run_dir, "tokens")
+    check_tables(rollouts, tokens, [t.name for t in cfg.teachers], models)
     if not spec.enabled:
         result = skipped("the ideal-gradient predictor is disabled (ideal.enabled: false)")
     elif rollouts.empty or tokens.empty:
@@ -67,6 +68,35 @@ def run_predictor(run_dir: Path, cfg: DiagnosisConfig, problems: list[dict], mod
     if write_summary:
         attach_to_summary(run_dir, summary, result)
     return result
+
+
+def check_tables(rollouts: pd.DataFrame, tokens: pd.DataFrame, configs: list[str], models: NodeModels) -> None:
+    """The run's tables were scored by the models the predictor loaded from its manifest: each config's rows
+    and prompts are there, a config of another tokenizer (``models.cross``) has span rows and the others do not,
+    and every id lies in its model's vocabulary. A manifest edited to name another teacher (or a teacher of
+    another family) is one OpsdError here, before a forward meets an id its model does not have."""
+    if rollouts.empty or tokens.empty:
+        return
+    fix = ("the manifest's models are not the ones that scored this run's tables (manifest.json edited, or copied "
+           "from another run); run the predictor on the diagnosis' own run directory, or rerun the diagnosis")
+    spans = tokens["span_len"].notna() if "span_len" in tokens.columns else pd.Series(False, index=tokens.index)
+    scored = set(tokens["config"].unique())
+    for c in ["student", *configs]:
+        if c != "student" and c not in scored:
+            raise OpsdError(f"tokens.parquet has no rows of config '{c}': {fix}")
+        if f"prompt_ids.{c}" not in rollouts.columns:
+            raise OpsdError(f"rollouts.parquet has no prompts of config '{c}' (prompt_ids.{c}): {fix}")
+        if c != "student" and bool(spans[tokens["config"] == c].any()) != (c in models.cross):
+            was, now = ("another", "the student's") if c not in models.cross else ("the student's", "another")
+            raise OpsdError(f"config '{c}' was scored with a teacher of {was} tokenizer, but the model its manifest "
+                            f"names has {now}: {fix}")
+        model = models.student if c == "student" else models.teachers[c]
+        rows = int(model.get_input_embeddings().weight.shape[0])
+        for col in [f"prompt_ids.{c}", *(["completion_ids"] if c == "student" else [])]:
+            ids = pd.to_numeric(rollouts[col].explode().dropna(), errors="coerce")
+            if ids.isna().any() or len(ids) and (ids.min() < 0 or ids.max() >= rows):
+                raise OpsdError(f"rollouts.parquet: column '{col}' holds ids outside the vocabulary (0 to {rows - 1}) "
+                                f"of the model that reads it: {fix}")
 
 
 def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, sampler: Sampler, spec: IdealSpec,
@@ -150,5 +180,5 @@ def attach_to_summary(run_dir: Path, summary: dict, result: dict) -> dict:
     """Store the result plus verdicts and ranking in ``summary.json`` (atomically); returns it."""
     summary = {**summary, "ideal": jsonable(result)}
     summary.update(jsonable(verdict.verdicts(summary, summary["ideal"])))
-    store.atomic_write_json(Path(run_dir) / "summary.json", summary)
+    store.write_summary(run_dir, summary)
     return summary

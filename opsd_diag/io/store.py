@@ -28,6 +28,10 @@ from opsd_diag.io import safe
 from opsd_diag.schema import LATER_COLUMNS, TABLE_COLUMNS
 
 RUN_ID_KEY = b"opsd_run_id"
+SUMMARY_ID = "run_id"  # summary.json's copy of the manifest's run id (``write_summary``)
+# What the manifest's ``stamps`` lists: the files that carry its run id. A run of an older version, made before
+# summary.json was stamped, lacks the entry, so its unstamped summary still opens.
+STAMPS = ("tables", "summary.json")
 SPACE_PROBE = 64 << 10  # bytes written once to prove the run directory's disk has room
 
 TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
@@ -186,11 +190,76 @@ def _read_parquet(path: Path, expected_id: str | None, columns: dict[str, str] |
         raise OpsdError(f"{path} is corrupt ({type(e).__name__}): rerun the run into a new --out") from None
     if columns is not None:
         frame = check_table(frame, path, columns, vocab_size)
-    found = (table.schema.metadata or {}).get(RUN_ID_KEY, b"").decode(errors="replace") or None
-    if expected_id is not None and found != expected_id:
-        raise OpsdError(f"{path} belongs to another run (run id {found or 'none'}; this run's manifest.json says "
-                        f"{expected_id}): tables were copied between runs; rerun the diagnosis into a new --out")
+    _check_stamp(path, table.schema.metadata, expected_id)
     return frame
+
+
+def _check_stamp(path: Path, metadata: dict | None, expected_id: str | None) -> None:
+    """A table of a run whose manifest has a run id carries that id in its Parquet metadata."""
+    found = (metadata or {}).get(RUN_ID_KEY, b"").decode(errors="replace") or None
+    if expected_id is None or found == expected_id:
+        return
+    if found is None:
+        raise OpsdError(f"{path} lacks the run-id stamp that every table of an OPSD-Diag run of this version "
+                        f"carries (this run's is {expected_id}): it was not written by this run (another tool, or "
+                        "an older version); rerun the diagnosis into a new --out")
+    raise OpsdError(f"{path} belongs to another run (run id {found}; this run's manifest.json says "
+                    f"{expected_id}): tables were copied between runs; rerun the diagnosis into a new --out")
+
+
+def table_columns(run_dir: Path, name: str) -> list[str]:
+    """The column names of a stored table, from its schema alone (no rows are read), checked to be this run's
+    like ``read_table``; [] when the table is absent."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / f"{name}.parquet"
+    if not os.path.lexists(path):
+        return []
+    rid = run_id(run_dir)
+    try:
+        with os.fdopen(safe.open_regular(path), "rb") as f:
+            schema = pq.read_schema(f)
+    except OpsdError:
+        raise
+    except Exception as e:  # pyarrow raises several types for a corrupt file
+        raise OpsdError(f"{path} is corrupt ({type(e).__name__}): rerun the run into a new --out") from None
+    _check_stamp(path, schema.metadata, rid)
+    return list(schema.names)
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    """``RUN/summary.json``, atomically, stamped with the run's id (a summary copied in from another
+    diagnosis is caught by ``read_summary``)."""
+    rid = run_id(run_dir)
+    atomic_write_json(Path(run_dir) / "summary.json", {**summary, **({SUMMARY_ID: rid} if rid else {})})
+
+
+def read_summary(run_dir: Path, manifest: dict | None = None) -> dict:
+    """``RUN/summary.json`` as ``read_json`` reads it, refused when it is another run's (``check_summary``)."""
+    run_dir = Path(run_dir)
+    summary = read_json(run_dir / "summary.json")
+    check_summary(run_dir, summary, read_manifest(run_dir) if manifest is None else manifest)
+    return summary
+
+
+def check_summary(run_dir: Path, summary: dict, manifest: dict) -> None:
+    """The run's summary carries the manifest's run id where the manifest says its run stamps its summary
+    (``STAMPS``); checked after the schema, as the tables are."""
+    path = Path(run_dir) / "summary.json"
+    rid = manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else None
+    stamps = manifest.get("stamps")
+    found = summary.get(SUMMARY_ID)
+    if rid is None or found == rid:
+        return
+    if found is not None:
+        raise OpsdError(f"{path} belongs to another run (run id {str(found)[:64]}; this run's manifest.json says "
+                        f"{rid}): it was copied in from another diagnosis; put back this run's own summary.json or "
+                        "rerun the diagnosis into a new --out")
+    if isinstance(stamps, list) and "summary.json" in stamps:
+        raise OpsdError(f"{path} lacks the run-id stamp this run's summary carries (its manifest.json says run id "
+                        f"{rid}): it is not this run's summary (copied from another diagnosis, or written by another "
+                        "tool); put back this run's own summary.json or rerun the diagnosis into a new --out")
+    # else: a run of a version that did not stamp its summary yet
 
 
 def read_table(run_dir: Path, name: str, optional: bool = False) -> pd.DataFrame:
