@@ -60,16 +60,14 @@ def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_
         raise OpsdError(f"model directory {name} does not exist: check the path (relative paths start from "
                         f"{Path.cwd()})")
     if name.count("/") == 0 or not allow_download:
-        if not _cached(name, revision):  # transformers' own answer is a paragraph about connecting to the hub
-            raise OpsdError(f"cannot load model '{name}': there is no directory of that name and it is not in the "
-                            "local Hugging Face cache: give a local directory, or a hub id 'org/name' with "
-                            "allow_download: true"
-                            if name.count("/") == 0 else
-                            f"cannot load model '{name}': it is not in the local Hugging Face cache and allow_download "
-                            "is false: set allow_download: true for this model to fetch it, or give a local directory")
         return {"pretrained_model_name_or_path": name, "revision": revision, "local_files_only": True,
                 "trust_remote_code": trust_remote_code, "_hint": "save the model (and tokenizer) again, or fetch it "
-                                                                 "again with allow_download: true"}
+                                                                 "again with allow_download: true",
+                "_uncached": (f"there is no directory of that name and it is not in the local Hugging Face cache: "
+                              "give a local directory, or a hub id 'org/name' with allow_download: true"
+                              if name.count("/") == 0 else
+                              "it is not in the local Hugging Face cache and allow_download is false: set "
+                              "allow_download: true for this model to fetch it, or give a local directory")}
     return {"pretrained_model_name_or_path": name, "revision": revision, "trust_remote_code": trust_remote_code}
 
 
@@ -106,10 +104,13 @@ def offline(active: bool):
 def _load(loader, name: str, revision, allow_download: bool, trust_remote_code: bool, **extra):
     kwargs = _source_kwargs(name, revision, allow_download, trust_remote_code)
     hint = kwargs.pop("_hint", "check the name and your network access")
+    uncached = kwargs.pop("_uncached", None)
     try:
         with held_warnings(), offline(not allow_download):
             return loader.from_pretrained(**kwargs, **extra)
     except Exception as e:  # noqa: BLE001 - a user's files: corrupt weights raise SafetensorError, shapes RuntimeError
+        if uncached and not _cached(name, revision):  # transformers' own answer: a paragraph about the network
+            raise OpsdError(f"cannot load model '{name}': {uncached}") from None
         local = Path(kwargs["pretrained_model_name_or_path"])
         first = describe(e, local if local.is_dir() else None)
         if "ignore_mismatched_sizes" in str(e):
