@@ -72,6 +72,9 @@ def check_build(world, out: Path, problems: Path | None, size: str, seed: int | 
     seed = world.seed if seed is None else seed
     if size == "full":
         check_memory(world)
+    for path, role in ((out, "models"), (problems, "problems")):
+        if path is not None:  # a NUL, an over-long name, a loop of links: before any path is resolved
+            safe.check_path(path, f"the {ROLES[role]} {path}")
     if problems is not None:
         _check_apart(Path(out), Path(problems))
     _check_folder(Path(out), "models", world, size, seed, replace)
