@@ -16,7 +16,8 @@ from opsd_diag.errors import OpsdError, ResourceError, printable
 MODELS_DIR = Path("sample_data/models")
 PROBLEMS_DIR = Path("sample_data/problems")
 PATHS = {"config": "the config file", "out": "--out", "run_dir": "the run directory", "root": "the runs folder",
-         "problems_dir": "--problems-dir"}
+         "problems_dir": "--problems-dir", "world": "--world",
+         "calibration": "--calibration"}
 
 
 def _cmd_run(args) -> None:
@@ -43,9 +44,10 @@ def _cmd_run(args) -> None:
             _print_report(out)
 
 
-def _print_report(run_dir: Path) -> None:
-    """The summary and ranked verdicts; text from the run (names, reasons) is escaped before it reaches
-    the terminal (a received run can hold escape sequences)."""
+def _print_report(run_dir: Path, calibration: str | None = None) -> None:
+    """The summary, predictor v2's decision (the shipped models or ``calibration``'s) and the v1 verdicts; text
+    from the run (names, reasons) is escaped before it reaches the terminal (a received run can hold escape
+    sequences)."""
     from opsd_diag.run import Run
 
     run = Run.load(run_dir)
@@ -60,9 +62,13 @@ def _print_report(run_dir: Path) -> None:
         lines.append(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if s.ideal is not None and s.ideal.status != "ok":
         lines.append(f"ideal-gradient predictor: {printable(str(s.ideal.reason))}")  # one line, whatever it holds
-    verdicts = run.verdicts()
+    pred = run.predictions(calibration)
+    if pred is not None:
+        from opsd_diag.report.terminal import prediction_text
+        lines.append(prediction_text(pred))
+    verdicts = s.verdict_frame()
     if verdicts is not None:
-        lines.append("\nverdicts, ranked by verdict then predicted benefit (rule: docs/verdict.md):")
+        lines.append("\nv1 verdicts, ranked by verdict then score (secondary evidence; rule: docs/verdict.md):")
         with _pd_options():
             lines.append(verdicts.drop(columns="rank").to_string(index=False, float_format=lambda v: f"{v:.4f}",
                                                                  max_colwidth=110))
@@ -75,7 +81,7 @@ def _pd_options():
 
 
 def _cmd_report(args) -> None:
-    _print_report(Path(args.run_dir))
+    _print_report(Path(args.run_dir), args.calibration)
 
 
 def _cmd_show(args) -> None:
@@ -218,6 +224,8 @@ def parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="summary table per teacher config of a finished run")
     rep.add_argument("run_dir")
+    rep.add_argument("--calibration", help="a predictor v2 model file to apply instead of the shipped one "
+                                           "(the format of opsd_diag/data/predictor_v2.json)")
     rep.set_defaults(func=_cmd_report)
 
     s = sub.add_parser("show", help="one rollout's tokens with their signals, coloured")

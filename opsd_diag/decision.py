@@ -11,8 +11,13 @@ of the committed validity analysis), so the app's decision panel shows nothing i
 - baselines: the config with the largest accuracy gap G (teacher with its context minus the student)
   and the one with the largest teacher advantage A_T (the split the verdict used).
 - validity: what the pre-registered studies found for verdicts like this one and for the score against
-  the best cheap baseline: ``benchmarks/validity/validity_analysis.json`` (the bundled toy world) and
-  ``benchmarks/validity/worlds/worlds_analysis.json`` (the outcome worlds, pooled).
+  the best cheap baseline, as the package's model file carries them (its ``studies`` block, written by
+  ``benchmarks/validity/v2/report_v2.py`` from ``benchmarks/validity/validity_analysis.json``, the bundled
+  toy world, and ``benchmarks/validity/worlds/worlds_analysis.json``, the outcome worlds pooled), so an
+  installed wheel quotes them too; the study scripts read an analysis file by its path.
+
+Predictor v2's decision (what the app's panel leads with) is ``opsd_diag.prediction``; this module is the v1
+rule's, shown as secondary evidence.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from opsd_diag import prediction
 from opsd_diag.core.verdict import MIN_PROMPTS
 from opsd_diag.summary import CI, Summary
 
 VALIDITY = Path(__file__).resolve().parents[1] / "benchmarks" / "validity" / "validity_analysis.json"
 WORLDS = VALIDITY.parent / "worlds" / "worlds_analysis.json"
+STUDIES = ("toy_world", "outcome_worlds")  # the model file's ``studies`` keys (VALIDITY's, WORLDS' figures)
 
 
 @dataclass(frozen=True)
@@ -109,9 +116,19 @@ def decide(summary: Summary, trainable=None) -> Decision:
                     _best(adv))
 
 
-def validity(path: str | Path = VALIDITY) -> dict | None:
-    """The study's findings the panel quotes, or None when the analysis file is not there (an installed wheel).
-    A worlds analysis (``worlds_analysis.json``) is quoted by its pooled block, which has the same fields."""
+def studies() -> dict[str, dict | None]:
+    """The v1 studies' findings the panel quotes (``STUDIES``), from the package's model file; None for a study
+    the installation does not carry."""
+    cal = prediction.load()
+    return {k: (cal.studies.get(k) if cal else None) for k in STUDIES}
+
+
+def validity(path: str | Path | None = None) -> dict | None:
+    """A study's findings the panel quotes: the toy world's from the package's model file (``path`` None), or
+    those of the analysis file ``path`` (the study scripts); None when they are not there. A worlds analysis
+    (``worlds_analysis.json``) is quoted by its pooled block, which has the same fields."""
+    if path is None:
+        return studies()["toy_world"]
     try:
         d = json.loads(Path(path).read_text())
         where = "trained rows of the bundled toy world"
@@ -138,7 +155,7 @@ def _rho(ci: dict | None) -> str:
 def validity_text(v: dict | None, verdict: str | None) -> str:
     """Two sentences on what one study found: for verdicts like ``verdict``, and for the score as a ranking."""
     if v is None:
-        return "A validity study's results (benchmarks/validity/) are not in this installation."
+        return "A validity study's results (benchmarks/validity/) are not in this installation's model file."
     out = []
     table = v["by_verdict"].get(verdict) if verdict else None
     if table:

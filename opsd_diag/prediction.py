@@ -58,6 +58,7 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
     "imputed": "features missing for this row, set to the study's mean (contribute 0)",
     "calibration": "shipped (the package's model file) or the calibration file's path",
 }
+JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
          "mean_jsd": "mean JSD", "is_jsd": "JSD loss"}
@@ -258,6 +259,27 @@ def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibrat
     rows.sort(key=(lambda r: (_key(r.accuracy_gap), _key(r.gain))) if by_gap else (lambda r: _key(r.gain)))
     rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
     return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain")
+
+
+def contribution_frame(p: Predictions, config: str, method: str) -> pd.DataFrame:
+    """Why (config, method) got its predicted gain: per feature its value, the study's mean and SD, the
+    coefficient and the contribution coef * (value - mean) / SD (0 when imputed), largest first."""
+    r = p.row(config, method)
+    if r is None:
+        raise OpsdError(f"no prediction for ({config}, {method}): this run has "
+                        + ", ".join(f"({x.config}, {x.method})" for x in p.rows))
+    m = p.calibration.models[r.tier]["d_pass1"]
+    stats = {f: (mean, sd, coef) for f, mean, sd, coef in zip(m["features"], m["mean"], m["sd"], m["coef"])}
+    rows = [{"feature": f, "what": WORDS.get(f, f), "value": v, "study_mean": stats[f][0], "study_sd": stats[f][1],
+             "coef": stats[f][2], "contribution": c} for f, v, c in r.contributions]
+    return pd.DataFrame(rows, columns=["feature", "what", "value", "study_mean", "study_sd", "coef", "contribution"])
+
+
+def join(verdicts: pd.DataFrame, p: Predictions) -> pd.DataFrame:
+    """The v1 verdict table with v2's ``JOINED`` columns (prefixed ``v2_``) of the method that trains each
+    (config, signal); signals no v2 method trains (rev_kl, fwd_kl) get NaN."""
+    v2 = p.frame()[["config", "signal", *JOINED]].rename(columns={c: f"v2_{c}" for c in JOINED})
+    return verdicts.merge(v2, on=["config", "signal"], how="left")
 
 
 def rule_text(delta: float) -> str:

@@ -3,7 +3,8 @@ heatmaps, the HTML report and exports. The CLI and every app page read runs thro
 
     from opsd_diag.run import Run
     run = Run.load("runs/quickstart")
-    run.verdicts()                      # ranked helps / unclear / hurts per (config, signal)
+    run.predictions().frame()           # predictor v2: predicted gain [lo, hi] per (config, method), ranked
+    run.verdicts()                      # the v1 verdicts per (config, signal), with v2's columns joined
     run.figures("a_d2")                 # Plotly figures by name
     run.heatmap(3, ["teacher"], "r_opd")  # one rollout's tokens as an HTML heatmap
     run.export_heatmap(3, ["teacher", "self_full"], "a_d2", "svg")  # the same, stacked, as a file
@@ -27,6 +28,7 @@ from pydantic import ValidationError
 from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, store, trust
+from opsd_diag import prediction
 from opsd_diag.io.config import DiagnosisConfig, from_dict
 from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
 from opsd_diag.schema import SIGNAL_COLUMNS
@@ -115,9 +117,23 @@ class Run:
         facts["student"] = _fact(_section(cfg, "student").get("model"))
         return facts
 
-    def verdicts(self) -> pd.DataFrame | None:
-        """Ranked verdicts (rank, config, signal, verdict, score, reason), or None without a predictor."""
-        return self.summary.verdict_frame()
+    def predictions(self, calibration: str | Path | None = None) -> prediction.Predictions | None:
+        """Predictor v2 on this run (``opsd_diag.prediction``): the shipped models, or those of the calibration
+        file ``calibration``; None when the installation has no model file."""
+        key = ("predictions", None if calibration is None else str(calibration))
+        if key not in self._memo:
+            cfg = _section(self.manifest, "config")  # read leniently: a hand-edited manifest still predicts
+            teachers = cfg.get("teachers") if isinstance(cfg.get("teachers"), list) else []
+            own = {t.get("name") for t in teachers if isinstance(t, dict) and t.get("model", "self") == "self"}
+            self._memo[key] = prediction.predict(self.summary, own, isinstance(cfg.get("base"), dict), calibration)
+        return self._memo[key]
+
+    def verdicts(self, calibration: str | Path | None = None) -> pd.DataFrame | None:
+        """Ranked v1 verdicts (rank, config, signal, verdict, score, reason) with predictor v2's columns joined
+        where a v2 method trains the signal (``prediction.JOINED``), or None without a v1 predictor."""
+        frame = self.summary.verdict_frame()
+        pred = self.predictions(calibration) if frame is not None else None
+        return frame if pred is None else prediction.join(frame, pred)
 
     def _rows(self, name: str, rollout_id: int) -> pd.DataFrame:
         """The rows of table ``name`` for one rollout, through an index built once (tables are large)."""
@@ -279,7 +295,8 @@ class Run:
         first = [self.top_config()] if self.configs else []  # the top-ranked config, as the Tokens page
         maps = [self.heatmap(rid, first, signal, tokenizer) for rid in self.pick_rollouts(n_heatmaps)] if first else []
         return html.report_html(self.facts(), self.summary, self.figures(signal), maps,
-                                heatmap_title=f"{first[0]}, coloured by {signal}" if first else "", title=title)
+                                heatmap_title=f"{first[0]}, coloured by {signal}" if first else "", title=title,
+                                predictions=self.predictions())
 
     def tokenizer(self):
         """The student's tokenizer for decoding top-k ids, or None (ids are shown) when it is not here.
@@ -297,13 +314,15 @@ class Run:
     # ------------------------------------------------------------------------------ export
     def table_names(self) -> list[str]:
         """The exportable tables: the summary's in long form, then the stored ones."""
-        return [*SUMMARY_TABLES[:5], *(["verdicts"] if self.summary.ranking else []), *TABLES]
+        return [*SUMMARY_TABLES[:5], *(["verdicts"] if self.summary.ranking else []),
+                *(["predictions"] if self.predictions() is not None else []), *TABLES]
 
     def export_table(self, name: str) -> pd.DataFrame:
         """One exportable table by name (only that one is read)."""
         s = self.summary
         derived = {"summary": s.headline_frame, "ci": s.ci_frame, "accuracy": s.accuracy_frame,
-                   "entropy_bins": s.entropy_frame, "positions": s.position_frame, "verdicts": s.verdict_frame}
+                   "entropy_bins": s.entropy_frame, "positions": s.position_frame, "verdicts": s.verdict_frame,
+                   "predictions": lambda: self.predictions().frame()}
         if name in derived and name in self.table_names():
             return derived[name]()
         return self.table(name)

@@ -14,6 +14,8 @@ from streamlit.testing.v1 import AppTest
 
 from app import jobs, serve
 from opsd_diag import jobs as job_protocol
+from opsd_diag import prediction
+from opsd_diag.run import Run
 from opsd_diag.report import export
 
 pytestmark = pytest.mark.slow  # runs models end to end: `make test` only, not `make test-fast`
@@ -89,14 +91,14 @@ def test_overview_shows_verdict_and_estimator(runs_root, tmp_path):
     (run / "summary.json").write_text(json.dumps(summary))
     at = _app(run.parent, "judged")
     _ok(at)
-    assert "Verdict and ranking" in [h.value for h in at.subheader]
+    assert any(h.value.startswith("Verdict and ranking") for h in at.subheader)
     assert any(m.value == ":blue-background[:blue[**helps**]]" for m in at.markdown)  # coloured
     assert any(long in t.value for t in at.text)  # the whole reason, never cut off (as text, not markdown)
     assert [b.label for b in at.button if b.label == "Train this"] == ["Train this"]
     assert any("our estimator" in c.value and "budget 32" in c.value for c in at.caption)
     at.toggle(key="ov_compact").set_value(True).run()
     _ok(at)
-    assert at.dataframe[1].value["verdict"].tolist() == ["helps"]
+    assert next(d.value for d in at.dataframe if "reason" in d.value.columns)["verdict"].tolist() == ["helps"]
 
 
 def test_no_run_given_lists_runs_under_root(runs_root):
@@ -405,8 +407,9 @@ def test_evidence_page_shows_nodes_and_directions(runs_root):
     at = _app(runs_root).switch_page("views/evidence.py").run()
     _ok(at)
     assert (runs_root / "tiny" / "nodes.parquet").is_file()
-    assert len(at.get("plotly_chart")) == 4
-    cands = at.dataframe[1].value
+    v2 = Run.load(runs_root / "tiny").predictions() is not None  # predictor v2's contribution figure comes first
+    assert len(at.get("plotly_chart")) == 4 + v2
+    cands = next(d.value for d in at.dataframe if "p_student" in d.value.columns)
     assert {"token", "p_student", "q_teacher", "success", "sampled"} <= set(cands.columns)
     at.selectbox(key="ev_signal").select("jsd").run()
     _ok(at)
@@ -787,3 +790,75 @@ def test_the_picker_shows_the_run_that_is_open(runs_root, tmp_path):
     at.sidebar.selectbox[0].select(str(runs_root / "tiny")).run()
     _ok(at)
     assert at.session_state["run_dir"] == str(runs_root / "tiny") and at.title[0].value == "Overview"
+
+
+# ------------------------------------------------------------------------- issue 32: predictor v2's decision panel
+
+def _with_calibration(monkeypatch, runs_root: Path, tmp_path: Path, name: str, **kw) -> Path:
+    """A copy of the tiny run (a fresh cache key) and a synthetic model file in the place of the shipped one."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from calibration import model_file
+
+    monkeypatch.setattr(prediction, "_shipped_text", lambda: json.dumps(model_file(**kw)))
+    run = tmp_path / "runs" / name
+    shutil.copytree(runs_root / "tiny", run)
+    return run
+
+
+def test_overview_leads_with_the_v2_decision(runs_root, tmp_path, monkeypatch):
+    run = _with_calibration(monkeypatch, runs_root, tmp_path, "v2")
+    p = Run.load(run).predictions()
+    from trainer import from_diagnosis
+
+    cfg = Run.load(run).config
+    text = prediction.panel(p, lambda c, sig: from_diagnosis.why_not(cfg, c, sig) is None)
+    at = _app(run.parent, "v2")
+    _ok(at)
+    md = [m.value for m in at.markdown]
+    head = next(i for i, m in enumerate(md) if m.startswith("#### "))
+    assert md[head] == "#### " + common_md(text["headline"])  # the panel leads, with the reports' own text
+    assert common_md(text["effects"]) in md and common_md(text["why"]) in md
+    assert "collapse" in text["effects"] and "drift" in text["effects"].lower() and "forgetting" in text["effects"]
+    captions = [c.value for c in at.caption]
+    assert common_md(text["tiers"]) in captions and "v2_no_lookahead" in text["tiers"]  # the tiny run has no lookahead
+    assert any("secondary evidence" in c for c in captions)  # the v1 rule stays visible, below
+    assert any(h.value == "Predicted effect per (config, method)" for h in at.subheader)
+    table = next(d.value for d in at.dataframe if "predicted_gain" in d.value.columns)
+    assert table["rank"].tolist() == [r.rank for r in p.rows] and table["predicted_gain"].tolist() == pytest.approx(
+        [r.gain for r in p.rows])
+    rec = p.recommended(lambda c, sig: from_diagnosis.why_not(cfg, c, sig) is None)
+    assert [b.label for b in at.button if b.key == "decide-train"] == (["Train it"] if rec else [])
+
+
+def test_overview_ranks_by_g_when_the_study_chose_it(runs_root, tmp_path, monkeypatch):
+    run = _with_calibration(monkeypatch, runs_root, tmp_path, "g", choice="accuracy_gap")
+    at = _app(run.parent, "g")
+    _ok(at)
+    assert any("v2 lost to G" in c.value and "Ranked by the accuracy gap G" in c.value for c in at.caption)
+    table = next(d.value for d in at.dataframe if "predicted_gain" in d.value.columns)
+    gaps = table["accuracy_gap"].tolist()
+    assert gaps == sorted(gaps, reverse=True)
+
+
+def test_evidence_page_explains_a_v2_prediction(runs_root, tmp_path, monkeypatch):
+    run = _with_calibration(monkeypatch, runs_root, tmp_path, "ev")
+    p = Run.load(run).predictions()
+    at = _app(run.parent, "ev").switch_page("views/evidence.py").run()
+    _ok(at)
+    assert at.subheader[0].value == "Predictor v2: why this predicted gain"
+    frame = next(d.value for d in at.dataframe if "contribution" in d.value.columns)
+    want = prediction.contribution_frame(p, p.rows[0].config, p.rows[0].method)
+    assert frame["feature"].tolist() == want["feature"].tolist()
+    assert frame["contribution"].sum() + p.rows[0].intercept == pytest.approx(p.rows[0].gain)
+    at.selectbox(key="ev_v2_row").select(len(p.rows) - 1).run()
+    _ok(at)
+    frame = next(d.value for d in at.dataframe if "contribution" in d.value.columns)
+    assert frame["contribution"].sum() + p.rows[-1].intercept == pytest.approx(p.rows[-1].gain)
+
+
+def common_md(text: str) -> str:
+    from app import common
+
+    return common.md(text)

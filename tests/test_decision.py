@@ -58,7 +58,7 @@ def test_recommendation_interval_separability_ties_and_baselines():
 
 def test_validity_is_read_from_the_committed_analysis():
     raw = json.loads(decision.VALIDITY.read_text())
-    v = decision.validity()
+    v = decision.validity(decision.VALIDITY)  # by path, as the study scripts read it (the app: the package file)
     assert v["better"] == raw["comparison"]["better"] and v["baseline"] == raw["comparison"]["best_baseline"]
     text = decision.validity_text(v, "helps")
     table = raw["verdict_accuracy"]["table"]["helps"]
@@ -93,3 +93,20 @@ def test_only_a_trainable_row_is_recommended():
     assert (r.config, r.signal) == ("self_full_solution", "a_d2")
     d = decision.decide(s, lambda config, signal: not (config.startswith("self") and signal in ("a_d2", "a_ex")))
     assert (d.recommended.config, d.recommended.signal) == ("teacher", "jsd")
+
+
+def test_the_package_file_carries_the_committed_studies():
+    """The panel quotes the studies from the package's model file (an installed wheel has no benchmarks/): the
+    figures the study script copied there are those of the committed analyses."""
+    from opsd_diag import prediction
+
+    if prediction.load() is None:
+        pytest.skip("no opsd_diag/data/predictor_v2.json in this checkout yet (report_v2.py writes it)")
+    carried = decision.studies()
+    for key, path in (("toy_world", decision.VALIDITY), ("outcome_worlds", decision.WORLDS)):
+        want = decision.validity(path)
+        got = carried[key]
+        assert (got["n_rows"], got["where"], got["baseline"], got["better"]) == (
+            want["n_rows"], want["where"], want["baseline"], want["better"])
+        assert got["score_rho"]["estimate"] == pytest.approx(want["score_rho"]["estimate"])
+        assert decision.validity_text(got, "helps") == decision.validity_text(want, "helps")

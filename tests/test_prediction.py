@@ -15,6 +15,7 @@ from conftest import tiny_config
 from opsd_diag import prediction
 from opsd_diag.errors import OpsdError
 from opsd_diag.prediction import LOSS, TIERS
+from opsd_diag.run import Run
 from opsd_diag.summary import Summary
 
 
@@ -29,7 +30,7 @@ def tiny_run(ci_zoo, tmp_path_factory):
     data = root / "problems.jsonl"
     data.write_text("".join(json.dumps(p) + "\n" for p in task.generate(6, 11)))
     cfg = tiny_config(ci_zoo, data, lookahead={"methods": ["opd", "jsd"], "steps": 2, "rollouts_per_step": 2,
-                                               "learning_rate": 1e-2})
+                                               "learning_rate": 1e-2}, ideal={"budget": 24, "k": 2, "m": 2})
     return run_diagnosis(from_dict(cfg), root / "run", show_progress=False)
 
 
@@ -206,3 +207,74 @@ def test_the_shipped_file_loads_when_present():
         pytest.skip("no opsd_diag/data/predictor_v2.json in this checkout yet (report_v2.py writes it)")
     assert cal.source == "shipped" and cal.choice in prediction.CHOICES
     assert set(cal.models) >= set(TIERS)
+
+
+@pytest.fixture()
+def shipped(monkeypatch):
+    """A synthetic model file in the place of the shipped one (the real one is the study's to write)."""
+    d = model_file(studies={"toy_world": {"n_rows": 22, "where": "trained rows of the bundled toy world",
+                                          "score_rho": None, "baseline": "accuracy_gap", "baseline_rho": None,
+                                          "difference": None, "better": False, "advantage_rho": None,
+                                          "accuracy": {}, "by_verdict": {"helps": {"improves": 2}}},
+                            "outcome_worlds": None})
+    monkeypatch.setattr(prediction, "_shipped_text", lambda: json.dumps(d))
+    return d
+
+
+def test_the_run_predicts_and_joins_v2_to_the_v1_verdicts(tiny_run, cal_file):
+    run = Run.load(tiny_run)
+    p = run.predictions(cal_file)
+    ref = prediction.predict(run.summary, {"self_full"}, True, cal_file)
+    assert [(r.config, r.method, r.gain) for r in p.rows] == [(r.config, r.method, r.gain) for r in ref.rows]
+    v = run.verdicts(cal_file)
+    assert list(v.columns[:6]) == ["rank", "config", "signal", "verdict", "score", "reason"]  # v1 first, its order
+    assert list(v["rank"]) == list(range(1, len(v) + 1))
+    for row in v.itertuples():
+        match = [r for r in p.rows if (r.config, r.signal) == (row.config, row.signal)]
+        if match:
+            assert (row.v2_method, row.v2_rank) == (match[0].method, match[0].rank)
+            assert row.v2_predicted_gain == match[0].gain and row.v2_verdict == match[0].verdict
+        else:
+            no_method = row.signal in ("rev_kl", "fwd_kl") or (row.config, row.signal) in (("self_full", "a_d2"),
+                                                                                          ("self_full", "a_ex"))
+            assert no_method and math.isnan(row.v2_predicted_gain)
+
+
+def test_without_a_model_file_nothing_is_predicted(tiny_run, monkeypatch):
+    monkeypatch.setattr(prediction, "_shipped_text", lambda: None)
+    run = Run.load(tiny_run)
+    assert run.predictions() is None and "v2_method" not in run.verdicts().columns
+    assert "predictions" not in run.table_names()
+
+
+def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, capsys):
+    from opsd_diag import cli
+
+    run = Run.load(tiny_run)
+    p = run.predictions()
+    text = prediction.panel(p)
+    html = run.report_html(n_heatmaps=0)
+    assert "Decision (predictor v2)" in html and "secondary evidence" in html
+    assert html.index("Decision (predictor v2)") < html.index("Verdict (v1 rule")
+    import html as h
+    assert h.escape(text["headline"]) in html and h.escape(text["calibration"]) in html
+    assert "predictions" in run.table_names()
+    assert run.export_table("predictions").equals(p.frame())
+    cli._print_report(tiny_run)
+    out = capsys.readouterr().out
+    assert "decision (predictor v2):" in out and text["headline"] in out and "Calibration: shipped" in out
+    assert out.index("decision (predictor v2)") < out.index("v1 verdicts, ranked")
+    cal = write(tmp_path / "g.json", choice="accuracy_gap")
+    assert cli.main(["report", str(tiny_run), "--calibration", str(cal)]) == 0
+    out = capsys.readouterr().out
+    assert "v2 lost to G" in out and f"Calibration: {cal}" in out
+
+
+def test_the_decision_quotes_the_studies_from_the_package_file(shipped):
+    from opsd_diag import decision
+
+    assert decision.studies() == {"toy_world": shipped["studies"]["toy_world"], "outcome_worlds": None}
+    assert decision.validity() == shipped["studies"]["toy_world"]
+    assert "2 helps verdicts: improves 2" in decision.validity_text(decision.validity(), "helps")
+    assert "not in this installation" in decision.validity_text(decision.studies()["outcome_worlds"], "helps")
+    assert decision.validity(decision.VALIDITY)["where"] == "trained rows of the bundled toy world"  # by path

@@ -1,13 +1,32 @@
-"""Evidence: why the verdicts came out as they did. The predictor's nodes and candidates, each signal's
+"""Evidence: why the predictions and verdicts came out as they did. Predictor v2: each feature's contribution to a
+(config, method)'s predicted gain. The v1 rule: the ideal-gradient predictor's nodes and candidates, each signal's
 direction against the ideal gradient, correct vs incorrect rollouts, divergence vs alignment."""
 
 import streamlit as st
 
 from app import common
-from opsd_diag.report.evidence import EVIDENCE_HELP, node_table
+from opsd_diag.report.evidence import CONTRIBUTION_HELP, EVIDENCE_HELP, contribution_figure, node_table
 
 run = common.require_run()
 st.title("Evidence")
+pred = run.predictions()
+if pred is not None:
+    from opsd_diag import prediction
+
+    st.subheader("Predictor v2: why this predicted gain")
+    labels = [f"#{r.rank} {r.config} · {r.method}: {r.interval()} ({r.verdict}, tier {r.tier})" for r in pred.rows]
+    pick = pred.rows[st.selectbox("(config, method)", range(len(labels)), key="ev_v2_row",
+                                  format_func=labels.__getitem__)]
+    frame = prediction.contribution_frame(pred, pick.config, pick.method)
+    st.plotly_chart(contribution_figure(frame, f"{pick.config} · {pick.method}: predicted Δpass@1 {pick.interval()}"),
+                    key="ev_v2_fig")
+    st.caption(CONTRIBUTION_HELP)
+    st.dataframe(frame, hide_index=True, key="ev_v2_table",
+                 column_config={c: st.column_config.NumberColumn(format="%+.4f") for c in
+                                ("value", "study_mean", "study_sd", "coef", "contribution")})
+    st.caption(common.md(f"Study mean Δpass@1 {pick.intercept:+.3f}; " + prediction.effects_text(pick) + " "
+                         + prediction.panel(pred)["calibration"]))
+    st.subheader("The v1 rule: the ideal-gradient predictor's evidence")
 ideal = run.summary.ideal
 if ideal is None or ideal.status != "ok" or run.nodes.empty:
     st.info(common.md(ideal.note()) if ideal is not None else "This run has no ideal-gradient predictor (no 'ideal' section in "

@@ -1,5 +1,6 @@
-"""Overview: the decision (what to train, how sure, what the cheap baselines and the validity study say),
-accuracy, pass@k, the per-config summary table, the ranked verdicts grouped by config with "Train this"."""
+"""Overview: the decision (predictor v2: what to train, its predicted gain, drift, forgetting, collapse risk and
+why; the v1 rule with the cheap baselines and its validity studies as secondary evidence), accuracy, pass@k, the
+per-config summary table, v2's predicted effect per (config, method), the v1 verdicts with "Train this"."""
 
 import math
 
@@ -13,8 +14,8 @@ BADGE = {"helps": ":blue-background[:blue[**helps**]]", "hurts": ":red-backgroun
 COLOUR = {"helps": "background-color: #b9ccff", "hurts": "background-color: #ffc2c2", "unclear": ""}
 
 run = common.require_run()  # a run in progress stops here, before the heavy imports below
-from opsd_diag import decision  # noqa: E402 (these import opsd_diag.run and the summary model: only once a
-from trainer import from_diagnosis  # noqa: E402  finished run is shown)
+from opsd_diag import decision, prediction  # noqa: E402 (these import opsd_diag.run and the summary model: only
+from trainer import from_diagnosis  # noqa: E402  once a finished run is shown)
 
 s, f = run.summary, run.facts()
 st.title("Overview")
@@ -41,23 +42,48 @@ def train_button(config: str, signal: str, label: str, key: str, **kw) -> None:
         st.switch_page("views/train.py")
 
 
-def decision_panel(d: decision.Decision) -> None:
-    """The call the diagnosis supports, with everything that qualifies it, in one box at the top."""
+def trainable(config: str, signal: str) -> bool:
+    return from_diagnosis.why_not(run.config, config, signal) is None
+
+
+def prediction_panel(p: prediction.Predictions) -> None:
+    """Predictor v2's call (prediction.panel: the same text as the reports), in one box at the top."""
+    text, rec = prediction.panel(p, trainable), p.recommended(trainable)
+    with st.container(border=True, key="v2-panel"):
+        a, b = st.columns([5, 1.3], vertical_alignment="center")
+        a.markdown("#### " + common.md(text["headline"]))
+        if rec is not None:
+            with b:
+                train_button(rec.config, rec.signal, "Train it", "decide-train", type="primary")
+        for k in ("effects", "why"):
+            if k in text:
+                st.markdown(common.md(text[k]))
+        for k in ("ranking", "tiers", "calibration"):
+            st.caption(common.md(text[k]))
+
+
+def decision_panel(d: decision.Decision, secondary: bool) -> None:
+    """The v1 rule's call with everything that qualifies it: the box at the top, or under v2's (``secondary``)."""
     rec = d.recommended
     with st.container(border=True):
+        if secondary:
+            st.caption("The v1 rule (verdicts on the ideal-gradient quantities), secondary evidence:")
         if rec is None:
             counts = {v: sum(r.verdict == v for r in d.rows) for v in ("unclear", "hurts")}
-            st.markdown(f"#### No (config, signal) is predicted to help\n{counts['unclear']} unclear, "
+            st.markdown(f"#### No (config, signal) is predicted to help{' by the v1 rule' if secondary else ''}\n"
+                        f"{counts['unclear']} unclear, "
                         f"{counts['hurts']} hurts: the evidence does not support training any of them yet "
                         "(a larger predictor budget or more prompts narrows the intervals).")
         else:
             a, b = st.columns([5, 1.3], vertical_alignment="center")
-            a.markdown(f"#### Recommended: {common.md(rec.config)} · {common.signal_name(rec.signal)} "
+            a.markdown(f"#### {'The v1 rule recommends' if secondary else 'Recommended'}: {common.md(rec.config)} · "
+                       f"{common.signal_name(rec.signal)} "
                        f"({method(rec.config, rec.signal) or 'not trainable'})\n"
                        f"Verdict {BADGE['helps']} · predicted effect (score, first-order gain per unit step, 95% "
                        f"interval over prompts) **{rec.interval()}**")
             with b:
-                train_button(rec.config, rec.signal, "Train it", "decide-train", type="primary")
+                train_button(rec.config, rec.signal, "Train it", "decide-train-v1" if secondary else "decide-train",
+                             type="secondary" if secondary else "primary")
             r = d.runner_up
             if r is None:
                 st.markdown("No other config to compare with.")
@@ -83,8 +109,8 @@ def decision_panel(d: decision.Decision) -> None:
             agree = rec is not None and all(x[0] == rec.config for x in (d.by_accuracy_gap, d.by_advantage) if x)
             tail = "" if rec is None else " (the same config)." if agree else " (another config than the recommendation)."
             st.markdown("Cheap baselines pick: " + "; ".join(base) + tail)
-        for study in (decision.VALIDITY, decision.WORLDS):
-            st.caption(decision.validity_text(decision.validity(study), rec.verdict if rec else None))
+        for study in decision.studies().values():
+            st.caption(decision.validity_text(study, rec.verdict if rec else None))
 
 
 def verdict_rows(d: decision.Decision) -> None:
@@ -110,9 +136,12 @@ def verdict_rows(d: decision.Decision) -> None:
                 train_button(r.config, r.signal, "Train this", f"train-{r.config}-{r.signal}")
 
 
-dec = decision.decide(s, lambda c, sig: from_diagnosis.why_not(run.config, c, sig) is None) if s.ranking else None
+pred = run.predictions()
+if pred is not None:
+    prediction_panel(pred)
+dec = decision.decide(s, trainable) if s.ranking else None
 if dec is not None:
-    decision_panel(dec)
+    decision_panel(dec, secondary=pred is not None)
 
 acc = s.student_accuracy
 cols = st.columns(1 + len(s.pass_at_k))
@@ -134,9 +163,19 @@ st.caption("Means per token over all scored tokens. sign_agreement: how often a_
            "max_completion_length or ending inside their thinking block (counted incorrect unless "
            "analysis.truncated is check).")
 
-verdicts = run.verdicts()
+if pred is not None:
+    st.subheader("Predicted effect per (config, method)")
+    st.dataframe(pred.frame().drop(columns="calibration"), hide_index=True, key="ov_predictions", column_config={
+        **{c: st.column_config.NumberColumn(format="%+.3f") for c in ("predicted_gain", "lo", "hi", "forgetting",
+                                                                      "pass4", "accuracy_gap")},
+        "drift": st.column_config.NumberColumn(format="%.4f"), "why": st.column_config.TextColumn(width="large")})
+    st.caption("Predictor v2 (docs/verdict.md#predictor-v2): predicted_gain is the change of held-out pass@1 after "
+               "training, [lo, hi] its 95% interval; drift: KL(trained || initial) per token; forgetting: change of "
+               "regression-set accuracy; pass4: change of pass@4; collapse: pass@1 up while pass@4 goes down.")
+
+verdicts = s.verdict_frame()
 if verdicts is not None:
-    st.subheader("Verdict and ranking")
+    st.subheader("Verdict and ranking" + (" (v1 rule, secondary evidence)" if pred is not None else ""))
     if s.ideal is not None:
         st.caption(common.md(s.ideal.note()))
     st.caption("Symbols of the rule: " + "; ".join(f"**{k}** = {v}" for k, v in SYMBOLS.items()) + ".")

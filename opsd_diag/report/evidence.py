@@ -1,4 +1,7 @@
-"""The predictor's evidence: why a verdict came out as it did (figures and tables, no Streamlit).
+"""The predictors' evidence: why a prediction or a verdict came out as it did (figures and tables, no Streamlit).
+
+Predictor v2: the contribution of each feature to one (config, method)'s predicted gain
+(``prediction.contribution_frame``). The v1 rule:
 
 From the typed summary (``summary.ideal``) and the predictor's ``nodes.parquet``: the nodes it
 chose with their candidate tokens (student and teacher probability, estimated success), each
@@ -26,6 +29,9 @@ EVIDENCE_HELP = {
                "alignment with the ideal gradient (y); the title gives Spearman's rho.",
 }
 SPLITS = ("all", "incorrect", "correct")
+CONTRIBUTION_HELP = ("Predictor v2: each feature's contribution to the predicted held-out pass@1 change of the chosen "
+                     "(config, method), coef × (value − study mean) / study SD; the prediction is their sum plus the "
+                     "study's mean change. A missing feature sits at the study's mean and contributes 0.")
 
 
 def alignment_frame(summary: Summary) -> pd.DataFrame:
@@ -51,6 +57,19 @@ def advantage_frame(summary: Summary) -> pd.DataFrame:
                 rows.append({"config": config, "split": split, "estimate": a.value(), "lo": _f(a.lo), "hi": _f(a.hi),
                              "n_nodes": a.n_nodes, "n_prompts": a.n_prompts})
     return pd.DataFrame(rows, columns=["config", "split", "estimate", "lo", "hi", "n_nodes", "n_prompts"])
+
+
+def contribution_figure(frame: pd.DataFrame, title: str) -> go.Figure:
+    """Horizontal bars of ``prediction.contribution_frame``: blue adds to the predicted gain, red takes away."""
+    frame = frame.iloc[::-1]  # the largest at the top
+    fig = go.Figure(go.Bar(x=frame["contribution"], y=frame["what"], orientation="h",
+                           marker_color=["#3b6fd8" if c >= 0 else "#d84b3b" for c in frame["contribution"]],
+                           customdata=np.stack([frame["value"], frame["study_mean"]], axis=1),
+                           hovertemplate="%{y}: value %{customdata[0]:.4f} (study mean %{customdata[1]:.4f}), "
+                                         "adds %{x:+.4f}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="contribution to the predicted Δpass@1", height=120 + 32 * len(frame),
+                      margin={"l": 10, "r": 10, "t": 50, "b": 40})
+    return fig
 
 
 def _f(x) -> float:

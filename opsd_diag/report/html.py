@@ -1,4 +1,5 @@
-"""The one-file HTML report of a run: facts, the summary table, the verdicts, every figure, heatmaps.
+"""The one-file HTML report of a run: facts, predictor v2's decision and table, the summary table, the v1
+verdicts, every figure, heatmaps.
 
 Self-contained (plotly.js inlined once, no network request) so it can be mailed or archived.
 """
@@ -9,23 +10,32 @@ import html
 
 import plotly.graph_objects as go
 
+from opsd_diag import prediction
 from opsd_diag.report.export import figure_html
 from opsd_diag.report.figures import FIGURE_HELP
 from opsd_diag.summary import Summary
 
 
 def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], heatmaps: list[str], *,
-                heatmap_title: str = "", title: str = "") -> str:
-    """The page; ``facts`` are shown as a line of key/value pairs, ``heatmaps`` are HTML fragments."""
+                heatmap_title: str = "", title: str = "", predictions: prediction.Predictions | None = None) -> str:
+    """The page; ``facts`` are shown as a line of key/value pairs, ``heatmaps`` are HTML fragments,
+    ``predictions`` predictor v2's (none: the section is left out)."""
     e = html.escape
     title = title or "OPSD-Diag report"
     parts = [f"<h1>{e(title)}</h1>",
-             "<p>" + " · ".join(f"<b>{e(str(k))}</b> {e(str(v))}" for k, v in facts.items()) + "</p>",
-             "<h2>Summary per teacher config</h2>",
-             summary.headline_frame().to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="n/a")]
+             "<p>" + " · ".join(f"<b>{e(str(k))}</b> {e(str(v))}" for k, v in facts.items()) + "</p>"]
+    if predictions is not None:
+        text = prediction.panel(predictions)
+        parts += ["<h2>Decision (predictor v2)</h2>", f"<p><b>{e(text['headline'])}</b></p>",
+                  *(f"<p>{e(text[k])}</p>" for k in ("effects", "why", "ranking", "tiers", "calibration") if k in text),
+                  predictions.frame().drop(columns="calibration").to_html(
+                      index=False, float_format=lambda v: f"{v:+.4f}", na_rep="n/a")]
+    parts += ["<h2>Summary per teacher config</h2>",
+              summary.headline_frame().to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="n/a")]
     verdicts = summary.verdict_frame()
     if verdicts is not None:
-        parts += ["<h2>Verdict</h2>", verdicts.to_html(index=False, na_rep="n/a")]
+        parts += ["<h2>Verdict (v1 rule on the ideal-gradient quantities; secondary evidence)</h2>",
+                  verdicts.to_html(index=False, na_rep="n/a")]
         notes = (summary.ideal.note() if summary.ideal else None, summary.verdict_rule)
         parts += [f"<p>{e(str(x))}</p>" for x in notes if x]
     for i, (name, fig) in enumerate(figures.items()):

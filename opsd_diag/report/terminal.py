@@ -1,10 +1,12 @@
-"""Terminal rendering of one rollout: tokens coloured by a per-token signal (``opsd-diag show``)."""
+"""Terminal rendering: one rollout's tokens coloured by a per-token signal (``opsd-diag show``), and predictor v2's
+decision and table (``opsd-diag report``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from opsd_diag import prediction
 from opsd_diag.errors import OpsdError, printable
 from opsd_diag.schema import SIGNAL_COLUMNS
 
@@ -47,3 +49,16 @@ def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "
     cols = ["pos", "token", "lp_s", "lp_t", "r_opd", "a_opd", "a_d2", "kl_rev", "h_s", "h_t"]
     table = t[cols].assign(token=t["token"].map(_escaped)).to_string(index=False, float_format=lambda v: f"{v:+.3f}")
     return f"{printable(head)}\n\n{body}\n\n{printable(table, keep_newlines=True)}"
+
+
+def prediction_text(p: prediction.Predictions) -> str:
+    """The decision panel's text and the ranked (config, method) table, as ``opsd-diag report`` prints them."""
+    text = prediction.panel(p)
+    lines = ["\ndecision (predictor v2):", text["headline"] + "."]
+    lines += [text[k] for k in ("effects", "why", "ranking", "tiers", "calibration") if k in text]
+    frame = p.frame().drop(columns=["calibration", "why", "imputed"])
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        table = frame.to_string(index=False, float_format=lambda v: f"{v:+.4f}")
+    lines += ["\npredicted effect per (config, method), ranked (columns: docs/verdict.md):", table]
+    lines += ["why, for the first three:", *(f"  {r.rank}. {r.config} / {r.method}: {r.why()}" for r in p.rows[:3])]
+    return "\n".join(lines)
