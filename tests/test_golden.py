@@ -93,6 +93,7 @@ def test_tokens_equal_except_gates_of_near_zero_delta_advantages(new_run):
 # tokens, the near-zero share reported apart, and the teacher-independent large_gap_share dropped
 ADDED_KEYS = {"candidates",  # ideal.candidates: the predictor option of issue 11 (its default is the old behaviour)
               "student_truncated_share", "teacher_truncated_share",  # issue 21: the truncation shares
+              "run_id",  # issue 30: the summary carries its run's id (io.store.write_summary)
               *ADDED_SIGNALS}  # issue 20: their means, by split (test_added_signals_equal_a_float64_recomputation)
 ALIGNMENT_FIELDS_NOW = {"n", "gate_keep", "near_zero_share", "n_informative", "sign_agreement", "pearson", "spearman",
                         "q_pp", "q_pn", "q_np", "q_nn"}

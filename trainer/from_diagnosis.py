@@ -108,11 +108,10 @@ def check_scored(run: Run, cfg: DiagnosisConfig, config: str) -> None:
     else:
         from opsd_diag.io.models import load_tokenizer, vocab_fingerprint
 
-        try:
-            toks = [load_tokenizer(s.model, s.revision, bool(s.allow_download), bool(s.trust_remote_code))
-                    for s in (cfg.student, teacher)]
+        try:  # never with remote code: the app checks here in its own process (the training job may run it)
+            toks = [load_tokenizer(s.model, s.revision, bool(s.allow_download), False) for s in (cfg.student, teacher)]
         except OpsdError:
-            return  # a model that does not load is said, in its words, when the training run loads it
+            return  # a model that does not load (or needs its own code) is said when the training run loads it
         other = vocab_fingerprint(toks[0]) != vocab_fingerprint(toks[1])
     if other != scored_other:
         was, now = ("another", "the student's") if scored_other else ("the student's", "another")
