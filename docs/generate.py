@@ -10,7 +10,8 @@ Generated:
   what a training section inherits, found by probing ``trainer.config.resolve_training``;
 - ``docs/worlds.md`` entirely: every key of a world spec, walked the same way from ``opsd_diag/zoo/world.py``;
 - the blocks between ``<!-- generated: NAME -->`` and ``<!-- end generated -->`` in the other pages:
-  the per-token columns (``opsd_diag.schema``), the verdict rule (``opsd_diag.core.verdict``), the
+  the per-token columns (``opsd_diag.schema``), the verdict rule (``opsd_diag.core.verdict``), predictor
+  v2 as shipped (``opsd_diag/data/predictor_v2.json``) and its table's columns (``opsd_diag.prediction``), the
   figure captions (``opsd_diag.report.figures``), the training methods, the signal -> method table of
   ``--from-diagnosis`` and the metrics keys (``trainer``), and the module map (each module's docstring).
 
@@ -403,6 +404,65 @@ def verdict_block() -> str:
         verdict.rule_text()])
 
 
+def _ci(d: dict | None) -> str:
+    if not d or d.get("estimate") is None:
+        return "n/a"
+    return f"{d['estimate']:+.2f} [{_x(d.get('lo'), '+.2f')}, {_x(d.get('hi'), '+.2f')}]"
+
+
+def _x(v, fmt: str = "+.3f") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def predictor_block() -> str:
+    """Predictor v2 as shipped: the study's choice, its leave-one-world-out figures against G, the models."""
+    from opsd_diag import prediction
+
+    cal = prediction.load()
+    if cal is None:
+        return ("The shipped model file `opsd_diag/data/predictor_v2.json` is not in this checkout yet "
+                "(`python benchmarks/validity/v2/report_v2.py --from DIR` writes it): until it is, the product "
+                "shows the v1 rule alone.")
+    out = [f"**The study chose `{cal.choice}`**: {cal.reason}. Results: [{cal.study}](../{cal.study}).", "",
+           "Leave-one-world-out over the seven outcome worlds (Spearman with the realised Δpass@1, 95% cluster "
+           "bootstrap):", "", "| model | pooled Spearman | mean of worlds | decisive calls right | coverage of the "
+           "95% intervals | unclear |", "|---|---|---|---|---|---|"]
+    for tier, d in cal.lowo.items():
+        out.append(f"| `{tier}` | {_ci(d.get('spearman'))} | {_x(d.get('mean_of_worlds'), '+.2f')} | "
+                   f"{_x(d.get('decisive_accuracy'), '.2f')} | {_x(d.get('coverage'), '.2f')} | "
+                   f"{_x(d.get('unclear_share'), '.2f')} |")
+    out += [f"| accuracy gap G alone | {_ci(cal.accuracy_gap)} | | | | |", "",
+            f"Verdict rule (delta = {cal.delta:g}): {prediction.rule_text(cal.delta)}", ""]
+    for tier, models in cal.models.items():
+        if tier not in prediction.TIERS:
+            continue
+        first = models["d_pass1"]
+        out += [f"`{tier}` (ridge, alpha {first.get('alpha')}): coefficient per study SD of each feature, per "
+                "outcome; a prediction is the intercept plus Σ coef × (x − mean) / SD.", "",
+                "| feature | study mean | study SD | " + " | ".join(f"`{o}`" for o in prediction.OUTCOMES) + " |",
+                "|---|---|---|" + "---|" * len(prediction.OUTCOMES)]
+        for i, f in enumerate(first["features"]):
+            coefs = []
+            for o in prediction.OUTCOMES:
+                m = models[o]
+                coefs.append(_x(m["coef"][m["features"].index(f)], "+.4f") if f in m["features"] else "")
+            out.append(f"| `{f}` | {_x(first['mean'][i], '.4f')} | {_x(first['sd'][i], '.4f')} | "
+                       + " | ".join(coefs) + " |")
+        out.append("| intercept | | | " + " | ".join(_x(models[o]["intercept"], "+.4f") for o in prediction.OUTCOMES)
+                   + " |")
+        out.append("| residual band (2.5%, 97.5%) | | | " + " | ".join(
+            f"{_x(models[o]['residual_band'][0], '+.3f')}, {_x(models[o]['residual_band'][1], '+.3f')}"
+            for o in prediction.OUTCOMES) + " |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def prediction_columns_block() -> str:
+    from opsd_diag.prediction import COLUMNS
+
+    return "\n".join(["| column | meaning |", "|---|---|", *(f"| `{k}` | {_cell(v)} |" for k, v in COLUMNS.items())])
+
+
 def figures_block() -> str:
     from opsd_diag.report.figures import FIGURE_HELP
 
@@ -574,7 +634,8 @@ def modules_block() -> str:
 
 BLOCKS = {
     "docs/signals.md": {"columns": columns_block},
-    "docs/verdict.md": {"rule": verdict_block},
+    "docs/verdict.md": {"rule": verdict_block, "predictor-v2": predictor_block,
+                        "prediction-columns": prediction_columns_block},
     "docs/app.md": {"figures": figures_block},
     "docs/training.md": {"methods": methods_block, "from-diagnosis": from_diagnosis_block,
                          "metrics": metrics_block},

@@ -359,14 +359,21 @@ def test_decision_panel_recommends_and_trains_it(server, page):
     page.set_viewport_size({"width": 1440, "height": 900})
     _open(page, server, run=str(server["root"] / "tiny-judged"))
     page.get_by_role("heading", name="Overview", level=1).wait_for()
-    expect(page.get_by_text("Recommended: teacher · jsd")).to_be_visible(timeout=60_000)
+    from opsd_diag.run import Run
+
+    # with predictor v2's model file the panel leads with v2 and the v1 rule's call follows as secondary evidence
+    v2 = Run.load(server["root"] / "tiny-judged").predictions() is not None
+    if v2:
+        expect(page.get_by_text("Predicted effect per (config, method)")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(("The v1 rule recommends" if v2 else "Recommended") + ": teacher · jsd")).to_be_visible(
+        timeout=60_000)
     expect(page.get_by_text("Runner-up (best of another config)")).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Cheap baselines pick")).to_be_visible(timeout=60_000)
     expect(page.get_by_text(re.compile("In a pre-registered study .* toy world.* helps verdicts"))).to_be_visible(timeout=60_000)
     expect(page.get_by_text(re.compile("Symbols of the rule"))).to_be_visible(timeout=60_000)
     no_exception(page)
     shot(page, "23-overview-decision")
-    page.locator(".st-key-decide-train button").first.click()
+    page.locator(".st-key-decide-train-v1 button" if v2 else ".st-key-decide-train button").first.click()
     page.get_by_role("heading", name="Train", level=1).wait_for()
     settle(page, 1.0)
     assert "teacher" in _selected(page, "Teacher config") and "jsd" in _selected(page, "Signal")
