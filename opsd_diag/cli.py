@@ -24,6 +24,9 @@ def _cmd_run(args) -> None:
     from opsd_diag.io.config import load_config
 
     cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
+    if cfg.ideal is not None and cfg.ideal.calibration is not None:
+        from opsd_diag import prediction
+        prediction.load(cfg.ideal.calibration)  # a missing or foreign calibration: said before any work
     from opsd_diag import jobs
     from opsd_diag.io import store
 
@@ -169,7 +172,15 @@ def _cmd_predict(args) -> None:
 def _cmd_scoreboard(args) -> None:
     from opsd_diag.scoreboard import scoreboard
 
+    if args.out is not None and not args.fit:
+        raise OpsdError("--out names the calibration file of --fit: add --fit, or drop --out")
     board = scoreboard(Path(args.root))
+    if args.fit:  # predictor v2 refitted on these runs (opsd_diag.calibration)
+        from opsd_diag import calibration
+        from opsd_diag.run import Run
+
+        print(calibration.fit_and_save(board.frame, lambda d: Run.load(d).summary, args.root, args.out))
+        return
     if board.frame.empty:
         print(f"no training runs started from a diagnosis under {args.root}: start one with "
               "'opsd-train --from-diagnosis RUN_DIR --config NAME --signal SIGNAL'")
@@ -261,6 +272,9 @@ def parser() -> argparse.ArgumentParser:
 
     sb = sub.add_parser("scoreboard", help="predicted vs realised for every training run started from a diagnosis")
     sb.add_argument("root", nargs="?", default="runs", help="folder to search for training runs (default runs)")
+    sb.add_argument("--fit", action="store_true", help="refit predictor v2 on these runs (8 or more), print its "
+                                                       "cross-validated error beside the shipped model's, save it")
+    sb.add_argument("--out", help="with --fit: the calibration file (default ROOT/calibration.json)")
     sb.set_defaults(func=_cmd_scoreboard)
 
     z = sub.add_parser("zoo", help="the bundled toy world")

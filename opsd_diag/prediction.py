@@ -14,7 +14,6 @@ tier with every lookahead feature imputed. Pure functions of a ``Summary`` and t
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -25,9 +24,12 @@ import pandas as pd
 
 from opsd_diag.core import predictor
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
 from opsd_diag.summary import CI, Summary
 
 SHIPPED = "predictor_v2.json"  # in opsd_diag/data/
+MODEL_FILE = "a predictor_v2.json written by benchmarks/validity/v2/report_v2.py or `opsd-diag scoreboard --fit`"
+MAX_BYTES = 16 << 20  # a model file is tens of KB (a calibration lists its runs: a few hundred bytes each)
 TIERS = {"v2": ("accuracy_gap", "lookahead_dv", "lookahead_dll", "lookahead_kl", "teachability", "mean_jsd", "is_jsd"),
          "v2_no_lookahead": ("accuracy_gap", "teachability", "mean_jsd", "is_jsd")}
 CHOICES = (*TIERS, "accuracy_gap")
@@ -94,16 +96,16 @@ def load(calibration: str | Path | None = None) -> Calibration | None:
             return None
     else:
         source = str(calibration)
-        try:
-            text = Path(calibration).read_text(encoding="utf-8")
+        try:  # bounded, never blocking on a FIFO: a run's config may name any path (ideal.calibration)
+            text = safe.read_bytes(calibration, MAX_BYTES, follow=True).decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise OpsdError(f"cannot read the calibration file {calibration} ({getattr(e, 'strerror', None) or e}): "
-                            "give a predictor_v2.json written by benchmarks/validity/v2/report_v2.py") from None
+                            f"give {MODEL_FILE}") from None
     try:
-        return _parse(json.loads(text), source)
+        return _parse(safe.parse_json(text, source), source)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise OpsdError(f"the calibration {source} is not a predictor v2 model file ({e}): give a "
-                        "predictor_v2.json written by benchmarks/validity/v2/report_v2.py") from None
+        raise OpsdError(f"the calibration {source} is not a predictor v2 model file ({e}): give {MODEL_FILE}") \
+            from None
 
 
 def _parse(d: dict, source: str) -> Calibration:
@@ -117,7 +119,11 @@ def _parse(d: dict, source: str) -> Calibration:
             n = len(m["features"])
             if not all(len(m[k]) == n for k in ("mean", "sd", "coef")) or len(m["residual_band"]) != 2:
                 raise ValueError(f"model {tier}/{outcome} has mismatched lengths")
-            float(m["intercept"])
+            if sorted(m["features"]) != sorted(TIERS[tier]):
+                raise ValueError(f"model {tier}/{outcome} takes {m['features']}, not {list(TIERS[tier])}")
+            if not all(math.isfinite(float(v)) for k in ("mean", "sd", "coef") for v in m[k]) or not math.isfinite(
+                    float(m["intercept"])):
+                raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
     return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""))
 
@@ -318,8 +324,9 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                            "No teacher config has a positive accuracy gap G: nothing is recommended")
     else:
         tier = cal.lowo.get(cal.choice, {})
+        scheme = tier.get("scheme", "leave-one-world-out")  # a calibration's own cross-validation
         out["ranking"] = (f"Ranked by predictor v2's predicted pass@1 change (the study chose {cal.choice}: "
-                          f"{cal.reason}; leave-one-world-out Spearman {_rho(tier.get('spearman'))} against the "
+                          f"{cal.reason}; {scheme} Spearman {_rho(tier.get('spearman'))} against the "
                           f"accuracy gap G's {_rho(cal.accuracy_gap)}).")
         out["headline"] = (f"Recommended: {rec.config} trained with {rec.method}: predicted Δpass@1 "
                            f"{rec.interval()}, helps (95% interval above +{cal.delta:g})" if rec else

@@ -118,14 +118,22 @@ class Run:
         return facts
 
     def predictions(self, calibration: str | Path | None = None) -> prediction.Predictions | None:
-        """Predictor v2 on this run (``opsd_diag.prediction``): the shipped models, or those of the calibration
-        file ``calibration``; None when the installation has no model file."""
+        """Predictor v2 on this run (``opsd_diag.prediction``): the models of the calibration file ``calibration``,
+        else of the one the run's config names (``ideal.calibration``), else the shipped ones; None when the
+        installation has no model file."""
+        cfg = _section(self.manifest, "config")  # read leniently: a hand-edited manifest still predicts
+        named = _section(cfg, "ideal").get("calibration") if calibration is None else None
+        calibration = named if isinstance(named, str) else calibration
         key = ("predictions", None if calibration is None else str(calibration))
         if key not in self._memo:
-            cfg = _section(self.manifest, "config")  # read leniently: a hand-edited manifest still predicts
             teachers = cfg.get("teachers") if isinstance(cfg.get("teachers"), list) else []
             own = {t.get("name") for t in teachers if isinstance(t, dict) and t.get("model", "self") == "self"}
-            self._memo[key] = prediction.predict(self.summary, own, isinstance(cfg.get("base"), dict), calibration)
+            try:
+                self._memo[key] = prediction.predict(self.summary, own, isinstance(cfg.get("base"), dict), calibration)
+            except OpsdError as e:
+                if not isinstance(named, str):
+                    raise
+                raise OpsdError(f"the config of {self.path} names ideal.calibration: {e}") from None
         return self._memo[key]
 
     def verdicts(self, calibration: str | Path | None = None) -> pd.DataFrame | None:

@@ -1,12 +1,11 @@
 """The typed configuration of a diagnosis and of the training run built on it: one YAML file.
 
-One pydantic model feeds the YAML file, the CLI, the app and ``opsd-train``; every run directory
-stores the resolved config that produced it. Unknown keys, bad values (NaN and inf included) and a
-``training`` section that does not fit the rest are rejected with the key named. Types are strict (``yes`` is
-no count, ``1.10`` no name: the error says to quote it); seeds, temperatures, learning rate bounded. Every default is
-stated once, here; ``docs/config.md`` is generated from the field descriptions below. The frozen
-settings the engine and the trainer run with are built from these sections in one place (the
-``settings`` methods), so no setting is re-derived elsewhere.
+One pydantic model feeds the YAML file, the CLI, the app and ``opsd-train``; every run directory stores the resolved
+config that produced it. Unknown keys, bad values (NaN and inf included) and a ``training`` section that does not fit
+the rest are rejected with the key named. Types are strict (``yes`` is no count, ``1.10`` no name: the error says to
+quote it); seeds, temperatures, learning rate bounded. Every default is stated once, here; ``docs/config.md`` is
+generated from the field descriptions below. The frozen settings the engine and the trainer run with are built from
+these sections in one place (the ``settings`` methods), so no setting is re-derived elsewhere.
 """
 
 from __future__ import annotations
@@ -202,11 +201,12 @@ class IdealSpec(Strict):
     budget: int = Field(512, ge=1, le=10_000_000, description="student continuations in all")
     k: int = Field(3, ge=1, le=32, description="top-k candidates from the student and from each teacher config")
     m: int = Field(4, ge=1, le=256, description="continuations per candidate token")
-    max_continuation_length: int | None = Field(None, ge=1, description="cap on each continuation "
-                                                                         "(default: sampling's)")
+    max_continuation_length: int | None = Field(None, ge=1, description="cap on each continuation (default: sampling's)")
     seed: Seed = Field(0, description="seed of the continuations")
     candidates: Literal["union", "per_config"] = Field(
         "union", description="a config's node maths on the union of every config's candidates, or on its own")
+    calibration: Annotated[str, AfterValidator(safe.path_field), AfterValidator(lambda v: str(Path(v).absolute()))] \
+        | None = Field(None, description="predictor v2's model file, e.g. `scoreboard --fit`'s; none: the shipped one")
 
 
 class LookaheadSpec(Strict):
