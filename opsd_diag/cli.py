@@ -151,6 +151,9 @@ def _cmd_predict(args) -> None:
 
     safe.check_run_files(run_dir, store.RUN_FILES)  # no link or FIFO where predict writes
     run.table("rollouts"), run.table("tokens")  # damaged or foreign tables: said before the models load
+    from opsd_diag.engine import cross
+
+    cross.check_scored(run_dir, cfg, code=args.trust_remote_code)  # a teacher of another family than its tables
     if note:
         print(f"opsd-diag: {note}", file=sys.stderr)
     prep = prepare(cfg.model_copy(update={"ideal": spec}))  # what the predictor cannot do is refused here

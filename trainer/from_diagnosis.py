@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import store
 from opsd_diag.run import Run
 from trainer.config import with_training
 
@@ -94,26 +93,11 @@ def from_diagnosis(run_dir: str | Path, config: str, signal: str, *, trust_remot
 
 
 def check_scored(run: Run, cfg: DiagnosisConfig, config: str) -> None:
-    """The teacher the manifest names for ``config`` is one the diagnosis scored: the config has a summary,
-    and its model is of the family (the student's tokenizer or another) its tables were scored with. A
-    manifest edited to name another teacher would train a teacher the prediction is not about."""
-    fix = ("the manifest's teachers are not the ones this diagnosis scored (manifest.json edited, or copied from "
-           "another run); train from the diagnosis' own run directory, or rerun the diagnosis")
-    if config not in run.configs:
-        raise OpsdError(f"the diagnosis has no summary of config '{config}': {fix}")
-    scored_other = f"left_out.{config}" in store.table_columns(run.path, "rollouts")  # span-scored configs only
-    teacher = next(t for t in cfg.teachers if t.name == config)
-    if teacher.is_self:
-        other = False
-    else:
-        from opsd_diag.io.models import load_tokenizer, vocab_fingerprint
+    """The teacher the manifest names for ``config`` is one the diagnosis scored: the config has a summary, and
+    its model is of the family its tables were scored with (``engine.cross.check_scored``). A manifest edited to
+    name another teacher would train a teacher the prediction is not about."""
+    from opsd_diag.engine.cross import SWAPPED, check_scored as check_family
 
-        try:  # never with remote code: the app checks here in its own process (the training job may run it)
-            toks = [load_tokenizer(s.model, s.revision, bool(s.allow_download), False) for s in (cfg.student, teacher)]
-        except OpsdError:
-            return  # a model that does not load (or needs its own code) is said when the training run loads it
-        other = vocab_fingerprint(toks[0]) != vocab_fingerprint(toks[1])
-    if other != scored_other:
-        was, now = ("another", "the student's") if scored_other else ("the student's", "another")
-        raise OpsdError(f"config '{config}' was scored with a teacher of {was} tokenizer, but the model the manifest "
-                        f"names has {now}: {fix}")
+    if config not in run.configs:
+        raise OpsdError(f"the diagnosis has no summary of config '{config}': {SWAPPED}")
+    check_family(run.path, cfg, [config])

@@ -77,8 +77,8 @@ def check_tables(rollouts: pd.DataFrame, tokens: pd.DataFrame, configs: list[str
     another family) is one OpsdError here, before a forward meets an id its model does not have."""
     if rollouts.empty or tokens.empty:
         return
-    fix = ("the manifest's models are not the ones that scored this run's tables (manifest.json edited, or copied "
-           "from another run); run the predictor on the diagnosis' own run directory, or rerun the diagnosis")
+    fix = ("the manifest's teachers are not the ones that scored this run's tables (manifest.json edited, or copied "
+           "from another run): use the diagnosis' own run directory, or rerun the diagnosis")  # engine.cross.SWAPPED
     spans = tokens["span_len"].notna() if "span_len" in tokens.columns else pd.Series(False, index=tokens.index)
     scored = set(tokens["config"].unique())
     for c in ["student", *configs]:
