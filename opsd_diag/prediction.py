@@ -340,9 +340,12 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         out["why"] = (f"Why{who}: {best.why()}; starting from the study's mean {best.intercept:+.3f} "
                       f"(tier {best.tier}).")
     tiers = {t: sum(r.tier == t for r in p.rows) for t in TIERS}
-    out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + (
-        " (rows without a lookahead result use v2_no_lookahead; add a lookahead: section to the config for the "
-        "full model)." if tiers["v2_no_lookahead"] and cal.choice != "v2_no_lookahead" else ".")
+    fallback = sorted({r.method for r in p.rows if r.tier == "v2_no_lookahead"})
+    why = ("" if not tiers["v2_no_lookahead"] or cal.choice == "v2_no_lookahead" else
+           " (this run has no lookahead result: a lookahead: section in its config gives the full model)"
+           if not tiers["v2"] else f" (no lookahead result for {', '.join(fallback)}: add the loss methods to "
+                                   "lookahead.methods for the full model)")
+    out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + why + "."
     out["calibration"] = (f"Calibration: {cal.source}" + (f" ({cal.study})" if cal.source == "shipped" and cal.study
                                                          else "") + f"; verdict rule: {rule_text(cal.delta)}")
     return out
