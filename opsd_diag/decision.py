@@ -148,6 +148,14 @@ def validity(path: str | Path | None = None) -> dict | None:
             "advantage_rho": advantage, "accuracy": acc, "by_verdict": acc.get("table", {})}
 
 
+OUTCOME_ORDER = ("improves", "no clear change", "degrades")  # realised classes, as the studies list them
+
+
+def _order(outcome: str) -> tuple[int, str]:
+    """The realised classes in the studies' order (the package's copy of a study has its keys sorted)."""
+    return (OUTCOME_ORDER.index(outcome) if outcome in OUTCOME_ORDER else len(OUTCOME_ORDER), outcome)
+
+
 def _rho(ci: dict | None) -> str:
     return "n/a" if not ci else f"{ci['estimate']:+.2f} [{ci['lo']:+.2f}, {ci['hi']:+.2f}]"
 
@@ -161,7 +169,7 @@ def validity_text(v: dict | None, verdict: str | None) -> str:
     if table:
         n = sum(table.values())
         out.append(f"In a pre-registered study ({v['n_rows']} {v['where']}), "
-                   f"{n} {verdict} verdicts: " + ", ".join(f"{k} {c}" for k, c in table.items()) + ".")
+                   f"{n} {verdict} verdicts: " + ", ".join(f"{k} {table[k]}" for k in sorted(table, key=_order)) + ".")
     better = "better than" if v["better"] else "no better than"
     out.append(f"As a ranking, the score did {better} the cheap baseline {v['baseline']}: Spearman with the realised "
                f"pass@1 change {_rho(v['score_rho'])} vs {_rho(v['baseline_rho'])} (A_T alone: "
