@@ -51,7 +51,8 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
     "lo": "lower end of its 95% interval (prediction + the study's 2.5% out-of-fold residual quantile)",
     "hi": "upper end (prediction + the 97.5% residual quantile)",
     "verdict": "helps if lo > delta, hurts if hi < -delta, else unclear (delta from the model file)",
-    "drift": "predicted KL(trained || initial student) per token on held-out samples",
+    "drift": "predicted KL(trained || initial student) per token on held-out samples (floored at 0: a KL is never "
+             "negative, the linear model's prediction can be)",
     "forgetting": "predicted change of accuracy on the frozen regression set (negative: forgetting)",
     "pass4": "predicted change of held-out pass@4",
     "collapse": "predicted gain > 0 and predicted pass4 < 0 (pass@1 up, diversity down)",
@@ -216,7 +217,8 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     band = [_num(b) for b in m["residual_band"]]
     gain = out["d_pass1"]
     lo, hi = gain + band[0], gain + band[1]
-    return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), out["kl_to_initial"],
+    kl = out["kl_to_initial"]  # a linear model can go below 0; a KL cannot
+    return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), max(0.0, kl),
                out["d_regression"], out["d_pass4"], x["accuracy_gap"],
                tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),
                tuple(f for f in m["features"] if math.isnan(x[f])))
@@ -315,8 +317,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
     best = rec or (p.rows[0] if p.rows else None)
     out = {}
     if p.ranked_by == "accuracy_gap":
-        out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G "
-                          f"({cal.reason}). G's Spearman with the realised pass@1 change was "
+        out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: "
+                          f"{cal.reason}. G's Spearman with the realised pass@1 change was "
                           f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. v2's "
                           "predictions below order the methods within a config and are shown as secondary evidence.")
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "

@@ -99,7 +99,7 @@ def test_predictions_equal_a_float64_loop_over_the_coefficients(raw, cal_file):
         assert r.verdict == ("helps" if lo > 0.02 else "hurts" if hi < -0.02 else "unclear")
         assert r.pass4 == pytest.approx(_reference(ms["d_pass4"], x), abs=1e-12)
         assert r.forgetting == pytest.approx(_reference(ms["d_regression"], x), abs=1e-12)
-        assert r.drift == pytest.approx(_reference(ms["kl_to_initial"], x), abs=1e-12)
+        assert r.drift == pytest.approx(max(0.0, _reference(ms["kl_to_initial"], x)), abs=1e-12)  # a KL: >= 0
         assert r.collapse == (gain > 0 and r.pass4 < 0)
         # contributions: one per feature, largest first, summing to the prediction
         assert sum(c for _, _, c in r.contributions) + r.intercept == pytest.approx(gain, abs=1e-12)
@@ -278,3 +278,12 @@ def test_the_decision_quotes_the_studies_from_the_package_file(shipped):
     assert "2 helps verdicts: improves 2" in decision.validity_text(decision.validity(), "helps")
     assert "not in this installation" in decision.validity_text(decision.studies()["outcome_worlds"], "helps")
     assert decision.validity(decision.VALIDITY)["where"] == "trained rows of the bundled toy world"  # by path
+
+
+def test_drift_is_floored_at_zero(raw, tmp_path):
+    _edited(raw, tmp_path / "c.json", kl_to_initial=-0.5)  # a linear model of a KL can go below 0
+    p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")
+    assert {r.drift for r in p.rows} == {0.0}
+    _edited(raw, tmp_path / "c.json", kl_to_initial=0.25)
+    p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")
+    assert {r.drift for r in p.rows} == {0.25}
