@@ -836,7 +836,8 @@ def test_overview_ranks_by_g_when_the_study_chose_it(runs_root, tmp_path, monkey
     run = _with_calibration(monkeypatch, runs_root, tmp_path, "g", choice="accuracy_gap")
     at = _app(run.parent, "g")
     _ok(at)
-    assert any("v2 lost to G" in c.value and "Ranked by the accuracy gap G" in c.value for c in at.caption)
+    text = next(m.value for m in at.markdown if "v2 lost to G" in m.value)  # in the panel, not a caption
+    assert "Ranked by the accuracy gap G" in text and not any("v2 lost to G" in c.value for c in at.caption)
     table = next(d.value for d in at.dataframe if "predicted_gain" in d.value.columns)
     gaps = table["accuracy_gap"].tolist()
     assert gaps == sorted(gaps, reverse=True)
