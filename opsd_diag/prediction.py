@@ -79,6 +79,7 @@ class Calibration:
     accuracy_gap: dict | None  # G's pooled Spearman in the same study
     studies: dict  # earlier studies' figures (decision.validity's dicts)
     study: str  # where the study's results are written up
+    lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
 
 
 def _shipped_text() -> str | None:
@@ -126,7 +127,8 @@ def _parse(d: dict, source: str) -> Calibration:
                     float(m["intercept"])):
                 raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
     return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
-                       d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""))
+                       d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
+                       {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))})
 
 
 def _num(x) -> float:
@@ -233,6 +235,7 @@ class Predictions:
     rows: list[Row]  # ranked
     calibration: Calibration
     ranked_by: str  # "predicted_gain" or "accuracy_gap"
+    note: str = ""  # the run's lookahead settings differ from the study's (its lookahead features are out of range)
 
     def frame(self) -> pd.DataFrame:
         """One row per (config, method), ranked; columns: ``COLUMNS``."""
@@ -266,7 +269,22 @@ def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibrat
     by_gap = cal.choice == "accuracy_gap"
     rows.sort(key=(lambda r: (_key(r.accuracy_gap), _key(r.gain))) if by_gap else (lambda r: _key(r.gain)))
     rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
-    return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain")
+    return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain", settings_note(summary, cal))
+
+
+def settings_note(summary: Summary, cal: Calibration) -> str:
+    """A warning when the run's lookahead took other steps than the study's: v2 was fitted on the study's, and
+    the lookahead's KL and success change grow with the step size."""
+    la, want = summary.lookahead, cal.lookahead_settings
+    if la is None or la.status != "ok" or not want:
+        return ""
+    have = {k: la.settings.get(k) for k in want}
+    if all(isinstance(have[k], (int, float)) and math.isclose(have[k], want[k], rel_tol=1e-9) for k in want):
+        return ""
+    fmt = ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in want.items())
+    return (f" This run's lookahead ({', '.join(f'{k} {v}' for k, v in have.items())}) is not the study's ({fmt}): "
+            "its lookahead features lie outside what v2 was fitted on; set lookahead." + "/".join(want) +
+            " to the study's values for comparable predictions.")
 
 
 def contribution_frame(p: Predictions, config: str, method: str) -> pd.DataFrame:
@@ -347,7 +365,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
            " (this run has no lookahead result: a lookahead: section in its config gives the full model)"
            if not tiers["v2"] else f" (no lookahead result for {', '.join(fallback)}: add the loss methods to "
                                    "lookahead.methods for the full model)")
-    out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + why + "."
+    out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + why + "." + p.note
     out["calibration"] = (f"Calibration: {cal.source}" + (f" ({cal.study})" if cal.source == "shipped" and cal.study
                                                          else "") + f"; verdict rule: {rule_text(cal.delta)}")
     return out

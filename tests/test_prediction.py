@@ -287,3 +287,20 @@ def test_drift_is_floored_at_zero(raw, tmp_path):
     _edited(raw, tmp_path / "c.json", kl_to_initial=0.25)
     p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")
     assert {r.drift for r in p.rows} == {0.25}
+
+
+def test_a_lookahead_with_other_steps_than_the_study_is_warned():
+    from dataclasses import replace as dc_replace
+    from types import SimpleNamespace
+
+    from opsd_diag.summary import Lookahead
+
+    cal = dc_replace(prediction.load(), lookahead_settings={"steps": 4, "rollouts_per_step": 8, "learning_rate": 3e-4})
+    same = SimpleNamespace(lookahead=Lookahead(status="ok", settings={"steps": 4, "rollouts_per_step": 8,
+                                                                       "learning_rate": 3e-4, "seed": 0}))
+    other = SimpleNamespace(lookahead=Lookahead(status="ok", settings={"steps": 4, "rollouts_per_step": 8,
+                                                                        "learning_rate": 1e-5}))
+    assert prediction.settings_note(same, cal) == ""
+    assert prediction.settings_note(SimpleNamespace(lookahead=None), cal) == ""
+    note = prediction.settings_note(other, cal)
+    assert "learning_rate 1e-05" in note and "learning_rate 0.0003" in note and "outside what v2 was fitted on" in note

@@ -9,7 +9,7 @@ come from a rediagnosis with the v2 lookahead (``run_v2.py``, into ``--lookahead
 ``DIR/v2-lookahead``; reused when already there). The package's shipped model
 (``opsd_diag/data/predictor_v2.json``) is then applied as it is, and the script prints Spearman with
 the realised d_pass1, the decisive accuracy, the coverage of the 95% intervals and the method-order
-accuracy, next to the accuracy gap G on the same rows.
+accuracy of every model the file ships, and of the accuracy gap G on the same rows.
 """
 
 from __future__ import annotations
@@ -49,37 +49,36 @@ def check(world: str, study: Path, lookahead_dir: Path) -> dict:
         r.update({k: x[k]["estimate"] for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl")},
                  world=world, is_jsd=predictor.LOSS_KIND[r["method"]])
     ship = shipped()
-    tier = ship["choice"] if ship["choice"] in ship["models"] else None
-    g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
-    if tier is None:  # the study shipped G itself: the ranking is G's, with no interval
-        pred = lo = hi = g
-    else:
-        m = ship["models"][tier]["d_pass1"]
-        pred = predictor.predict(m, report_v2.matrix(rows, m["features"]))
-        lo, hi = pred + m["residual_band"][0], pred + m["residual_band"][1]
     y = report_v2.target(rows, "d_pass1")
-    fold = {"pred": pred, "lo": lo, "hi": hi}
-    dec = report_v2.decisions(fold, rows, ship["delta"]) if tier else None
-    return {"world": world, "tier": tier or "accuracy_gap", "n_rows": len(rows),
-            "spearman": stats.spearman(pred, y), "accuracy_gap_spearman": stats.spearman(g, y),
-            "decisive": None if dec is None else {k: dec[k] for k in ("n_decisive", "n_correct", "accuracy",
-                                                                       "unclear_share", "coverage")},
-            "method_order": report_v2.method_order(pred, rows),
-            "accuracy_gap_method_order": report_v2.method_order(g, rows)}
+    g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
+    out = {"world": world, "choice": ship["choice"], "n_rows": len(rows),
+           "models": {"accuracy_gap": {"spearman": stats.spearman(g, y), "decisive": None,
+                                       "method_order": report_v2.method_order(g, rows)}}}
+    for tier, per in ship["models"].items():  # every shipped model as it is, the chosen one marked by `choice`
+        m = per["d_pass1"]
+        pred = predictor.predict(m, report_v2.matrix(rows, m["features"]))
+        fold = {"pred": pred, "lo": pred + m["residual_band"][0], "hi": pred + m["residual_band"][1]}
+        dec = report_v2.decisions(fold, rows, ship["delta"])
+        out["models"][tier] = {"spearman": stats.spearman(pred, y), "method_order": report_v2.method_order(pred, rows),
+                               "decisive": {k: dec[k] for k in ("n_decisive", "n_correct", "accuracy", "unclear_share",
+                                                                "coverage")}}
+    return out
 
 
 def text(c: dict) -> str:
     f = report_v2.fmt
-    lines = [f"world {c['world']} ({c['n_rows']} rows), shipped model '{c['tier']}', no refit:",
-             f"  Spearman with realised d_pass1: {f(c['spearman'])} (accuracy gap G on the same rows: "
-             f"{f(c['accuracy_gap_spearman'])})"]
-    d = c["decisive"]
-    if d:
-        acc = "n/a" if d["accuracy"] is None or not math.isfinite(d["accuracy"]) else f"{d['accuracy']:.0%}"
-        lines.append(f"  decisive verdicts right: {d['n_correct']}/{d['n_decisive']} ({acc}); unclear "
-                     f"{d['unclear_share']:.0%}; 95% intervals cover {d['coverage']:.0%} of realised changes")
-    mo, go = c["method_order"], c["accuracy_gap_method_order"]
-    lines.append(f"  method order (pairs > 0.10 apart): {mo['n_right']}/{mo['n_pairs']} (G: {go['n_right']}/{go['n_pairs']})")
+    lines = [f"world {c['world']} ({c['n_rows']} rows); every shipped model as it is, no refit (the product uses "
+             f"'{c['choice']}'):"]
+    for name, m in c["models"].items():
+        mo = m["method_order"]
+        line = (f"  {name}{' (chosen)' if name == c['choice'] else ''}: Spearman with realised d_pass1 "
+                f"{f(m['spearman'])}; method order (pairs > 0.10 apart) {mo['n_right']}/{mo['n_pairs']}")
+        d = m["decisive"]
+        if d:
+            acc = "n/a" if d["accuracy"] is None or not math.isfinite(d["accuracy"]) else f"{d['accuracy']:.0%}"
+            line += (f"; decisive verdicts right {d['n_correct']}/{d['n_decisive']} ({acc}), unclear "
+                     f"{d['unclear_share']:.0%}, 95% intervals cover {d['coverage']:.0%}")
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import run_v2  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -329,10 +330,19 @@ def main(argv: list[str] | None = None) -> int:
                "lowo": {t: {"spearman": d["spearman"], "mean_of_worlds": d["per_world"]["mean"],
                             "decisive_accuracy": d["decisions"]["accuracy"], "coverage": d["decisions"]["coverage"],
                             "unclear_share": d["decisions"]["unclear_share"]} for t, d in a["tiers"].items()},
-               "accuracy_gap": a["single"]["accuracy_gap"]["spearman"], "studies": earlier_studies()}
+               "accuracy_gap": a["single"]["accuracy_gap"]["spearman"], "studies": earlier_studies(),
+               "lookahead_settings": study_lookahead(plan)}
     SHIPPED.write_text(json.dumps(stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS.md").read_text())
     return 0
+
+
+def study_lookahead(plan: dict) -> dict:
+    """The lookahead settings the features were measured with (run_v2.lookahead_section): a run with others is warned."""
+    from benchmarks.validity.worlds import run_worlds
+
+    s = run_v2.lookahead_section(plan, run_worlds.load("default")["common"])
+    return {k: s[k] for k in ("steps", "rollouts_per_step", "learning_rate")}
 
 
 def earlier_studies() -> dict:
