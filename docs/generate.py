@@ -287,14 +287,30 @@ def _own_defaults(value) -> bool:
         return False
 
 
+def _keys(root: type, inherited: dict) -> list[str]:
+    """The "Keys" part of a generated reference: the top-level table, then every nested section breadth-first."""
+    seen: dict[type, str] = {}
+    sections: list[tuple[str, type]] = []
+    head = "| key | type | default | description |\n|---|---|---|---|"
+    parts = ["## Keys", "",
+             "Types: \"or none\" means `null` (or leaving the key out) is allowed. Constraints are inclusive",
+             "(≥, ≤) or strict (>, <) bounds. A section used in several places is listed once; the other",
+             "places say whose keys they take.", "",
+             "### Top level", "", head, *_rows(root, "", seen, inherited, sections), ""]
+    i = 0
+    while i < len(sections):  # breadth-first: nested sections append themselves
+        path, model = sections[i]
+        i += 1
+        rows = _rows(model, path + ".", seen, inherited, sections)
+        doc = _first_line(model.__dict__.get("__doc__"))
+        parts += [f"### `{path}`", ""] + ([doc, ""] if doc else []) + [head, *rows, ""]
+    return parts
+
+
 def config_md() -> str:
     from opsd_diag.io.config import METHODS, DiagnosisConfig
 
     inherited = _inherited()
-    seen: dict[type, str] = {}
-    sections: list[tuple[str, type]] = []
-    top = _rows(DiagnosisConfig, "", seen, inherited, sections)
-    head = "| key | type | default | description |\n|---|---|---|---|"
     parts = [NOTICE, "", "# Configuration reference", "",
              "One YAML file describes a diagnosis: `opsd-diag run CONFIG` reads it, and `opsd-train CONFIG` reads",
              "the same file, whose `training` section describes the training run of the configuration the",
@@ -318,30 +334,14 @@ def config_md() -> str:
              "diagnosed is trained with the values it was diagnosed with:", ""]
     parts += [f"- `{k}` ← " + ", else ".join(_source(s) for s in v) for k, v in inherited.items()]
     parts += ["", "Other training keys left out take the defaults below; `training.chunk_size` left out is",
-              "chosen from the vocabulary size when the run starts.", "",
-              "## Keys", "",
-              "Types: \"or none\" means `null` (or leaving the key out) is allowed. Constraints are inclusive",
-              "(≥, ≤) or strict (>, <) bounds. A section used in several places is listed once; the other",
-              "places say whose keys they take.", "",
-              "### Top level", "", head, *top, ""]
-    i = 0
-    while i < len(sections):  # breadth-first: nested sections append themselves
-        path, model = sections[i]
-        i += 1
-        rows = _rows(model, path + ".", seen, inherited, sections)
-        doc = _first_line(model.__dict__.get("__doc__"))
-        parts += [f"### `{path}`", ""] + ([doc, ""] if doc else []) + [head, *rows, ""]
-    return "\n".join(parts).rstrip() + "\n"
+              "chosen from the vocabulary size when the run starts.", ""]
+    return "\n".join(parts + _keys(DiagnosisConfig, inherited)).rstrip() + "\n"
 
 
 def worlds_md() -> str:
     from opsd_diag.zoo.guard import MARKER
     from opsd_diag.zoo.world import World
 
-    seen: dict[type, str] = {}
-    sections: list[tuple[str, type]] = []
-    top = _rows(World, "", seen, {}, sections)
-    head = "| key | type | default | description |\n|---|---|---|---|"
     parts = [NOTICE, "", "# World spec reference", "",
              "A world spec is one YAML file that decides a toy world's models: its task, its base, teacher and",
              "student, and the checks its model card must pass. `opsd-diag zoo build --world SPEC` builds it (the",
@@ -367,20 +367,8 @@ def worlds_md() -> str:
              "seed, into a new folder or into the shipped build of that very spec (`make zoo`). So",
              "`zoo build --world sample_data/worlds/chains.yaml --size ci` is refused: pass `--out` and",
              "`--problems-dir`. `--card-only` renders the card of an earlier build of the same world only, after",
-             "checking its `build_report.json`.", "",
-             "## Keys", "",
-             "Types: \"or none\" means `null` (or leaving the key out) is allowed. Constraints are inclusive",
-             "(≥, ≤) or strict (>, <) bounds. A section used in several places is listed once; the other",
-             "places say whose keys they take.", "",
-             "### Top level", "", head, *top, ""]
-    i = 0
-    while i < len(sections):
-        path, model = sections[i]
-        i += 1
-        rows = _rows(model, path + ".", seen, {}, sections)
-        doc = _first_line(model.__dict__.get("__doc__"))
-        parts += [f"### `{path}`", ""] + ([doc, ""] if doc else []) + [head, *rows, ""]
-    return "\n".join(parts).rstrip() + "\n"
+             "checking its `build_report.json`.", ""]
+    return "\n".join(parts + _keys(World, {})).rstrip() + "\n"
 
 
 # ------------------------------------------------------------------------------------ blocks

@@ -1066,6 +1066,15 @@ CASES += [
 ]
 
 
+def assert_one_error_line(code: int, out: str, err: str, prog: str, expect: str) -> None:
+    """A user error: exit 2, exactly one ``PROG: error: ...`` line on stderr that contains ``expect``, no traceback."""
+    lines = err.strip().splitlines()
+    assert code == 2, f"exit {code}\n{out}\n{err}"
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err
+    assert expect in lines[0], lines[0]
+    assert "Traceback" not in out + err
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else [])
                                   for c in CASES])
 def test_cli_bad_input(case: Case, env: Env, capsys, monkeypatch):
@@ -1078,11 +1087,7 @@ def test_cli_bad_input(case: Case, env: Env, capsys, monkeypatch):
     main = diag_cli.main if case.prog == "opsd-diag" else train_cli.main
     code = main(argv)
     out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert code == 2, f"exit {code}\n{out}\n{err}"
-    assert len(lines) == 1 and lines[0].startswith(f"{case.prog}: error: "), err
-    assert case.expect in lines[0], lines[0]
-    assert "Traceback" not in out + err
+    assert_one_error_line(code, out, err, case.prog, case.expect)
     assert (tree(env.tmp), tree(env.run)) == before, "a user error left files behind or changed the run"
 
 

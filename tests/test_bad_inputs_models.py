@@ -25,6 +25,7 @@ import pytest
 import torch
 from test_bad_inputs import (  # noqa: F401 - env, finished and world are the corpus' fixtures
     Case,
+    assert_one_error_line,
     Env,
     base_config,
     diag,
@@ -287,11 +288,7 @@ def test_model_bad_input(case: Case, env: Env, capsys):
         warnings.simplefilter("always")
         code = main(argv)
     out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert code == 2, f"exit {code}\n{out}\n{err}"
-    assert len(lines) == 1 and lines[0].startswith(f"{case.prog}: error: "), err
-    assert case.expect in lines[0], lines[0]
-    assert "Traceback" not in out + err
+    assert_one_error_line(code, out, err, case.prog, case.expect)
     assert not caught, f"library warnings before the error line: {[str(w.message) for w in caught]}"
     assert (tree(env.tmp), tree(env.run)) == before, "a user error left files behind or changed the run"
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 from fixtures_crosstok import build_model_dir, corpus, teacher_tokenizer
 from test_bad_inputs import (  # noqa: F401 (world, finished and env are fixtures)
-    MAIN, AppCase, Case, Env, _open_run, base_config, corrupt_run, diag, env, fifo, finished, manifest_config,
+    MAIN, AppCase, Case, Env, _open_run, assert_one_error_line, base_config, corrupt_run, diag, env, fifo, finished, manifest_config,
     restamp, same_stamp, set_manifest, train, tree, world, write)
 from test_bad_inputs import test_app_bad_input as check_app_case
 
@@ -210,11 +210,7 @@ def test_cli_bad_input(case: Case, xenv: XEnv, capsys):
     main = diag_cli.main if case.prog == "opsd-diag" else train_cli.main
     code = main(argv)
     out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert code == 2, f"exit {code}\n{out}\n{err}"
-    assert len(lines) == 1 and lines[0].startswith(f"{case.prog}: error: "), err
-    assert case.expect in lines[0], lines[0]
-    assert "Traceback" not in out + err
+    assert_one_error_line(code, out, err, case.prog, case.expect)
     assert (tree(xenv.tmp), tree(xenv.run), tree(xenv.cross)) == before, "a user error left files or changed a run"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_bad_inputs import Case, diag, fifo, merge, tree
+from test_bad_inputs import Case, assert_one_error_line, diag, fifo, merge, tree
 
 from opsd_diag import cli as diag_cli
 from opsd_diag.zoo import build as zoo_build
@@ -419,11 +419,7 @@ def test_zoo_bad_input(case: Case, env: Env, capsys):
     before = tree(env.tmp)
     code = MAINS[case.prog](argv)
     out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert code == 2, f"exit {code}\n{out}\n{err}"
-    assert len(lines) == 1 and lines[0].startswith(f"{case.prog}: error: "), err
-    assert case.expect in lines[0], lines[0]
-    assert "Traceback" not in out + err
+    assert_one_error_line(code, out, err, case.prog, case.expect)
     assert tree(env.tmp) == before, "a refused build left files behind or changed the folder"
 
 
