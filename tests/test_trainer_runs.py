@@ -89,3 +89,25 @@ def test_launch_start_then_stop_by_sigterm_saves_and_reports_stopped(world, tmp_
     command = (run.run_dir / "command.txt").read_text().split()
     assert command[:3] == [sys.executable, "-m", "trainer"]
     assert jobs.find_runs(tmp_path / "runs", "training") == [run.run_dir]
+
+
+def test_in_process_runs_each_log_into_their_own_file_and_close_it(world, tmp_path):
+    """Two trainings in one process: each run's stdout.log gets its own lines, and its file is closed at the end
+    (a handler left behind logged the next run into the first run's file and leaked an open file)."""
+    import gc
+    import logging
+    import warnings
+
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for name in ("a", "b"):
+            assert cli.main([str(cfg), "--out", str(tmp_path / name)]) == 0
+        logging.getLogger("opsd-train").handlers.clear()
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    for name in ("a", "b"):
+        log = (tmp_path / name / jobs.LOG).read_text()
+        assert str(tmp_path / name) in log or "step" in log, log
+    a, b = ((tmp_path / n / jobs.LOG).read_text() for n in ("a", "b"))
+    assert len(a.splitlines()) == len(b.splitlines()), "the second run's lines went elsewhere"

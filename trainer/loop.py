@@ -243,10 +243,11 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
         raise OpsdError("a teacher with another tokenizer than the student is not supported with FSDP: train on one "
                         "process or with DDP")
     lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
+    log_file = None
     if acc.is_main_process:
         rundir.check(run_dir, config_yaml, resume)  # again, now that no other run can write here
         rundir.create(run_dir, config_yaml, argv, prediction)
-        rundir.attach_log_file(run_dir)
+        log_file = rundir.attach_log_file(run_dir)
         checkpoint.clean_temp(run_dir)
         if resume:
             (run_dir / jobs.STOP).unlink(missing_ok=True)  # the STOP that ended the previous segment
@@ -268,6 +269,7 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
         raise
     finally:
         acc.end_training()
+        rundir.detach_log_file(log_file)
         if lock is not None:
             jobs.release_lock(lock)
 

@@ -37,8 +37,9 @@ def is_run_dir(path: Path) -> bool:
     return os.path.lexists(Path(path) / "config.yaml")
 
 
-def attach_log_file(run_dir: Path, logger_name: str = "opsd-train") -> None:
-    """Copy the run's log lines into stdout.log, unless stdout already is that file (a launched job)."""
+def attach_log_file(run_dir: Path, logger_name: str = "opsd-train"):
+    """Copy the run's log lines into stdout.log, unless stdout already is that file (a launched job); returns the
+    handler, which ``detach_log_file`` removes and closes when the run ends (an in-process caller may train again)."""
     import logging
 
     log_file = Path(run_dir) / jobs.LOG
@@ -46,13 +47,22 @@ def attach_log_file(run_dir: Path, logger_name: str = "opsd-train") -> None:
         same = log_file.exists() and os.path.samestat(os.fstat(1), os.lstat(log_file))
     except OSError:
         same = False
-    logger = logging.getLogger(logger_name)
-    if same or any(getattr(h, "opsd_log", False) for h in logger.handlers):
-        return
+    if same:
+        return None
     handler = logging.StreamHandler(safe.open_append(log_file))  # a link or FIFO as stdout.log is refused
-    handler.opsd_log = True
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-    logger.addHandler(handler)
+    logging.getLogger(logger_name).addHandler(handler)
+    return handler
+
+
+def detach_log_file(handler, logger_name: str = "opsd-train") -> None:
+    """Remove the run's log-file handler and close its file."""
+    import logging
+
+    if handler is not None:
+        logging.getLogger(logger_name).removeHandler(handler)
+        handler.close()
+        handler.stream.close()
 
 
 def check(out_dir: Path, config_yaml: str, resume: bool) -> None:
