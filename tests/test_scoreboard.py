@@ -55,6 +55,10 @@ def test_from_diagnosis_keeps_the_prediction_and_the_scoreboard_reads_it(diagnos
         assert p["diagnosis"] == str((root / "diag").resolve())
         trained = yaml.safe_load((d / "config.yaml").read_text())["training"]
         assert trained["method"] == method and trained["teacher"] == config and trained["max_steps"] == 2
+        row = run.predictions().row(config, {"opd": "opd", "opsd": "opsd_jsd"}[method])  # predictor v2's, kept too
+        assert p["v2"]["method"] == row.method and p["v2"]["predicted_gain"] == pytest.approx(row.gain)
+        assert [p["v2"]["lo"], p["v2"]["hi"]] == pytest.approx([row.lo, row.hi])
+        assert (p["v2"]["verdict"], p["v2"]["tier"], p["v2"]["calibration"]) == (row.verdict, row.tier, "shipped")
     board = scoreboard(root / "runs")
     frame = board.frame.set_index("config")
     assert set(frame.index) == {"teacher", "self_full"} and (frame["status"] == "finished").all()

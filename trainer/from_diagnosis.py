@@ -79,7 +79,23 @@ def prediction(run: Run, config: str, signal: str) -> dict:
         "accuracy_gap": entry.teacher_minus_student_accuracy.model_dump()
         if entry and entry.teacher_minus_student_accuracy else None,
         "student_accuracy": run.summary.student_accuracy.model_dump(),
+        "v2": v2_prediction(run, config, signal),
     }
+
+
+def v2_prediction(run: Run, config: str, signal: str) -> dict | None:
+    """Predictor v2's row for the method that trains (config, signal), as the run's calibration gives it; None for
+    a signal v2 does not model (rev_kl, fwd_kl) or an installation without a model file."""
+    from opsd_diag.prediction import SIGNAL
+
+    p = run.predictions()
+    if p is None:
+        return None
+    row = next((r for r in p.rows if r.config == config and SIGNAL[r.method] == signal), None)
+    if row is None:
+        return None
+    return {"method": row.method, "tier": row.tier, "predicted_gain": row.gain, "lo": row.lo, "hi": row.hi,
+            "verdict": row.verdict, "drift": row.drift, "ranked_by": p.ranked_by, "calibration": p.calibration.source}
 
 
 def from_diagnosis(run_dir: str | Path, config: str, signal: str, *, trust_remote_code: bool = False,
