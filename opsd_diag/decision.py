@@ -31,9 +31,7 @@ from opsd_diag import prediction
 from opsd_diag.core.verdict import MIN_PROMPTS
 from opsd_diag.summary import CI, Summary
 
-VALIDITY = Path(__file__).resolve().parents[1] / "benchmarks" / "validity" / "validity_analysis.json"
-WORLDS = VALIDITY.parent / "worlds" / "worlds_analysis.json"
-STUDIES = ("toy_world", "outcome_worlds")  # the model file's ``studies`` keys (VALIDITY's, WORLDS' figures)
+STUDIES = ("toy_world", "outcome_worlds")  # the model file's ``studies`` keys (the two analyses' figures)
 
 
 @dataclass(frozen=True)

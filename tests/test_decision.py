@@ -11,6 +11,9 @@ import pytest
 from opsd_diag import decision
 from opsd_diag.summary import Summary
 
+VALIDITY = Path(__file__).resolve().parents[1] / "benchmarks" / "validity" / "validity_analysis.json"
+WORLDS = VALIDITY.parent / "worlds" / "worlds_analysis.json"  # the studies the package file carries
+
 GOLDEN = Path(__file__).resolve().parent / "golden" / "summary.json"
 
 
@@ -57,8 +60,8 @@ def test_recommendation_interval_separability_ties_and_baselines():
 
 
 def test_validity_is_read_from_the_committed_analysis():
-    raw = json.loads(decision.VALIDITY.read_text())
-    v = decision.validity(decision.VALIDITY)  # by path, as the study scripts read it (the app: the package file)
+    raw = json.loads(VALIDITY.read_text())
+    v = decision.validity(VALIDITY)  # by path, as the study scripts read it (the app: the package file)
     assert v["better"] == raw["comparison"]["better"] and v["baseline"] == raw["comparison"]["best_baseline"]
     text = decision.validity_text(v, "helps")
     table = raw["verdict_accuracy"]["table"]["helps"]
@@ -69,8 +72,8 @@ def test_validity_is_read_from_the_committed_analysis():
 
 
 def test_the_worlds_study_is_quoted_by_its_pooled_findings(tmp_path):
-    pooled = json.loads(decision.WORLDS.read_text())["pooled"]
-    v = decision.validity(decision.WORLDS)
+    pooled = json.loads(WORLDS.read_text())["pooled"]
+    v = decision.validity(WORLDS)
     assert v["n_rows"] == pooled["comparison"]["primary_rho"]["n_rows"] and v["baseline"] == pooled["comparison"]["best_baseline"]
     text = decision.validity_text(v, "hurts")
     assert f"{len(pooled['worlds'])} outcome worlds pooled" in text
@@ -103,7 +106,7 @@ def test_the_package_file_carries_the_committed_studies():
     if prediction.load() is None:
         pytest.skip("no opsd_diag/data/predictor_v2.json in this checkout yet (report_v2.py writes it)")
     carried = decision.studies()
-    for key, path in (("toy_world", decision.VALIDITY), ("outcome_worlds", decision.WORLDS)):
+    for key, path in (("toy_world", VALIDITY), ("outcome_worlds", WORLDS)):
         want = decision.validity(path)
         got = carried[key]
         assert (got["n_rows"], got["where"], got["baseline"], got["better"]) == (

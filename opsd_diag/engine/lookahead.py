@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,10 +22,12 @@ import torch
 
 from opsd_diag.core import signals
 from opsd_diag.core import lookahead as maths
-from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict
+from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable
 from opsd_diag.engine.train_step import CompletionHidden, Roles
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.engine.train_step import MicroBatch, StepSums, auto_chunk_size, micro_batch_backward
+from opsd_diag.io import store
+from opsd_diag.io.config import TrainingSpec, centering_k
 from opsd_diag.settings import LossSettings, derive_seed
 
 LOSS_METHODS = ("opd", "jsd", "opd2", "exopd")  # per-token losses a teacher config can be looked ahead with
@@ -180,8 +183,6 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
 def settings(cfg) -> tuple[LookaheadSettings, float | None]:
     """(the lookahead's settings, the advantage clip) of a diagnosis config: the training section's optimiser
     where the config has one (a diagnosis then looks ahead with what it will train with), else its defaults."""
-    from opsd_diag.io.config import TrainingSpec
-
     spec, tr = cfg.lookahead, cfg.training or TrainingSpec(method="opd")
     return LookaheadSettings(
         steps=spec.steps, rollouts_per_step=spec.rollouts_per_step,
@@ -192,12 +193,6 @@ def settings(cfg) -> tuple[LookaheadSettings, float | None]:
 
 def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str]) -> dict:
     """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``."""
-    from pathlib import Path
-
-    from opsd_diag.core.stats import jsonable
-    from opsd_diag.io import store
-    from opsd_diag.io.config import centering_k
-
     s, clip = settings(cfg)
     sc = cfg.scoring
 
