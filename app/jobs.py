@@ -15,7 +15,7 @@ from pathlib import Path
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
-from opsd_diag.io.config import load_config
+from opsd_diag.config.spec import load_config
 
 RUNS_ROOT = Path("runs")
 REPO = Path(__file__).resolve().parents[1]

@@ -41,7 +41,7 @@ from bench_scoring import add_model_args, machine, make_model, sync  # noqa: E40
 from opsd_diag.engine import decode as sampler  # noqa: E402
 from opsd_diag.engine import fast_decode  # noqa: E402
 from opsd_diag.engine.sampling import sample_hf  # noqa: E402
-from opsd_diag.settings import SamplingSettings  # noqa: E402
+from opsd_diag.config.settings import SamplingSettings  # noqa: E402
 
 TARGET = 5.0
 

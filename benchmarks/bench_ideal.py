@@ -23,7 +23,7 @@ import torch
 
 from opsd_diag.engine.diagnose import prepare, run_diagnosis
 from opsd_diag.engine.predict import run_predictor
-from opsd_diag.io.config import IdealSpec, from_dict
+from opsd_diag.config.spec import IdealSpec, from_dict
 from opsd_diag.zoo import task
 
 

@@ -47,8 +47,8 @@ from reference import pack  # noqa: E402
 from opsd_diag.core import signals  # noqa: E402
 from opsd_diag.engine import fused_scoring  # noqa: E402
 from opsd_diag.engine.scoring import TeacherInput, score_batch  # noqa: E402
-from opsd_diag.io.config import ScoringSpec  # noqa: E402
-from opsd_diag.settings import ScoreSettings  # noqa: E402
+from opsd_diag.config.spec import ScoringSpec  # noqa: E402
+from opsd_diag.config.settings import ScoreSettings  # noqa: E402
 
 TARGET = 0.10
 MiB = 2**20

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from bench_scoring import add_model_args, machine, make_model, sync  # noqa: E402
 
 from opsd_diag.engine.sampling import sample_hf  # noqa: E402
-from opsd_diag.settings import SamplingSettings  # noqa: E402
+from opsd_diag.config.settings import SamplingSettings  # noqa: E402
 
 TARGET = 5.0
 STOP_ID = 2

@@ -48,7 +48,7 @@ from reference import pack  # noqa: E402
 
 from opsd_diag.engine import fused_scoring  # noqa: E402
 from opsd_diag.engine.scoring import TeacherInput, completion_hidden, score_batch  # noqa: E402
-from opsd_diag.io.config import ScoringSpec  # noqa: E402
+from opsd_diag.config.spec import ScoringSpec  # noqa: E402
 
 TARGET = 1.10
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -6,8 +6,8 @@
 Generated:
 
 - ``docs/config.md`` entirely: every key of the YAML config, walked from the pydantic models of
-  ``opsd_diag/io/config.py`` (``model_fields``: annotation, default, constraints, description), and
-  what a training section inherits, found by probing ``trainer.config.resolve_training``;
+  ``opsd_diag/config/spec.py`` (``model_fields``: annotation, default, constraints, description), and
+  what a training section inherits, found by probing ``opsd_diag.config.training.resolve_training``;
 - ``docs/worlds.md`` entirely: every key of a world spec, walked the same way from ``opsd_diag/zoo/world.py``;
 - the blocks between ``<!-- generated: NAME -->`` and ``<!-- end generated -->`` in the other pages:
   the per-token columns (``opsd_diag.schema``), the verdict rule (``opsd_diag.core.verdict``), predictor
@@ -166,14 +166,14 @@ def _source(key: str) -> str:
 
 def _inherited() -> dict[str, list[str]]:
     """``training`` key -> the keys it is filled from when left out, in order, read off
-    ``trainer.config.resolve_training`` by resolving probe configs.
+    ``opsd_diag.config.training.resolve_training`` by resolving probe configs.
 
     The probe sets every settable key to a value that no other key has. For each training key with a
     ``None`` default, one probe leaves it out and looks up which key's value it received; when that
     key is itself optional it is left out too, to find the next fallback.
     """
-    from opsd_diag.io.config import DiagnosisConfig
-    from trainer.config import resolve_training
+    from opsd_diag.config.spec import DiagnosisConfig
+    from opsd_diag.config.training import resolve_training
 
     base = {
         "student": {"model": "probe-student"}, "base": {"model": "probe-base"},
@@ -308,14 +308,14 @@ def _keys(root: type, inherited: dict) -> list[str]:
 
 
 def config_md() -> str:
-    from opsd_diag.io.config import METHODS, DiagnosisConfig
+    from opsd_diag.config.spec import METHODS, DiagnosisConfig
 
     inherited = _inherited()
     parts = [NOTICE, "", "# Configuration reference", "",
              "One YAML file describes a diagnosis: `opsd-diag run CONFIG` reads it, and `opsd-train CONFIG` reads",
              "the same file, whose `training` section describes the training run of the configuration the",
              "diagnosis chose. Both commands validate the whole file with the same pydantic model",
-             "(`DiagnosisConfig` in [`opsd_diag/io/config.py`](../opsd_diag/io/config.py)) before anything runs:",
+             "(`DiagnosisConfig` in [`opsd_diag/config/spec.py`](../opsd_diag/config/spec.py)) before anything runs:",
              "an unknown key, a value of the wrong type or out of range (NaN and infinity included) is one",
              "error line naming the dotted key, and nothing is written. Some keys are also checked against",
              "each other (the `model_validator` methods of that module), with the same kind of message.",
@@ -330,7 +330,7 @@ def config_md() -> str:
              "## What a training section inherits", "",
              f"`training.method` is one of {', '.join(f'`{m}`' for m in METHODS)} ([training.md](training.md)).",
              "A training setting that is left out is taken from the diagnosis sections by",
-             "`resolve_training` in [`trainer/config.py`](../trainer/config.py), so the configuration that was",
+             "`resolve_training` in [`opsd_diag/config/training.py`](../opsd_diag/config/training.py), so the configuration that was",
              "diagnosed is trained with the values it was diagnosed with:", ""]
     parts += [f"- `{k}` ← " + ", else ".join(_source(s) for s in v) for k, v in inherited.items()]
     parts += ["", "Other training keys left out take the defaults below; `training.chunk_size` left out is",
@@ -477,7 +477,7 @@ METHOD_HELP = {
 
 
 def methods_block() -> str:
-    from opsd_diag.io.config import METHODS
+    from opsd_diag.config.spec import METHODS
     from opsd_diag.core import losses
 
     def loss_text(method: str) -> str:

@@ -32,7 +32,8 @@ from opsd_diag import prediction
 from opsd_diag.core import predictor
 from opsd_diag.core.stats import jsonable, spearman
 from opsd_diag.errors import OpsdError, printable
-from opsd_diag.io import safe, store, yamlfile
+from opsd_diag.config import yamlfile
+from opsd_diag.io import safe, store
 from opsd_diag.summary import Summary
 
 MIN_RUNS = 8  # usable runs before a refit of up to 7 features is worth saving

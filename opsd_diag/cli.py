@@ -21,7 +21,7 @@ PATHS = {"config": "the config file", "out": "--out", "run_dir": "the run direct
 
 
 def _cmd_run(args) -> None:
-    from opsd_diag.io.config import load_config
+    from opsd_diag.config.spec import load_config
 
     cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
     if cfg.ideal is not None and cfg.ideal.calibration is not None:
@@ -130,7 +130,7 @@ def _check_output(out: Path, fmt: str) -> None:
 
 
 def _cmd_predict(args) -> None:
-    from opsd_diag.io.config import IdealSpec, validate
+    from opsd_diag.config.spec import IdealSpec, validate
     from opsd_diag.run import Run
 
     run_dir = Path(args.run_dir)

@@ -29,7 +29,7 @@ from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, store, trust
 from opsd_diag import prediction
-from opsd_diag.io.config import DiagnosisConfig, from_dict
+from opsd_diag.config.spec import DiagnosisConfig, from_dict
 from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary

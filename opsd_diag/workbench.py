@@ -20,10 +20,10 @@ import yaml
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, store
-from opsd_diag.io.config import DataSpec, DiagnosisConfig, from_dict, to_yaml
+from opsd_diag.config.spec import DataSpec, DiagnosisConfig, from_dict, to_yaml
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.templates import BUILTIN, context_fields, placeholders, resolve
-from opsd_diag.io.yamlfile import read_bytes
+from opsd_diag.config.yamlfile import read_bytes
 
 BUNDLED_DATA = Path("sample_data/problems")
 

@@ -40,7 +40,7 @@ def _config(zoo: Path, data: Path) -> dict:
 def runs_root(ci_zoo, tmp_path_factory) -> Path:
     """``runs/`` with one finished tiny run (``tiny``) and one that is still running (``busy``)."""
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
     from opsd_diag.zoo import task
 
     root = tmp_path_factory.mktemp("app") / "runs"
@@ -349,7 +349,7 @@ def test_a_rewritten_summary_shows_at_once(runs_root, tmp_path):
 def test_manifest_says_finished_only_after_the_predictor(ci_zoo, tmp_path, monkeypatch):
     """Bug 1: the app showed "Finished" while the predictor still ran."""
     from opsd_diag.engine import diagnose
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
     from opsd_diag.zoo import task
 
     seen = {}

@@ -78,7 +78,7 @@ def world(tmp_path_factory) -> Path:
 def finished(world, tmp_path_factory) -> Path:
     """A finished diagnosis of the world, shared by every row (read-only: the rows check it is unchanged)."""
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
 
     out = tmp_path_factory.mktemp("finished") / "run"
     old = torch.get_num_threads()
@@ -295,7 +295,7 @@ def training_run_dir(e: Env) -> Path:
 
 def resumable_run(e: Env, state: bytes | None = None, config: bytes | None = None) -> list[str]:
     """A training run directory of this very config with a checkpoint whose state file is ``state``."""
-    from trainer import config as train_config
+    from opsd_diag.config import training as train_config
 
     cfg = e.train_cfg()
     d = e.tmp / "trained"

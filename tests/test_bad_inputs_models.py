@@ -310,8 +310,8 @@ def test_every_reserved_option_is_refused_and_every_call_argument_is_reserved():
     from transformers import PreTrainedTokenizerBase
 
     from opsd_diag.errors import OpsdError
-    from opsd_diag.io.config import from_dict
-    from opsd_diag.io.model_options import RESERVED_TEMPLATE_OPTIONS
+    from opsd_diag.config.spec import from_dict
+    from opsd_diag.config.model_options import RESERVED_TEMPLATE_OPTIONS
 
     args = set(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters) - {"self", "kwargs"}
     assert args <= set(RESERVED_TEMPLATE_OPTIONS), args - set(RESERVED_TEMPLATE_OPTIONS)
@@ -447,10 +447,10 @@ def test_a_padded_base_scores_on_the_tokenizers_rows_against_float64(tmp_path):
     from opsd_diag.engine.fused_scoring import score_batch_fused
     from opsd_diag.engine.scoring import TeacherInput, score_batch
     from opsd_diag.io import models as hub
-    from opsd_diag.io.config import ModelSpec
+    from opsd_diag.config.spec import ModelSpec
     from opsd_diag.io.views import student_view
     from opsd_diag.schema import BASE_COLUMNS
-    from opsd_diag.settings import ScoreSettings
+    from opsd_diag.config.settings import ScoreSettings
 
     tok, student = hub.load_spec(ModelSpec(model=str(build("qwen3", tmp_path / "s", seed=0))), "cpu")
     _, cut = hub.load_spec(ModelSpec(model=str(build("qwen3", tmp_path / "b", seed=1))), "cpu")

@@ -55,7 +55,7 @@ def family(world, tmp_path_factory) -> tuple[Path, Path, Path]:
 def cross_run(world, family, tmp_path_factory) -> Path:
     """A finished diagnosis whose config 'teacher' has another tokenizer (scored span by span)."""
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
 
     out = tmp_path_factory.mktemp("cross") / "run"
     old = torch.get_num_threads()

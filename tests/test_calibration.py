@@ -53,7 +53,7 @@ def runs(tmp_path_factory):
     import torch
 
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
 
     old = torch.get_num_threads()
     torch.set_num_threads(1)

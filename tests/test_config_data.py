@@ -5,7 +5,7 @@ import pytest
 from conftest import REPO, tiny_config, write_jsonl
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import DataSpec, from_dict, load_config, to_yaml
+from opsd_diag.config.spec import DataSpec, from_dict, load_config, to_yaml
 from opsd_diag.io.data import load_problems
 
 

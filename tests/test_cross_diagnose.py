@@ -18,7 +18,7 @@ from opsd_diag import cli
 from opsd_diag.engine.cross_scoring import SPAN_COLUMNS
 from opsd_diag.engine.diagnose import run_diagnosis
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import from_dict
+from opsd_diag.config.spec import from_dict
 from opsd_diag.io.retokenize import retokenize
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.zoo import task

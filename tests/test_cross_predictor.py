@@ -19,7 +19,7 @@ from opsd_diag.engine import cross
 from opsd_diag.engine.cross_nodes import candidate_logprobs, mapped_topk, plan_rows
 from opsd_diag.engine.cross_scoring import CrossTeacher
 from opsd_diag.engine.diagnose import run_diagnosis
-from opsd_diag.io.config import from_dict
+from opsd_diag.config.spec import from_dict
 from opsd_diag.io.retokenize import candidate_teacher_ids, special_ids, teacher_candidate_student_id
 from opsd_diag.zoo import task
 

@@ -11,9 +11,10 @@ from fixtures_crosstok import build_other_family
 from fixtures_trainer import config_dict, one_thread, read_metrics, world, write_config  # noqa: F401 (fixtures)
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import from_dict
+from opsd_diag.config.spec import from_dict
 from opsd_diag.io.retokenize import Retokenized, retokenize
-from trainer import cli, config
+from opsd_diag.config import training as config
+from trainer import cli
 from trainer import cross_losses as CL
 from trainer.cross_step import cross_micro_batch_backward
 from opsd_diag.engine.train_step import CompletionHidden

@@ -9,7 +9,7 @@ import pytest
 from fixtures_crosstok import corpus, teacher_tokenizer
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import from_dict
+from opsd_diag.config.spec import from_dict
 from opsd_diag.io.view_set import base_renderer, build_views, student_renderer, teacher_renderer
 from opsd_diag.io.views import student_view
 from opsd_diag.zoo.tokenizer import train_tokenizer

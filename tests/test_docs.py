@@ -55,7 +55,7 @@ def test_generated_docs_are_current(capsys):
 
 
 def test_config_reference_lists_every_key():
-    from opsd_diag.io.config import DiagnosisConfig, EvalSpec, TrainingSpec
+    from opsd_diag.config.spec import DiagnosisConfig, EvalSpec, TrainingSpec
 
     text = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
     for prefix, model in (("", DiagnosisConfig), ("training.", TrainingSpec), ("training.eval.", EvalSpec)):
@@ -80,7 +80,7 @@ def readme_example() -> str:
 def finished_run(ci_zoo, tmp_path_factory) -> Path:
     """A real finished run of a tiny config, with the predictor (so it has verdicts)."""
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
     from opsd_diag.zoo import task
 
     root = tmp_path_factory.mktemp("docs_run")

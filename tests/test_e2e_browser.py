@@ -73,7 +73,7 @@ def _prebuilt_runs(root: Path, zoo: Path) -> None:
     from opsd_diag import jobs
     from opsd_diag.core.verdict import rank
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
     from opsd_diag.zoo import task
 
     data = root.parent / "problems.jsonl"

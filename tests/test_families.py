@@ -17,7 +17,7 @@ from families import FAMILIES, build, ids, template
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import models as hub
-from opsd_diag.io.config import from_dict
+from opsd_diag.config.spec import from_dict
 from opsd_diag.io.thinking import check, split_text
 from opsd_diag.io.views import FIXED_DATE, Format, student_view, teacher_view
 
@@ -225,7 +225,7 @@ def _cfg(**over):
 
 
 def test_config_template_options_and_inheritance(fam):
-    from opsd_diag.io.model_options import teacher_model_spec, view_template_kwargs
+    from opsd_diag.config.model_options import teacher_model_spec, view_template_kwargs
 
     cfg = _cfg(student={"model": "s", "chat_template_kwargs": {"enable_thinking": True}, "dtype": "bfloat16",
                              "attn_implementation": "sdpa"},
@@ -298,7 +298,7 @@ def test_softcap_from_text_config(fam):
 def test_padded_head_scores_on_tokenizer_rows(fam):
     """A teacher with LM-head rows beyond its tokenizer scores exactly as the same weights cut to the tokenizer."""
     from opsd_diag.engine.scoring import TeacherInput, score_batch
-    from opsd_diag.settings import ScoreSettings
+    from opsd_diag.config.settings import ScoreSettings
 
     tok = tok_of(fam, "qwen3")
     student = hub.load_model(str(fam("qwen3")))
@@ -332,7 +332,7 @@ def test_padded_head_scores_on_tokenizer_rows(fam):
 
 def test_padded_head_is_never_sampled(fam):
     from opsd_diag.engine.decode import sample
-    from opsd_diag.settings import SamplingSettings
+    from opsd_diag.config.settings import SamplingSettings
 
     tok = tok_of(fam, "qwen3")
     model = hub.load_model.__wrapped__(str(fam("qwen3", seed=2, extra_rows=64)))
@@ -401,7 +401,7 @@ def test_gemma4_multimodal_softcap_matches_the_model():
 def test_device_map_is_passed_and_the_model_is_not_moved(fam, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from opsd_diag.io.config import ModelSpec
+    from opsd_diag.config.spec import ModelSpec
 
     seen = []
     real = AutoModelForCausalLM.from_pretrained.__func__

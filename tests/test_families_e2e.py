@@ -84,7 +84,7 @@ def test_llama_pair_with_template_less_base(world, tmp_path, capsys):
     assert "Today Date: 01 Jan 2025" in man["rendered_prompts"]["t32"]
     # the app's form preview renders each view as the run did: the 3.2 teacher with its own template
     from opsd_diag import workbench
-    from opsd_diag.io.config import load_config
+    from opsd_diag.config.spec import load_config
     from opsd_diag.io.data import load_problems
     from opsd_diag.io.models import load_tokenizer
 
@@ -135,7 +135,7 @@ def _train_cfg(world, student, teachers, base=None, **training):
 
 def test_gemma3_sft_step_and_opd2_step_with_template_less_base(world, tmp_path):
     from trainer import cli as tcli
-    from trainer import config as tconfig
+    from opsd_diag.config import training as tconfig
     from trainer.setup import prepare
 
     cfg = _train_cfg(world, "gemma3", [{"name": "self_sol", "context": "full_solution"}], method="sft")

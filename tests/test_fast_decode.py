@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from opsd_diag.engine import decode as sampler
 from opsd_diag.engine import fast_decode, static_cache
 from opsd_diag.engine.sampling import sample_hf, warp
-from opsd_diag.settings import SamplingSettings
+from opsd_diag.config.settings import SamplingSettings
 
 
 def _models(world):
@@ -95,7 +95,7 @@ def test_buffers_are_reused_across_calls_and_rebuilt_when_the_weights_move(world
 
 
 def test_the_default_engine_is_todays_path_and_the_switch_is_checked(world):
-    from opsd_diag.io.config import SamplingSpec
+    from opsd_diag.config.spec import SamplingSpec
 
     assert SamplingSpec().engine == "hf"  # the config's default is today's path
     assert fast_decode.pick(sample_hf, "hf") is sample_hf and fast_decode.pick(sampler.sample, "hf") is sampler.sample

@@ -10,7 +10,7 @@ from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.io.models import load_model, load_tokenizer
 from opsd_diag.io.views import student_view, teacher_view
 from opsd_diag.schema import SIGNAL_COLUMNS as COLUMNS
-from opsd_diag.settings import ScoreSettings
+from opsd_diag.config.settings import ScoreSettings
 from opsd_diag.zoo import task
 
 
@@ -70,7 +70,7 @@ def test_fused_equals_score_batch(world, s, with_base, base_view_teacher):
 
 
 def test_switch_default_and_fallback(world):
-    from opsd_diag.io.config import ScoringSpec
+    from opsd_diag.config.spec import ScoringSpec
 
     assert ScoringSpec().engine == "reference" and fused_scoring.pick(score_batch, "reference") is score_batch
     with pytest.raises(ValueError, match="scoring engine"):

@@ -46,7 +46,7 @@ def poisoned_teacher(world: Path, out: Path, every: int = 8) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from opsd_diag.io import templates
-    from opsd_diag.io.config import DataSpec
+    from opsd_diag.config.spec import DataSpec
     from opsd_diag.io.data import load_problems
     from opsd_diag.io.views import encode_chat, student_view
 
@@ -310,7 +310,7 @@ def test_sampling_from_nan_logits_is_a_clear_error(world):
     from opsd_diag.engine import decode
     from opsd_diag.engine.fast_decode import sample_static
     from opsd_diag.engine.sampling import sample_hf
-    from opsd_diag.settings import SamplingSettings
+    from opsd_diag.config.settings import SamplingSettings
 
     tok = AutoTokenizer.from_pretrained(world / "student")
     model = AutoModelForCausalLM.from_pretrained(world / "student").eval()
@@ -356,7 +356,7 @@ def test_a_nan_teacher_stops_the_diagnosis_naming_model_and_position(world, tmp_
 def test_a_nan_teacher_with_allow_nonfinite_gives_nan_in_every_column_it_enters(world, tmp_path):
     from opsd_diag.core.signals import READS
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
     from opsd_diag.run import Run
 
     bad = poisoned_teacher(world, tmp_path / "poisoned")

@@ -17,7 +17,7 @@ from opsd_diag.engine import nodes as N
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.sampling import sample_hf
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import IdealSpec, from_dict
+from opsd_diag.config.spec import IdealSpec, from_dict
 
 
 def run_ideal(prep, run_dir, spec=None, **kw):

@@ -45,7 +45,7 @@ def test_a_stop_of_export_or_predict_does_not_promise_a_resume(command, signum, 
 
 
 def test_a_stop_of_run_still_says_it_resumes(tmp_path, monkeypatch, capsys):
-    import opsd_diag.io.config as config
+    import opsd_diag.config.spec as config
 
     monkeypatch.setattr(config, "load_config", _signal_self(signal.SIGTERM))
     assert diag_cli.main(["run", "c.yaml", "--out", str(tmp_path / "out")]) == 130

@@ -19,8 +19,8 @@ from opsd_diag.core.losses import token_loss
 from opsd_diag.engine import lookahead
 from opsd_diag.engine.train_step import Roles
 from opsd_diag.io import store
-from opsd_diag.io.config import from_dict
-from opsd_diag.settings import LossSettings, derive_seed
+from opsd_diag.config.spec import from_dict
+from opsd_diag.config.settings import LossSettings, derive_seed
 
 
 # --------------------------------------------------------------------------------------------- maths

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def tiny_run(ci_zoo, tmp_path_factory):
     """A real diagnosis on the random zoo: a teacher model, a self-teacher, a base, and a lookahead of opd, jsd."""
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
     from opsd_diag.zoo import task
 
     root = tmp_path_factory.mktemp("prediction")

@@ -12,9 +12,9 @@ from conftest import REPO
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import models as hub
 from opsd_diag.io import templates
-from opsd_diag.io.config import load_config
+from opsd_diag.config.spec import load_config
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.model_options import teacher_model_spec, view_template_kwargs
+from opsd_diag.config.model_options import teacher_model_spec, view_template_kwargs
 
 RECIPES = REPO / "sample_data" / "configs" / "recipes"
 ALL = sorted(RECIPES.glob("*.yaml"))
@@ -35,7 +35,7 @@ def test_recipe_loads_and_checks(path: Path, monkeypatch):
     for t in cfg.teachers:
         templates.check_problems(templates.resolve(t.context), problems, t.name, cfg.data.fields, t.partial_fraction)
     if cfg.training is not None:
-        from trainer.config import resolve_training
+        from opsd_diag.config.training import resolve_training
 
         resolve_training(cfg, str(path))
     for spec in [cfg.student, cfg.base, *(teacher_model_spec(cfg.student, t) for t in cfg.teachers if not t.is_self)]:

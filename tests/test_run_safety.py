@@ -49,7 +49,7 @@ def world(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def finished(world, tmp_path_factory) -> Path:
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
 
     out = tmp_path_factory.mktemp("finished") / "run"
     run_diagnosis(from_dict(diag_config(world)), out, show_progress=False)

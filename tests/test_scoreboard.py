@@ -13,7 +13,7 @@ from fixtures_trainer import one_thread  # noqa: F401 (fixture)
 
 from opsd_diag import cli as diag_cli
 from opsd_diag.core.stats import spearman
-from opsd_diag.io.config import from_dict
+from opsd_diag.config.spec import from_dict
 from opsd_diag.run import Run
 from opsd_diag.scoreboard import scoreboard
 from trainer import cli

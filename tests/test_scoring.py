@@ -12,7 +12,7 @@ from opsd_diag.io.models import load_model, load_tokenizer
 from opsd_diag.io.views import encode_chat, student_view, teacher_view
 from opsd_diag.core.signals import COMPAT_K
 from opsd_diag.schema import SIGNAL_COLUMNS as COLUMNS
-from opsd_diag.settings import ScoreSettings
+from opsd_diag.config.settings import ScoreSettings
 from opsd_diag.zoo import task
 
 TIE = 1e-5  # log-probs closer than this may order either way on another CPU (docs/design.md, conventions)

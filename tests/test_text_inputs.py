@@ -19,9 +19,9 @@ from transformers import AutoTokenizer
 
 from opsd_diag.errors import OpsdError, printable
 from opsd_diag.io import views
-from opsd_diag.io.config import DataSpec, ModelSpec
+from opsd_diag.config.spec import DataSpec, ModelSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.yamlfile import read_mapping
+from opsd_diag.config.yamlfile import read_mapping
 from opsd_diag.report.export import table_bytes
 from opsd_diag.report.terminal import render_rollout
 

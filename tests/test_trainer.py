@@ -13,8 +13,9 @@ from fixtures_trainer import build_world, config_dict, one_thread, read_metrics,
 
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import from_dict
-from trainer import cli, config
+from opsd_diag.config.spec import from_dict
+from opsd_diag.config import training as config
+from trainer import cli
 from opsd_diag.engine.train_step import MicroBatch
 from trainer.setup import prepare
 from opsd_diag.engine.train_step import micro_batch_backward
@@ -109,7 +110,7 @@ def test_existing_run_needs_resume_and_same_config(world, tmp_path, capsys):
 def test_command_line_options_change_a_config_files_training_section(world, tmp_path):
     """--max-steps and friends apply to CONFIG too (they were read only with --from-diagnosis, and a run of
     CONFIG silently trained its own max_steps); nested options merge (eval keeps its other keys)."""
-    from trainer import config as train_config
+    from opsd_diag.config import training as train_config
 
     out = tmp_path / "run"
     cfg = write_config(tmp_path / "c.yaml", world, max_steps=3, eval={"data": None, "num_samples": 5})
@@ -456,7 +457,7 @@ def test_sampler_draws_like_sample_hf_and_drops_finished_rows(world):
 
     from opsd_diag.engine import decode as sampler
     from opsd_diag.engine.sampling import sample_hf
-    from opsd_diag.settings import SamplingSettings
+    from opsd_diag.config.settings import SamplingSettings
 
     tok, models = _world_models(world)
     eager = AutoModelForCausalLM.from_pretrained(world / "student", attn_implementation="eager").eval()

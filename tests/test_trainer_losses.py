@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from opsd_diag.core import signals
-from opsd_diag.settings import LossSettings
+from opsd_diag.config.settings import LossSettings
 from opsd_diag.core.losses import token_loss
 
 N, V = 6, 9

@@ -95,7 +95,7 @@ def test_a_correct_answer_is_no_longer_marked_wrong_against_a_whole_rationale():
 
 def test_gsm8k_and_math_records_through_the_data_loader_and_the_contexts(tmp_path):
     from opsd_diag.io import templates
-    from opsd_diag.io.config import DataSpec
+    from opsd_diag.config.spec import DataSpec
     from opsd_diag.io.data import load_problems
 
     gsm = tmp_path / "gsm.jsonl"

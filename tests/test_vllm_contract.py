@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from opsd_diag.engine import sampling as rollout
 from opsd_diag.engine.sampling import Completion
-from opsd_diag.settings import SamplingSettings
+from opsd_diag.config.settings import SamplingSettings
 
 
 def _fake_vllm(seen: dict):

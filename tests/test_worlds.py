@@ -266,8 +266,8 @@ def test_worlds_layout_writes_valid_configs_for_every_arm(tmp_path):
     trainer accepts, the delta methods get the base, the base-as-teacher has no delta run, sft is there."""
     sys.path.insert(0, str(REPO))
     from benchmarks.validity.worlds import run_worlds
-    from opsd_diag.io.config import load_config
-    from trainer.config import resolve_training
+    from opsd_diag.config.spec import load_config
+    from opsd_diag.config.training import resolve_training
 
     assert run_worlds.main(["--worlds", "chains", "--layout-only", "--out", str(tmp_path)]) == 0
     configs = sorted((tmp_path / "chains" / "configs" / "train").glob("*.yaml"))
@@ -323,7 +323,7 @@ def test_compat_reads_the_diagnosis_columns_and_recomputes_them_for_an_older_run
 
     from benchmarks.validity.worlds import compat
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.io.config import from_dict
+    from opsd_diag.config.spec import from_dict
     from opsd_diag.run import Run
 
     diag = tmp_path / "diag"

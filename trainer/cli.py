@@ -61,7 +61,7 @@ def eval_overrides(data: str | None, problems: int | None, samples: int | None) 
 
 def _load(args):
     """(resolved training config, prediction record or None, a name for the default run directory)."""
-    from trainer import config
+    from opsd_diag.config import training as config
 
     overrides = {"max_steps": args.max_steps, "learning_rate": args.learning_rate,
                  "per_device_train_batch_size": args.batch_size, "seed": args.seed}

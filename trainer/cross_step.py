@@ -21,7 +21,7 @@ from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.models import check_compatible, vocab_fingerprint
 from opsd_diag.io.retokenize import Retokenized, retokenize
-from opsd_diag.settings import LossSettings
+from opsd_diag.config.settings import LossSettings
 from trainer import cross_losses
 from opsd_diag.engine.train_step import Roles
 from opsd_diag.engine.train_step import MicroBatch

@@ -20,7 +20,7 @@ from opsd_diag.core.stats import pass_at_k
 from opsd_diag.engine import fast_decode
 from opsd_diag.engine.sampling import sample_hf
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
-from opsd_diag.io.config import EvalSpec
+from opsd_diag.config.spec import EvalSpec
 from opsd_diag.io.thinking import check
 from opsd_diag.engine.train_step import Roles
 from trainer.rollouts import ProblemSet, cut, micro_seed

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.run import Run
-from trainer.config import with_training
+from opsd_diag.config.training import with_training
 
 EXTERNAL = {"r_opd": {"method": "opd"}, "jsd": {"method": "jsd"}, "rev_kl": {"method": "jsd", "beta": 1.0},
             "fwd_kl": {"method": "jsd", "beta": 0.0}, "a_d2": {"method": "opd2"}, "a_ex": {"method": "exopd"}}

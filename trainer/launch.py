@@ -15,7 +15,7 @@ from pathlib import Path
 from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
-from trainer import config as train_config
+from opsd_diag.config import training as train_config
 from trainer import rundir
 
 

@@ -24,7 +24,7 @@ from opsd_diag import jobs
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe
 from trainer import checkpoint, rundir, sharded
-from trainer.config import TrainConfig, trackers
+from opsd_diag.config.training import TrainConfig, trackers
 from trainer.cross_step import cross_micro_batch_backward
 from trainer.evaluate import eval_size, evaluate
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems

@@ -11,7 +11,7 @@ from torch import nn
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import models as hub
-from opsd_diag.io.config import ModelSpec
+from opsd_diag.config.spec import ModelSpec
 
 
 def load_trainable(spec: ModelSpec, device: torch.device, source: str | None = None) -> nn.Module:

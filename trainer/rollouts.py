@@ -24,11 +24,11 @@ from opsd_diag.engine.sampling import cut_at_strings
 from opsd_diag.engine.train_step import MicroBatch
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
-from opsd_diag.io.config import DiagnosisConfig, TrainingSpec
+from opsd_diag.config.spec import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.view_set import ViewRenderer, build_views
 from opsd_diag.io.views import encode_text, student_view
-from opsd_diag.settings import derive_seed
+from opsd_diag.config.settings import derive_seed
 
 
 @dataclass

@@ -15,11 +15,11 @@ import torch
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import models as hub
 from opsd_diag.io import templates
-from opsd_diag.settings import LossSettings
-from trainer.config import TrainConfig
+from opsd_diag.config.settings import LossSettings
+from opsd_diag.config.training import TrainConfig
 from trainer.cross_step import plan_partner
 from trainer.evaluate import EvalSets
-from opsd_diag.io.model_options import teacher_model_spec
+from opsd_diag.config.model_options import teacher_model_spec
 from opsd_diag.io.view_set import student_renderer, system_tokens, teacher_renderer
 from opsd_diag.engine.train_step import Roles, frozen_copy
 from trainer.roles import add_lora, load_lora

@@ -37,7 +37,7 @@ from torch.utils.checkpoint import checkpoint
 
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
-from opsd_diag.settings import LossSettings
+from opsd_diag.config.settings import LossSettings
 from opsd_diag.engine.train_step import Roles
 from opsd_diag.engine.train_step import MicroBatch
 

@@ -13,7 +13,7 @@ from opsd_diag import jobs as job_protocol
 from opsd_diag import workbench
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
-from opsd_diag.io.config import load_config
+from opsd_diag.config.spec import load_config
 
 st.title("New diagnosis")
 root = Path(st.session_state.get("runs_root", jobs.RUNS_ROOT))

@@ -17,7 +17,7 @@ from app import jobs as app_jobs
 from opsd_diag import jobs, scoreboard, workbench
 from opsd_diag.errors import OpsdError
 from opsd_diag.report import training
-from opsd_diag.io.config import DataSpec
+from opsd_diag.config.spec import DataSpec
 from opsd_diag.io.data import load_problems
 from trainer import estimate, from_diagnosis, launch
 

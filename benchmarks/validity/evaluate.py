@@ -34,11 +34,11 @@ if __package__ in (None, ""):
 from opsd_diag.core import signals  # noqa: E402
 from opsd_diag.engine.sampling import sample_hf  # noqa: E402
 from opsd_diag.engine.scoring import completion_hidden, lm_logits  # noqa: E402
-from opsd_diag.io.config import DataSpec  # noqa: E402
+from opsd_diag.config.spec import DataSpec  # noqa: E402
 from opsd_diag.io.data import load_problems  # noqa: E402
 from opsd_diag.io.models import load_model, load_tokenizer, stop_token_ids  # noqa: E402
 from opsd_diag.io.verify import is_correct  # noqa: E402
-from opsd_diag.settings import SamplingSettings  # noqa: E402
+from opsd_diag.config.settings import SamplingSettings  # noqa: E402
 
 
 def _check(tok, problems, prompts, model, n: int, ev: dict, stop_ids, checker: str, seed: int):

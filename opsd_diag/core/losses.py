@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from opsd_diag.core import signals
-from opsd_diag.settings import LossSettings
+from opsd_diag.config.settings import LossSettings
 
 # The advantage each sampled-token method trains on: a column of ``signals.advantages``, so the
 # trained signal is exactly the diagnosed one.

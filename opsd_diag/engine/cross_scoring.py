@@ -22,7 +22,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.engine.scoring import _hidden, lm_logits
 from opsd_diag.io.retokenize import Retokenized, retokenize
 from opsd_diag.schema import SIGNAL_COLUMNS
-from opsd_diag.settings import ScoreSettings
+from opsd_diag.config.settings import ScoreSettings
 
 @dataclass
 class CrossTeacher:

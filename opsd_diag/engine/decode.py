@@ -36,7 +36,7 @@ from opsd_diag.engine.sampling import (
     trim_completion,
     warp,
 )
-from opsd_diag.settings import SamplingSettings
+from opsd_diag.config.settings import SamplingSettings
 
 
 def supported(model) -> bool:

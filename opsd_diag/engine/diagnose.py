@@ -31,14 +31,14 @@ from opsd_diag.engine.sampling import cut_at_strings, sample_hf, sample_vllm
 from opsd_diag.engine.shard_scoring import NONFINITE_FIX, score_rollouts
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe, store, templates
-from opsd_diag.io.config import DiagnosisConfig, ModelSpec, to_yaml
+from opsd_diag.config.spec import DiagnosisConfig, ModelSpec, to_yaml
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.model_options import teacher_model_spec
+from opsd_diag.config.model_options import teacher_model_spec
 from opsd_diag.io.models import check_finite_logits, check_fits, fingerprint, load_spec, positions, stop_token_ids
 from opsd_diag.io.thinking import check
 from opsd_diag.io.view_set import (base_renderer, build_views, rendered_text, student_renderer, system_tokens,
                                    teacher_renderer, template_notes)
-from opsd_diag.settings import SamplingSettings, derive_seed
+from opsd_diag.config.settings import SamplingSettings, derive_seed
 
 
 @dataclass

@@ -58,7 +58,7 @@ import torch
 
 from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, trim_completion, warp
 from opsd_diag.engine.static_cache import engine_for
-from opsd_diag.settings import SamplingSettings
+from opsd_diag.config.settings import SamplingSettings
 
 log = logging.getLogger(__name__)
 

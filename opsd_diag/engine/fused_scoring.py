@@ -36,7 +36,7 @@ from opsd_diag.core import signals
 from opsd_diag.engine.scoring import TeacherInput, _hidden, logit_softcap, scored_rows, softcap
 from opsd_diag.errors import OpsdError
 from opsd_diag.schema import SIGNAL_COLUMNS
-from opsd_diag.settings import ScoreSettings
+from opsd_diag.config.settings import ScoreSettings
 
 ENGINES = ("reference", "fused", "compiled")  # scoring.engine
 

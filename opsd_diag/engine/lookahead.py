@@ -27,8 +27,8 @@ from opsd_diag.engine.train_step import CompletionHidden, Roles
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.engine.train_step import MicroBatch, StepSums, auto_chunk_size, micro_batch_backward
 from opsd_diag.io import store
-from opsd_diag.io.config import TrainingSpec, centering_k
-from opsd_diag.settings import LossSettings, derive_seed
+from opsd_diag.config.spec import TrainingSpec, centering_k
+from opsd_diag.config.settings import LossSettings, derive_seed
 
 LOSS_METHODS = ("opd", "jsd", "opd2", "exopd")  # per-token losses a teacher config can be looked ahead with
 

@@ -21,7 +21,7 @@ from opsd_diag.core import signals
 from opsd_diag.engine.sampling import Completion
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.io.verify import is_correct
-from opsd_diag.settings import SamplingSettings, derive_seed
+from opsd_diag.config.settings import SamplingSettings, derive_seed
 
 
 def plan_nodes(student_tokens: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:

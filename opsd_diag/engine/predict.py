@@ -24,7 +24,7 @@ from opsd_diag.engine.cross_nodes import plan_rows
 from opsd_diag.engine.nodes import NodeModels, Sampler, build_jobs, estimate_success, plan_nodes
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
-from opsd_diag.io.config import DiagnosisConfig, IdealSpec, validate
+from opsd_diag.config.spec import DiagnosisConfig, IdealSpec, validate
 from opsd_diag.io.thinking import answer_text
 
 ESTIMATOR = ("our estimator (docs/signals.md, the ideal-gradient predictor): m student continuations per "

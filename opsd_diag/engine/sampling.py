@@ -13,7 +13,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from opsd_diag.errors import NonFiniteLogits, OpsdError
-from opsd_diag.settings import SamplingSettings
+from opsd_diag.config.settings import SamplingSettings
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 from opsd_diag.core import signals
 from opsd_diag.errors import OpsdError
 from opsd_diag.schema import SIGNAL_COLUMNS
-from opsd_diag.settings import ScoreSettings
+from opsd_diag.config.settings import ScoreSettings
 
 
 @dataclass

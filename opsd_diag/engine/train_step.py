@@ -29,7 +29,7 @@ from opsd_diag.core import signals
 from opsd_diag.core.losses import token_loss
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
-from opsd_diag.settings import LossSettings
+from opsd_diag.config.settings import LossSettings
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

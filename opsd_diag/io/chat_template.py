@@ -2,7 +2,7 @@
 
 - The options a user passes (``chat_template_kwargs``) are plain values the template reads; what the
   tool decides itself (``add_generation_prompt``, ``tokenize``, ``tools``, ...) is refused in the
-  config (``io.model_options.RESERVED_TEMPLATE_OPTIONS``).
+  config (``config.model_options.RESERVED_TEMPLATE_OPTIONS``).
 - The day: transformers gives templates ``strftime_now`` (today's date, so a prompt would change from
   day to day and a resumed run could mix two days). Every template that names it is rendered with a
   ``strftime_now`` of a fixed day instead: 26 Jul 2024 (what Llama-3.1's template writes), or the

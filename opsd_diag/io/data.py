@@ -17,8 +17,8 @@ import pandas as pd
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
-from opsd_diag.io.config import DataSpec
-from opsd_diag.io.yamlfile import decode, read_bytes
+from opsd_diag.config.spec import DataSpec
+from opsd_diag.config.yamlfile import decode, read_bytes
 
 OUR_FIELDS = ("id", "prompt", "solution", "answer", "meta")
 _EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}

@@ -71,7 +71,7 @@ def kind(mode: int) -> str | None:
 def check_name(path, what: str = "path") -> str:
     """``path`` as text, or one OpsdError for what no file system call can take: a NUL, undecodable
     characters, a path or one name over Linux's limits. Pure (no file system call): a config's paths are
-    checked with it when the config is read (``io.config``), whatever machine reads it. ``what`` may be
+    checked with it when the config is read (``config.spec``), whatever machine reads it. ``what`` may be
     empty when the caller names the path itself (a config key)."""
     s = os.fspath(path)
     lead = f"{what} " if what else "the path "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opsd_diag.io.model_options import view_template_kwargs
+from opsd_diag.config.model_options import view_template_kwargs
 from opsd_diag.io.models import has_chat_template
 from opsd_diag.io.views import PROMPT_LIMIT, Format, student_view, teacher_view
 

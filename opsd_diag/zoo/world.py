@@ -18,9 +18,9 @@ from pydantic import AfterValidator, ConfigDict, Field, Strict, ValidationError,
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
-from opsd_diag.io.config import Strict as StrictModel
-from opsd_diag.io.config_errors import format_error
-from opsd_diag.io.yamlfile import read_mapping
+from opsd_diag.config.spec import Strict as StrictModel
+from opsd_diag.config.errors import format_error
+from opsd_diag.config.yamlfile import read_mapping
 from opsd_diag.zoo.effects import KINDS
 
 DOC = "docs/worlds.md"

@@ -59,7 +59,7 @@ def run_compat(diag: Path, k: int = K, batch: int = 32) -> dict:
     """{config: {teachability, topk_overlap, n_tokens, k}} over the run's scored tokens: read from its token
     table when it holds them (``stored_compat``), else computed."""
     from opsd_diag.engine.scoring import completion_hidden, lm_logits
-    from opsd_diag.io.config import load_config
+    from opsd_diag.config.spec import load_config
     from opsd_diag.io.models import load_model, load_tokenizer
     from opsd_diag.run import Run
 

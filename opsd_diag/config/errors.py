@@ -1,6 +1,6 @@
 """One line for a pydantic validation error of the config: the source, the dotted key and the fix.
 
-The strict types of ``io.config`` refuse YAML 1.1 booleans for numbers and numbers for names; the
+The strict types of ``config.spec`` refuse YAML 1.1 booleans for numbers and numbers for names; the
 message then says what YAML read and how to quote it.
 """
 

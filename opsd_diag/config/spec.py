@@ -19,11 +19,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from opsd_diag import schema
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
-from opsd_diag.io.config_errors import format_error
-from opsd_diag.io.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
-from opsd_diag.io.training_fit import training_teacher
-from opsd_diag.io.yamlfile import read_mapping
-from opsd_diag.settings import LossSettings, SamplingSettings, ScoreSettings
+from opsd_diag.config.errors import format_error
+from opsd_diag.config.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
+from opsd_diag.config.training_fit import training_teacher
+from opsd_diag.config.yamlfile import read_mapping
+from opsd_diag.config.settings import LossSettings, SamplingSettings, ScoreSettings
 
 METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft", "uld")
 
@@ -73,7 +73,7 @@ def centering_k(centering: str) -> int | None:
 
 class ModelSpec(Strict, ModelOptions):
     """A model: a hub id or a local directory. Offline unless ``allow_download``; more options in
-    ``io.model_options``."""
+    ``config.model_options``."""
     model: str = Field(description="hub id or local directory")
     revision: str | None = Field(None, description="hub revision")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -84,7 +84,7 @@ class ModelSpec(Strict, ModelOptions):
 
 class TeacherSpec(Strict, TeacherOptions):
     """One teacher configuration: a model (or ``self``: the student's weights) plus a context; its own
-    loading and template options are in ``io.model_options``."""
+    loading and template options are in ``config.model_options``."""
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="config name (letters, digits, `_-.`)")
     model: str = Field("self", description="`self` (the student's weights) or a hub id / directory")
     revision: str | None = Field(None, description="hub revision of the teacher model")

@@ -1,6 +1,6 @@
 """The frozen settings the engine and the trainer run with, resolved from the config in one place.
 
-``opsd_diag.io.config`` builds each of these from its sections (``...settings()`` methods): the
+``opsd_diag.config.spec`` builds each of these from its sections (``...settings()`` methods): the
 engine never reads a config section, and no default is repeated here (every field is required).
 """
 

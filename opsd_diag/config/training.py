@@ -1,6 +1,6 @@
 """The training run's config: a diagnosis config whose ``training`` section is resolved for this machine.
 
-The section itself is typed and cross-checked in ``opsd_diag.io.config`` (so ``opsd-diag run`` validates
+The section itself is typed and cross-checked in ``opsd_diag.config.spec`` (so ``opsd-diag run`` validates
 it too); here every setting it leaves out is inherited from the diagnosis sections, so a diagnosed
 configuration is trained with exactly the values it was diagnosed with, and the packages it asks for
 (peft, trackers) are checked. The run directory stores the resolved config.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io.config import (
+from opsd_diag.config.spec import (
     METHODS,
     DiagnosisConfig,
     TeacherSpec,

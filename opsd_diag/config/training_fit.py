@@ -1,7 +1,7 @@
 """Does a config's training section fit the diagnosis it sits in? The teacher it trains against.
 
 Called by the config's own validation (so ``opsd-diag run`` checks the section too) and by the
-trainer; ``cfg`` is an ``io.config.DiagnosisConfig`` with a training section.
+trainer; ``cfg`` is an ``config.spec.DiagnosisConfig`` with a training section.
 """
 
 from __future__ import annotations
