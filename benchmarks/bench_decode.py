@@ -1,4 +1,4 @@
-"""Decode throughput: the static-cache engine (``opsd_diag.engine.fast_decode``) vs today's samplers.
+"""Decode throughput: the static-cache engine (``opsd_diag.engine.fast.fast_decode``) vs today's samplers.
 
 Three samplers with the same contract run the same prompts side by side, each timed after a
 warm-up call with the same batch (8 new tokens for today's samplers; the full length for the static
@@ -6,7 +6,7 @@ engine, whose CUDA-graph captures happen there: its time is printed on its own):
 
     sample_hf        HF generate (the diagnosis and the predictor today)
     trainer.sampler  the trainer's plain loop with a dynamic cache (the trainer today)
-    static           opsd_diag.engine.fast_decode.sample_static (sampling.engine: static)
+    static           opsd_diag.engine.fast.fast_decode.sample_static (sampling.engine: static)
 
 Prompts are random ids of ``--prompt-len`` tokens; the stop id is one a random model practically
 never draws, so every row decodes ``--max-new-tokens`` tokens and tokens/s = rows x tokens / s.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from bench_scoring import add_model_args, machine, make_model, sync  # noqa: E402
 
 from opsd_diag.engine import decode as sampler  # noqa: E402
-from opsd_diag.engine import fast_decode  # noqa: E402
+from opsd_diag.engine.fast import fast_decode  # noqa: E402
 from opsd_diag.engine.sampling import sample_hf  # noqa: E402
 from opsd_diag.config.settings import SamplingSettings  # noqa: E402
 

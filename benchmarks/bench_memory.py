@@ -45,7 +45,7 @@ from bench_scoring import add_model_args, machine, make_model, param_bytes  # no
 from reference import pack  # noqa: E402
 
 from opsd_diag.core import signals  # noqa: E402
-from opsd_diag.engine import fused_scoring  # noqa: E402
+from opsd_diag.engine.fast import fused_scoring  # noqa: E402
 from opsd_diag.engine.scoring import TeacherInput, score_batch  # noqa: E402
 from opsd_diag.config.spec import ScoringSpec  # noqa: E402
 from opsd_diag.config.settings import ScoreSettings  # noqa: E402
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--chunk-sizes", default="256,128,64", help="comma-separated score_batch chunk sizes")
     p.add_argument("--engines", default="reference",
-                   help="scoring engines (reference: chunked:C variants; fused, compiled: opsd_diag.engine.fused_scoring)")
+                   help="scoring engines (reference: chunked:C variants; fused, compiled: opsd_diag.engine.fast.fused_scoring)")
     p.add_argument("--target", type=float, default=TARGET)
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from reference import pack  # noqa: E402
 
-from opsd_diag.engine import fused_scoring  # noqa: E402
+from opsd_diag.engine.fast import fused_scoring  # noqa: E402
 from opsd_diag.engine.scoring import TeacherInput, completion_hidden, score_batch  # noqa: E402
 from opsd_diag.config.spec import ScoringSpec  # noqa: E402
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="score_batch chunk size(s), comma-separated: one scoring row each; 256 is the config default")
     p.add_argument("--engines", default="reference",
                    help="scoring engines, comma-separated: reference (score_batch), fused, compiled "
-                        "(opsd_diag.engine.fused_scoring); one scoring row per engine and chunk size")
+                        "(opsd_diag.engine.fast.fused_scoring); one scoring row per engine and chunk size")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--target", type=float, default=TARGET)

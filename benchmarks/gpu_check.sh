@@ -113,7 +113,7 @@ if ! "$PY" -c "import pydantic" 2>/dev/null; then
     fatal "installing the wheels of $WHEELS failed"
   export PYTHONPATH="$PYTHONPATH:$TMPDIR/site"
 fi
-"$PY" -c "import pydantic, torch, transformers, accelerate, opsd_diag.engine.fast_decode" 2>>"$LOG" ||
+"$PY" -c "import pydantic, torch, transformers, accelerate, opsd_diag.engine.fast.fast_decode" 2>>"$LOG" ||
   fatal "the package does not import with $PY (see $LOG)"
 if [[ $MODE == cuda ]]; then
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||

@@ -444,7 +444,7 @@ def test_a_padded_base_scores_on_the_tokenizers_rows_against_float64(tmp_path):
     to the tokenizer, and a float64 log-softmax over the tokenizer's rows of the full head."""
     from families import build
 
-    from opsd_diag.engine.fused_scoring import score_batch_fused
+    from opsd_diag.engine.fast.fused_scoring import score_batch_fused
     from opsd_diag.engine.scoring import TeacherInput, score_batch
     from opsd_diag.io import models as hub
     from opsd_diag.config.spec import ModelSpec

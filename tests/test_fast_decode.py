@@ -1,4 +1,4 @@
-"""The static-cache sampling engine (opsd_diag.engine.fast_decode) against the reference samplers, on CPU.
+"""The static-cache sampling engine (opsd_diag.engine.fast.fast_decode) against the reference samplers, on CPU.
 
 On CPU the engine runs its static-cache decode loop eagerly (CUDA graphs are a CUDA-only replay of
 the same step): the per-step distributions, the draws, the row drops and the selection switch are
@@ -13,7 +13,7 @@ from fixtures_trainer import one_thread, world  # noqa: F401 (fixtures)
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from opsd_diag.engine import decode as sampler
-from opsd_diag.engine import fast_decode, static_cache
+from opsd_diag.engine.fast import fast_decode, static_cache
 from opsd_diag.engine.sampling import sample_hf, warp
 from opsd_diag.config.settings import SamplingSettings
 
@@ -162,7 +162,7 @@ def test_folded_decode_attention_equals_hfs_attention_with_grouped_heads(attn, m
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.models.qwen3.modeling_qwen3 import eager_attention_forward
 
-    from opsd_diag.engine import fold_attention
+    from opsd_diag.engine.fast import fold_attention
 
     model = _tiny(attn)
     module = model.model.layers[0].self_attn

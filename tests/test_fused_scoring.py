@@ -1,11 +1,11 @@
-"""Fused per-chunk scoring (opsd_diag.engine.fused_scoring) equals engine.scoring.score_batch, on CPU."""
+"""Fused per-chunk scoring (opsd_diag.engine.fast.fused_scoring) equals engine.scoring.score_batch, on CPU."""
 
 import numpy as np
 import pytest
 import torch
 from compare import assert_topk_close
 
-from opsd_diag.engine import fused_scoring
+from opsd_diag.engine.fast import fused_scoring
 from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.io.models import load_model, load_tokenizer
 from opsd_diag.io.views import student_view, teacher_view

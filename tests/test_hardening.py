@@ -308,7 +308,7 @@ def test_sampling_from_nan_logits_is_a_clear_error(world):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from opsd_diag.engine import decode
-    from opsd_diag.engine.fast_decode import sample_static
+    from opsd_diag.engine.fast.fast_decode import sample_static
     from opsd_diag.engine.sampling import sample_hf
     from opsd_diag.config.settings import SamplingSettings
 

@@ -141,8 +141,8 @@ def test_the_private_fsdp2_internals_are_guarded_by_the_torch_version():
 
 def test_fsdp2_students_sample_with_the_reference_loop_and_a_documented_reason(world):
     """The static engine refuses an FSDP2 unit (its hooks and re-allocated gathered weights defeat CUDA graphs: see
-    engine.fast_decode) and hands it to the reference sampler."""
-    from opsd_diag.engine import fast_decode
+    engine.fast.fast_decode) and hands it to the reference sampler."""
+    from opsd_diag.engine.fast import fast_decode
 
     st = prepare(resolve(world, method="opd"), torch.device("cpu"))
     unit = type("FSDPQwen3ForCausalLM", (type(st.roles.student),), {})  # what fully_shard renames the class to

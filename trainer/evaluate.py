@@ -17,7 +17,7 @@ from accelerate.utils import gather_object
 
 from opsd_diag.core import signals
 from opsd_diag.core.stats import pass_at_k
-from opsd_diag.engine import fast_decode
+from opsd_diag.engine.fast import fast_decode
 from opsd_diag.engine.sampling import sample_hf
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.config.spec import EvalSpec

@@ -131,7 +131,7 @@ class SamplingSpec(Strict):
     vllm_gpu_memory_utilization: float | None = Field(
         None, gt=0.0, le=1.0, description="vllm only: share of GPU memory its engine may take (default vLLM's 0.9)")
     engine: Literal["hf", "static"] = Field("hf", description="hf: today's decode loop; static: static KV cache "
-                                                              "with CUDA-graph decode steps (engine.fast_decode)")
+                                                              "with CUDA-graph decode steps (engine.fast.fast_decode)")
 
     def settings(self, seed: int, *, num_samples: int | None = None, max_new_tokens: int | None = None,
                  batch_size: int | None = None) -> SamplingSettings:

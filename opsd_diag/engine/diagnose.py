@@ -20,7 +20,8 @@ import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import cross, fast_decode, fused_scoring, lookahead
+from opsd_diag.engine import cross, lookahead
+from opsd_diag.engine.fast import fast_decode, fused_scoring
 from opsd_diag.engine.cross_nodes import CrossSide
 from opsd_diag.engine.cross_scoring import CrossTeacher, left_out
 from opsd_diag.engine.manifest import manifest
@@ -165,7 +166,7 @@ def sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSe
                                                                  if t.model == model_name)
         return _cut(prep, sample_vllm(model_name, prompts, settings, stop_ids, s.dtype, s.trust_remote_code,
                                       revision, prep.cfg.sampling.vllm_gpu_memory_utilization), tok)
-    sample_fn = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast_decode
+    sample_fn = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast
     try:
         return _cut(prep, sample_fn(model, tok, prompts, settings, stop_ids), tok)
     except NonFiniteLogits as e:

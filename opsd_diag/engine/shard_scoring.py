@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from opsd_diag.engine import fused_scoring
+from opsd_diag.engine.fast import fused_scoring
 from opsd_diag.engine.cross_scoring import score_cross_configs
 from opsd_diag.engine.scoring import TeacherInput, score_batch
 from opsd_diag.errors import OpsdError
@@ -26,7 +26,7 @@ def score_rollouts(prep, rollouts: list[dict]) -> tuple[pd.DataFrame, pd.DataFra
     names = cache_token_names(prep.tok)
     bs = cfg.scoring.batch_size
     scoreable = [r for r in rollouts if r["length"] > 0]
-    score = fused_scoring.pick(score_batch, cfg.scoring.engine)  # reference, or engine.fused_scoring
+    score = fused_scoring.pick(score_batch, cfg.scoring.engine)  # reference, or engine.fast.fused_scoring
     for start in range(0, len(scoreable), bs):
         batch = scoreable[start:start + bs]
         comps = [r["completion_ids"] for r in batch]

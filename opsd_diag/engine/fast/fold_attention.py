@@ -9,7 +9,7 @@ against the cache's ``[rows, kv_heads, keys, head_dim]``, the same dot products 
 The mask of a decode step (``[rows, 1, 1, keys]``) is the same for every query position, so it
 broadcasts unchanged.
 
-The fast sampler (``engine.static_cache``) runs its decode steps inside ``folded(model)``, which
+The fast sampler (``engine.fast.static_cache``) runs its decode steps inside ``folded(model)``, which
 points the model's attention at ``sdpa_folded`` / ``eager_folded`` for the duration. Anything but
 a one-token, dropout-free, full-attention query (prefill, softcapping, attention sinks) is passed
 to the model's own implementation unchanged.

@@ -1,4 +1,4 @@
-"""The static KV cache and the captured decode steps of the fast sampler (``engine.fast_decode``).
+"""The static KV cache and the captured decode steps of the fast sampler (``engine.fast.fast_decode``).
 
 One set of preallocated buffers per model, ``[rows, kv_heads, length, head_dim]`` per layer, written
 in place one slot per step (``SlotCache``, a ``transformers`` ``Cache``), so every decode step has
@@ -18,7 +18,7 @@ What a GPU pays for and a CPU test cannot time, and how each is kept small:
   ``torch.func.functional_call``. They are refreshed in place, before a generation call, for every
   weight an optimizer step changed (its version counter moved): the graphs stay valid. The KV
   buffers are in the autocast dtype too (attention casts K and V to it anyway).
-- Decode steps attend with the query groups folded (``engine.fold_attention``): no ``repeat_kv``.
+- Decode steps attend with the query groups folded (``engine.fast.fold_attention``): no ``repeat_kv``.
 - One host synchronisation per decode step: the non-finite check and the finished count are read
   together; the draw is ``torch.multinomial``'s own single-sample algorithm without its check.
 - The engine cache holds models weakly (an engine refers to its model through a weak reference), so
@@ -36,7 +36,7 @@ import torch
 from torch.func import functional_call
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from opsd_diag.engine.fold_attention import folded
+from opsd_diag.engine.fast.fold_attention import folded
 from opsd_diag.engine.sampling import cache_kwarg
 from opsd_diag.errors import NonFiniteLogits
 

@@ -45,7 +45,7 @@ with the reference loop inside ``trainer.sharded.full_params`` (every unit gathe
 
 Selection: ``pick(reference, engine)`` returns the sampler to call for the config's ``sampling.engine``
 (``hf``: today's path, the default; ``static``: this engine). The buffers, graphs and cache live in
-``engine.static_cache``.
+``engine.fast.static_cache``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ import logging
 import torch
 
 from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, trim_completion, warp
-from opsd_diag.engine.static_cache import engine_for
+from opsd_diag.engine.fast.static_cache import engine_for
 from opsd_diag.config.settings import SamplingSettings
 
 log = logging.getLogger(__name__)

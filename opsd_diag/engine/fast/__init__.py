@@ -1,0 +1,1 @@
+"""The opt-in GPU engines that have not yet run on a GPU: the static-cache sampler (`sampling.engine: static`) and the fused scorer (`scoring.engine: fused | compiled`); docs/design.md (fast engines) says what each is for and what decides whether it stays (`benchmarks/gpu_check.sh`)."""
