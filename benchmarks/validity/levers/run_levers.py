@@ -1,0 +1,131 @@
+"""Run the pre-registered lever study (plan.yaml here): each world's best configuration, every lever setting.
+
+    python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b]
+
+Per world, the worlds harness lays out the data and the training configs (``run_worlds.layout_world``:
+nothing is run); the best configuration's config gets this plan's budget, evaluation and one lever
+setting per run, written to ``OUT/<world>/levers/<setting>__s<seed>.yaml`` and trained by ``python -m
+trainer`` into ``OUT/<world>/runs/<setting>__s<seed>``, evaluated by the trainer at its last step (the
+``all`` seed-0 run also at step 0: the initial student). Resumable: a finished run is skipped, an
+unfinished one is started again from scratch. Progress goes to ``OUT/levers.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from benchmarks.validity.worlds import run_worlds  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PLAN = HERE / "plan.yaml"
+
+
+def load_plan(path: Path = PLAN) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def settings_for(plan: dict, world: str) -> list[str]:
+    """The settings run in ``world``: schedules only where the teacher's context shows the solution."""
+    self_teacher = plan["worlds"][world]["config"].startswith("self_")
+    return [s for s, v in plan["settings"].items() if self_teacher or not v.get("needs_solution")]
+
+
+def run_config(plan: dict, base: dict, data_dir: Path, setting: str, seed: int) -> dict:
+    """The best configuration's training config with this plan's budget, evaluation and one lever setting."""
+    cfg = json.loads(json.dumps(base))
+    tr, ev = plan["training"], plan["evaluation"]
+    training = {k: v for k, v in cfg["training"].items() if k not in ("max_steps", "seed", "eval")}
+    training.update({k: tr[k] for k in ("max_steps", "per_device_train_batch_size", "num_generations",
+                                         "learning_rate", "warmup_steps", "lr_scheduler_type")})
+    training.update(seed=seed, save_total_limit=1, report_to="none",
+                    **{k: v for k, v in plan["settings"][setting].items() if k != "needs_solution"})
+    training["eval"] = {
+        "data": {"path": str(data_dir / f"{ev['held_out']['split']}.jsonl"), "limit": ev["held_out"]["limit"]},
+        "regression": {"path": str(data_dir / f"{ev['forgetting']['split']}.jsonl"),
+                       "limit": ev["forgetting"]["limit"]},
+        "num_samples": ev["num_samples"], "pass_k": ev["pass_k"], "temperature": ev["temperature"],
+        "max_completion_length": ev["max_completion_length"], "seed": ev["seed"], "batch_size": ev["batch_size"],
+        "kl_to_initial": True, "at_start": setting == "all" and seed == plan["training"]["seeds"][0]}
+    cfg["training"] = training
+    cfg.setdefault("sampling", {}).update(temperature=tr["temperature"], max_completion_length=tr["max_completion_length"])
+    return cfg
+
+
+def finished(run_dir: Path) -> bool:
+    status = run_dir / "status.json"
+    return status.is_file() and json.loads(status.read_text()).get("status") == "finished"
+
+
+def layout(plan: dict, world: str, out: Path) -> list[tuple[str, Path, Path]]:
+    """(name, config, run directory) of every run of ``world``."""
+    plans = run_worlds.load("default", run_worlds.REPO / plan["worlds_plan"])
+    wplan = run_worlds.resolve(plans, world)
+    wdir = out / world
+    if not (wdir / "data" / "train.jsonl").is_file():
+        run_worlds.layout_world(wplan, wdir)
+    best = plan["worlds"][world]
+    base = yaml.safe_load((wdir / "configs" / "train" / f"{best['config']}__{best['method']}__s0.yaml").read_text())
+    jobs = []
+    for setting in settings_for(plan, world):
+        for seed in plan["training"]["seeds"]:
+            name = f"{setting}__s{seed}"
+            path = wdir / "levers" / f"{name}.yaml"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump(run_config(plan, base, wdir / "data", setting, seed), sort_keys=False))
+            jobs.append((f"{world}/{name}", path, wdir / "runs" / name))
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--worlds")
+    args = ap.parse_args(argv)
+    plan = load_plan()
+    out = (args.out or Path(plan["out"])).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / "levers.log", "a")
+
+    def say(msg: str) -> None:
+        log.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
+        log.flush()
+
+    worlds = args.worlds.split(",") if args.worlds else list(plan["worlds"])
+    jobs = [j for w in worlds for j in layout(plan, w, out)]
+    # interleave worlds so a late stop leaves every world with its first settings done
+    jobs.sort(key=lambda j: (j[0].split("__s")[1], list(plan["settings"]).index(j[0].split("/")[1].split("__")[0])))
+
+    def run(job) -> int:
+        name, cfg, run_dir = job
+        if finished(run_dir):
+            return 0
+        shutil.rmtree(run_dir, ignore_errors=True)
+        t0 = time.time()
+        with open(out / f"{name.replace('/', '.')}.log", "w") as f:
+            rc = subprocess.call([sys.executable, "-m", "trainer", str(cfg), "--out", str(run_dir)], stdout=f,
+                                 stderr=subprocess.STDOUT, cwd=run_worlds.REPO)
+        say(f"{name}: rc={rc} {time.time() - t0:.0f}s")
+        return rc
+
+    say(f"start: {len(jobs)} runs, {args.workers} workers")
+    with ThreadPoolExecutor(args.workers) as pool:
+        rcs = list(pool.map(run, jobs))
+    say(f"done: {sum(1 for r in rcs if r)} failed")
+    return 1 if any(rcs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
