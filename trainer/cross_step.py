@@ -18,8 +18,6 @@ from torch import Tensor
 from opsd_diag.core import signals
 from opsd_diag.core import span_signals as spans_maths
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
-from opsd_diag.errors import OpsdError
-from opsd_diag.io.models import check_compatible, vocab_fingerprint
 from opsd_diag.io.retokenize import Retokenized, retokenize
 from opsd_diag.config.settings import LossSettings
 from trainer import cross_losses
@@ -30,40 +28,12 @@ from opsd_diag.engine.train_step import StepSums, _checked, backward_by_chunks
 
 @dataclass(frozen=True)
 class CrossPartner:
-    """What aligning with the teacher needs: both tokenizers, the student's stop ids, the teacher's EOS."""
+    """What aligning with the teacher needs: both tokenizers, the student's stop ids, the teacher's EOS (made by
+    ``trainer.setup`` from ``opsd_diag.engine.cross.plan``'s plan, the diagnosis' one planner)."""
     student_tok: object
     teacher_tok: object
     stop_ids: tuple[int, ...]
     base_side: str | None  # the base scores on the "student"'s or the "teacher"'s tokens; None: no base
-
-
-def plan_partner(named: dict, method: str, student_tok, stop_ids: list[int]) -> CrossPartner | None:
-    """None when every model shares the student's tokenizer (today's check); else the cross plan, with the
-    methods and bases it cannot train refused in one line. ``named``: role -> (name, tokenizer, model)."""
-    ref = vocab_fingerprint(student_tok)
-    teacher_role = next((r for r in named if r.startswith("teacher '")), None)
-    if teacher_role is None or vocab_fingerprint(named[teacher_role][1]) == ref:
-        check_compatible(named)
-        return None
-    t_name, t_tok, _ = named[teacher_role]
-    if method not in cross_losses.METHODS:
-        raise OpsdError(f"training.method '{method}' needs one vocabulary, and {teacher_role} (model '{t_name}') has "
-                        f"another tokenizer than the student: use {', '.join(cross_losses.METHODS)}")
-    if not getattr(t_tok, "is_fast", False):
-        raise OpsdError(f"{teacher_role} (model '{t_name}') has another tokenizer than the student and it is not a "
-                        "fast tokenizer: the alignment needs offset mappings (save it with a tokenizer.json)")
-    side = None
-    if "base" in named:
-        b_fp = vocab_fingerprint(named["base"][1])
-        side = "student" if b_fp == ref else "teacher" if b_fp == vocab_fingerprint(t_tok) else None
-        if side is None:
-            raise OpsdError(f"the base model '{named['base'][0]}' shares neither the student's tokenizer nor that of "
-                            f"{teacher_role}: a base must be of the student's or the teacher's family")
-    family = {"student": ("student",), "teacher": (teacher_role,)}
-    for side_name, roles in family.items():
-        group = {r: named[r] for r in (*roles, *(("base",) if side == side_name else ()))}
-        check_compatible(group)
-    return CrossPartner(student_tok, t_tok, tuple(stop_ids), side)
 
 
 def _token_lp(model, hidden: Tensor, ids: Tensor, tau: float, chunk: int) -> Tensor:

@@ -26,8 +26,8 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.config.spec import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.io.view_set import ViewRenderer, build_views
-from opsd_diag.io.views import encode_text, student_view
+from opsd_diag.engine.setup import render
+from opsd_diag.io.views import encode_text
 from opsd_diag.config.settings import derive_seed
 
 
@@ -53,34 +53,21 @@ def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> lis
 
 def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, problems: list[dict],
                       stop_ids: list[int], *, system: str | None = None, teacher=None,
-                      with_targets: bool = False, base_tok=None, room: int | None = None,
-                      check_student=None) -> ProblemSet:
-    """``renderers``: (the student's ``view_set.ViewRenderer``, the teacher's or None), the diagnosis' rule (a
-    teacher with another tokenizer renders in its own, ``trainer.cross_step``); ``base_tok``: the base's
-    tokenizer when it is of such a teacher's family (None: the student's); ``room``: the fewest positions a
-    model has for a prompt (``view_set.prompt_limit``: the default length of a teacher view, as diagnosed);
-    ``check_student``: checks the student views before any teacher view is built (``view_set.build_views``)."""
-    s_render, t_render = renderers
-    tok = s_render.tok
-    teachers = {teacher.name: t_render} if teacher is not None else {}
-    views = build_views(cfg, problems, s_render, teachers, system, [teacher] if teacher is not None else [],
-                        check_student, room)
-    student = views.student
+                      with_targets: bool = False, families: dict | None = None, room: int | None = None,
+                      rendered: tuple | None = None) -> ProblemSet:
+    """``renderers``: (the student's ``view_set.ViewRenderer``, config -> the teacher's), as ``engine.setup``
+    made them; ``rendered``: (views, the base's prompts) that ``engine.setup.prepare`` already made of these
+    problems, else they are rendered here (``engine.setup.render``: ``families`` maps the teacher to the
+    tokenizer of the base's family, ``room`` caps the default length of a teacher view)."""
+    teachers = [teacher] if teacher is not None else []
+    views, base = rendered or render(cfg, problems, renderers, system, teachers, room, families or {},
+                                     every_base_view=True)
     teacher_prompts = views.teachers[teacher.name] if teacher is not None else None
-    base_prompts = None
-    if cfg.base is not None:
-        b_tok = base_tok or tok
-        if cfg.scoring.base_view == "teacher" and teacher_prompts:
-            base_prompts = (teacher_prompts if b_tok is t_render.tok else
-                            build_views(cfg, problems, s_render, {teacher.name: ViewRenderer(b_tok, t_render.fmt)},
-                                        system, [teacher], room=room).teachers[teacher.name])
-        else:
-            base_prompts = student if b_tok is tok else [student_view(b_tok, p, system, s_render.fmt).ids
-                                                         for p in problems]
+    base_prompts = None if cfg.base is None else base.get(teacher.name) if teacher is not None else views.student
     targets = None
     if with_targets:
-        targets = [reference_ids(tok, p, spec.sft_target, stop_ids[0]) for p in problems]
-    return ProblemSet(problems, student, teacher_prompts, base_prompts, targets, tuple(cfg.student.stop_strings))
+        targets = [reference_ids(renderers[0].tok, p, spec.sft_target, stop_ids[0]) for p in problems]
+    return ProblemSet(problems, views.student, teacher_prompts, base_prompts, targets, tuple(cfg.student.stop_strings))
 
 
 def load_set(data_spec, key: str) -> list[dict]:

@@ -9,7 +9,6 @@ shard index, so the result does not depend on how many processes share the work,
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import cross, lookahead
+from opsd_diag.engine import lookahead, setup
 from opsd_diag.engine.fast import fast_decode, fused_scoring
 from opsd_diag.engine.cross_nodes import CrossSide
 from opsd_diag.engine.cross_scoring import CrossTeacher, left_out
@@ -31,33 +30,21 @@ from opsd_diag.engine.shard_clock import ShardClock
 from opsd_diag.engine.sampling import cut_at_strings, sample_hf, sample_vllm
 from opsd_diag.engine.shard_scoring import NONFINITE_FIX, score_rollouts
 from opsd_diag.errors import NonFiniteLogits, OpsdError
-from opsd_diag.io import safe, store, templates
-from opsd_diag.config.spec import DiagnosisConfig, ModelSpec, to_yaml
-from opsd_diag.io.data import load_problems
-from opsd_diag.config.model_options import teacher_model_spec
-from opsd_diag.io.models import check_finite_logits, check_fits, fingerprint, load_spec, positions, stop_token_ids
+from opsd_diag.io import safe, store
+from opsd_diag.config.spec import DiagnosisConfig, to_yaml
+from opsd_diag.engine.setup import Loaded
+from opsd_diag.io.models import fingerprint
 from opsd_diag.io.thinking import check
-from opsd_diag.io.view_set import (base_renderer, build_views, rendered_text, student_renderer, system_tokens,
-                                   teacher_renderer, template_notes)
+from opsd_diag.io.view_set import rendered_text, template_notes
 from opsd_diag.config.settings import SamplingSettings, derive_seed
 
 
 @dataclass
-class Prepared:
-    cfg: DiagnosisConfig
-    problems: list[dict]
-    tok: object
-    student: torch.nn.Module
-    base: torch.nn.Module | None
-    teacher_models: dict[str, torch.nn.Module]
-    stop_ids: list[int]
-    student_prompts: list[list[int]]
-    teacher_prompts: dict[str, list[list[int]]]
-    truncated: dict[str, list[bool]]
+class Prepared(Loaded):
+    """A diagnosis set up (``engine.setup.prepare``), with what its manifest stores."""
     fingerprints: dict[str, str] = field(default_factory=dict)
     rendered: dict[str, str] = field(default_factory=dict)  # the first problem's views, as text
     notes: list[str] = field(default_factory=list)  # template warnings
-    cross: dict[str, CrossTeacher] = field(default_factory=dict)  # configs with another tokenizer
 
     @property
     def n_shards(self) -> int:
@@ -73,87 +60,17 @@ class Prepared:
                                           f"the student model '{self.cfg.student.model}'")
 
 
-def _load(spec: ModelSpec | None, device: str):
-    return (None, None) if spec is None else load_spec(spec, device)
-
-
-def check_inputs(cfg: DiagnosisConfig) -> list[dict]:
-    """The problems, checked against every teacher's context (and the sampling backend), before any
-    model loads: a data or template mistake costs a fraction of a second, not a model load."""
-    problems = load_problems(cfg.data)
-    for n, t in enumerate(cfg.teachers):
-        templates.check_problems(templates.resolve(t.context), problems,
-                                 f"teachers.{n} '{t.name}' (context {t.context[:40]!r})", cfg.data.fields,
-                                 t.partial_fraction)
-    if cfg.sampling.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
-                        "or use backend: hf")
-    return problems
-
-
 def prepare(cfg: DiagnosisConfig) -> Prepared:
-    """Load and validate everything; no file is written."""
-    problems = check_inputs(cfg)
-    tok, student = _load(cfg.student, cfg.device)
-    fused_scoring.check_available(cfg.scoring.engine, next(student.parameters()).device)
-    base_tok, base = _load(cfg.base, cfg.device)
-    named = {"student": (cfg.student.model, tok, student)}
-    if base is not None:
-        named["base"] = (cfg.base.model, base_tok, base)
-    teacher_models, teacher_toks = {}, {}
-    for t in cfg.teachers:
-        if t.is_self:
-            teacher_models[t.name] = student
-            continue
-        teacher_toks[t.name], teacher_models[t.name] = _load(teacher_model_spec(cfg.student, t), cfg.device)
-        named[f"teacher '{t.name}'"] = (t.model, teacher_toks[t.name], teacher_models[t.name])
-    crossed = cross.plan(cfg, named, teacher_toks)  # same tokenizer checked, or another one planned
-    # Each model renders its own view (io.view_set); a same-tokenizer model scores the sampled ids themselves
-    # after its own prompt, a teacher with another tokenizer its own re-tokenisation (engine.cross_scoring).
-    s_render = student_renderer(cfg, tok)
-    renders = {t.name: teacher_renderer(cfg, t, tok, teacher_toks.get(t.name)) for t in cfg.teachers}
-    n_new, key = cfg.sampling.max_completion_length, "sampling.max_completion_length"
-    other = {f"teacher '{n}'" for n in crossed} | ({"base"} if any(c.base_side == "teacher" for c in crossed.values())
-                                                   else set())  # models of another family: their own prompts
-
-    system = ("data.system_prompt", system_tokens(s_render, problems[0], cfg.data.system_prompt))
-
-    def question_fits(student_prompts):  # the question itself must fit every model, context aside
-        for role, (name, _, model) in named.items():
-            if role not in other:
-                check_fits(model, f"the {role} model '{name}'" if role in ("student", "base") else
-                           f"{role} (model '{name}')", student_prompts, problems, n_new, key, system=system)
-    room = min((n - n_new for _, _, m in named.values() if (n := positions(m))), default=None)  # caps the default
-    views = build_views(cfg, problems, s_render, renders, cfg.data.system_prompt, check_student=question_fits,
-                        room=room)
-    student_prompts, teacher_prompts, truncated = views.student, views.teachers, views.truncated
-    for t in cfg.teachers:
-        check_fits(teacher_models[t.name], f"teacher config '{t.name}'", teacher_prompts[t.name], problems, n_new,
-                   key, "lower scoring.max_prompt_length (its context is then shortened)")
-    for t in cfg.teachers:  # the base next to a teacher with another tokenizer reads its own family's tokens
-        c = crossed.get(t.name)
-        if c is not None and c.base_side is not None:
-            c.base_prompts = _base_prompts(cfg, problems, t, c, views, s_render, renders[t.name], room)
-            if c.base_side == "teacher":
-                check_fits(base, f"the base model '{cfg.base.model}'", c.base_prompts, problems, n_new, key)
-    if not cfg.scoring.allow_nonfinite:  # broken weights fail here, before the run directory exists
-        first = f"problem '{problems[0]['id']}'"
-        check_finite_logits(student, student_prompts[0], f"the student model '{cfg.student.model}'",
-                            f"the prompt of {first}")
-        if base is not None:  # a base of a cross teacher's family reads that family's ids
-            own = next((c.base_prompts[0] for c in crossed.values() if c.base_side == "teacher"), student_prompts[0])
-            check_finite_logits(base, own, f"the base model '{cfg.base.model}'", f"the prompt of {first}")
-        for t in cfg.teachers:
-            if not t.is_self:
-                check_finite_logits(teacher_models[t.name], teacher_prompts[t.name][0],
-                                    f"teacher config '{t.name}' (model '{t.model}')", f"its view of {first}")
-    fps = {role: fingerprint(m) for role, (_, _, m) in named.items()}
-    notes = template_notes(cfg, tok, teacher_toks)
-    for note in notes:
+    """Load and validate everything (``engine.setup``); no file is written."""
+    loaded = setup.prepare(cfg, setup.for_diagnosis(cfg))
+    fused_scoring.check_available(cfg.scoring.engine, next(loaded.student.parameters()).device)
+    prep = Prepared(**vars(loaded))
+    prep.fingerprints = {role: fingerprint(m) for role, (_, _, m) in prep.named.items()}
+    prep.rendered = rendered_text(prep.views, *prep.renderers)
+    prep.notes = template_notes(cfg, prep.tok, prep.teacher_toks)
+    for note in prep.notes:
         print(f"warning: {note}", file=sys.stderr)
-    stops = stop_token_ids(student, tok, cfg.student.prompt_format == "chat")
-    return Prepared(cfg, problems, tok, student, base, teacher_models, stops, student_prompts, teacher_prompts,
-                    truncated, fps, rendered_text(views, s_render, renders), notes, crossed)
+    return prep
 
 
 def sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = "",
@@ -187,18 +104,6 @@ def _checked(prep: Prepared, problem: dict, prompt: list[int], c, tok=None) -> d
     r = check(tok or prep.tok, prompt, c.ids, c.finished, problem.get("answer"), a.checker, a.truncated)
     return {"text": r.text, "answer_pred": r.pred, "correct": r.correct, "truncated": r.truncated,
             "in_thinking": r.in_thinking}
-
-
-def _base_prompts(cfg, problems: list[dict], t, c: CrossTeacher, views, s_render, t_render,
-                  room: int | None) -> list[list[int]]:
-    """The base's prompt ids next to cross config ``t`` (``io.view_set.base_renderer``), reusing a view
-    already rendered where the base reads exactly that one."""
-    r = base_renderer(cfg, t, s_render, t_render, c.tok if c.base_side == "teacher" else None)
-    if r is s_render or r is t_render:
-        return views.student if r is s_render else views.teachers[t.name]
-    on_teacher = cfg.scoring.base_view == "teacher"
-    own = build_views(cfg, problems, r, {t.name: r}, cfg.data.system_prompt, [t] if on_teacher else [], room=room)
-    return own.teachers[t.name] if on_teacher else own.student
 
 
 def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataFrame]:
