@@ -445,6 +445,16 @@ def predictor_block() -> str:
     return "\n".join(out).rstrip()
 
 
+def features_block() -> str:
+    from opsd_diag.features import CONFIG_COLUMNS, LOOKAHEAD_COLUMNS
+
+    def table(cols: dict) -> list[str]:
+        return ["| column | meaning |", "|---|---|", *(f"| `{k}` | {_cell(v)} |" for k, v in cols.items())]
+    return "\n".join(["`Run.features()`, one row per teacher config:", "", *table(CONFIG_COLUMNS), "",
+                      "`Run.lookahead_frame()`, one row per (config, loss method) looked ahead:", "",
+                      *table(LOOKAHEAD_COLUMNS)])
+
+
 def prediction_columns_block() -> str:
     from opsd_diag.prediction import COLUMNS
 
@@ -621,7 +631,7 @@ def modules_block() -> str:
 # ------------------------------------------------------------------------------------ files
 
 BLOCKS = {
-    "docs/signals.md": {"columns": columns_block},
+    "docs/signals.md": {"columns": columns_block, "features": features_block},
     "docs/verdict.md": {"rule": verdict_block, "predictor-v2": predictor_block,
                         "prediction-columns": prediction_columns_block},
     "docs/app.md": {"figures": figures_block},

@@ -28,13 +28,13 @@ from pydantic import ValidationError
 from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, store, trust
-from opsd_diag import prediction
+from opsd_diag import features, prediction
 from opsd_diag.config.spec import DiagnosisConfig, from_dict
 from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary
 
-TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts", "nodes")
+TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts", "nodes", "acting_nodes")
 RECENT = 32  # rollout rows and tooltips kept per run (``Run._recent``): a 4,000-token rollout's tooltips are ~6 MB
 SUMMARY_TABLES = ("summary", "ci", "accuracy", "entropy_bins", "positions", "verdicts")
 
@@ -98,7 +98,7 @@ class Run:
         if name not in TABLES:
             raise OpsdError(f"unknown table '{name}': choose one of {', '.join(TABLES)}")
         if name not in self._tables:  # read once (setdefault would read the file on every access)
-            self._tables[name] = store.read_table(self.path, name, optional=name == "nodes")
+            self._tables[name] = store.read_table(self.path, name, optional=name in ("nodes", "acting_nodes"))
         return self._tables[name]
 
     rollouts = property(lambda self: self.table("rollouts"))
@@ -106,6 +106,7 @@ class Run:
     topk = property(lambda self: self.table("topk"))
     teacher_rollouts = property(lambda self: self.table("teacher_rollouts"))
     nodes = property(lambda self: self.table("nodes"))
+    acting_nodes = property(lambda self: self.table("acting_nodes"))  # nodes where training acts (ideal.acting_budget)
 
     def facts(self) -> dict:
         """The run in one line: status, problems, samples, temperatures, centring, seed, time, student. A
@@ -135,6 +136,14 @@ class Run:
                     raise
                 raise OpsdError(f"the config of {self.path} names ideal.calibration: {e}") from None
         return self._memo[key]
+
+    def features(self) -> pd.DataFrame:
+        """One row per teacher config: G (per level, normalised), the cheap predictors, A_T where training acts."""
+        return features.config_frame(self.summary)
+
+    def lookahead_frame(self) -> pd.DataFrame | None:
+        """One row per (config, method) looked ahead: its columns and the fresh-sample pass@k change."""
+        return features.lookahead_frame(self.summary)
 
     def verdicts(self, calibration: str | Path | None = None) -> pd.DataFrame | None:
         """Ranked v1 verdicts (rank, config, signal, verdict, score, reason) with predictor v2's columns joined

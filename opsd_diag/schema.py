@@ -103,4 +103,6 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
     "topk": {"rollout_id": "i", "pos": "i", "role": "s", "config": "s", "rank": "i", "token_id": "i", "logprob": "f"},
     "teacher_rollouts": {"config": "s", "sample_idx": "i", "correct": "b"},
     "nodes": {"node_id": "i", "config": "s", "rollout_id": "i", "pos": "i", "token_id": "i", "cand_ids": "l"},
+    "acting_nodes": {"node_id": "i", "config": "s", "rollout_id": "i", "pos": "i", "token_id": "i", "cand_ids": "l",
+                     "chosen": "b", "push": "f"},
 }

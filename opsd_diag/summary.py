@@ -96,6 +96,8 @@ class ConfigSummary(_Model):
     teacher_accuracy: CI | None = None
     teacher_minus_student_accuracy: CI | None = None
     teacher_truncated_share: Num = None  # cut at max length or inside the thinking block (io.thinking)
+    accuracy_gap_by_level: dict[str, CI] = {}  # G per problem level (meta.difficulty), core.aggregate.level_gaps
+    normalised_accuracy_gap: Num = None  # G over the student's room in G's direction (core.aggregate.normalised_gap)
 
 
 class ObjectiveAlignment(_Model):
@@ -113,6 +115,7 @@ class IdealConfig(_Model):
     alignment: dict[str, dict[str, ObjectiveAlignment]]  # objective -> split -> ...
     gain: dict[str, dict[str, CI]]  # objective -> split -> CI
     spearman: dict[str, dict[str, Num]]  # divergence -> objective -> rho
+    reliability: dict[str, Num] = {}  # estimate -> between-config SD over this config's SE (core.ideal.reliability)
 
 
 class Ideal(_Model):
@@ -131,6 +134,13 @@ class Ideal(_Model):
     jsd_beta: float | None = None
     candidates: str | None = None  # union (every config's candidates) or per_config
     configs: dict[str, IdealConfig] = {}
+    # the same estimates at the nodes where training acts (ideal.acting_budget > 0; engine.nodes.plan_acting)
+    acting_budget: int | None = None
+    acting_nodes: int | None = None
+    acting_continuations_used: int | None = None
+    acting_continuation_tokens: int | None = None
+    acting_left_out: list[str] = []  # configs of another tokenizer: no acting nodes yet
+    acting: dict[str, IdealConfig] = {}
 
     def note(self) -> str:
         """One line on the predictor behind the verdicts: our estimator and its budget."""
@@ -149,6 +159,8 @@ class LookaheadResult(_Model):
     trained_tokens: int | None = None
     partner_scored_tokens: int | None = None
     measured_tokens: int | None = None
+    fresh: dict[str, CI] = {}  # "pass@k" -> change of pass@k from fresh samples (lookahead.fresh_samples > 0)
+    fresh_sampled_tokens: int | None = None
     skipped: str | None = None  # why this method was not looked ahead (e.g. opd2 without a base)
 
 
@@ -161,6 +173,8 @@ class Lookahead(_Model):
     n_step_rollouts: int | None = None
     n_measure_rollouts: int | None = None
     settings: dict = {}
+    fresh_prompts: int | None = None  # measurement prompts the fresh samples drew from
+    fresh_initial_tokens: int | None = None  # the initial student's fresh samples (once per diagnosis)
 
     def result(self, config: str, method: str) -> LookaheadResult | None:
         """The result of (config, loss method), or None when it was not looked ahead (or skipped)."""

@@ -94,6 +94,8 @@ def test_tokens_equal_except_gates_of_near_zero_delta_advantages(new_run):
 ADDED_KEYS = {"candidates",  # ideal.candidates: the predictor option of issue 11 (its default is the old behaviour)
               "student_truncated_share", "teacher_truncated_share",  # issue 21: the truncation shares
               "run_id",  # issue 30: the summary carries its run's id (io.store.write_summary)
+              # issue 32: G per level and normalised, each config's reliability (tests/test_v2_quantities.py)
+              "accuracy_gap_by_level", "normalised_accuracy_gap", "reliability",
               *ADDED_SIGNALS}  # issue 20: their means, by split (test_added_signals_equal_a_float64_recomputation)
 ALIGNMENT_FIELDS_NOW = {"n", "gate_keep", "near_zero_share", "n_informative", "sign_agreement", "pearson", "spearman",
                         "q_pp", "q_pn", "q_np", "q_nn"}

@@ -21,6 +21,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
 from opsd_diag.config.errors import format_error
 from opsd_diag.config.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
+from opsd_diag.config.predictor_options import IdealOptions, LookaheadOptions
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.config.yamlfile import read_mapping
 from opsd_diag.config.settings import LossSettings, SamplingSettings, ScoreSettings
@@ -195,7 +196,7 @@ class AnalysisSpec(Strict):
         return self
 
 
-class IdealSpec(Strict):
+class IdealSpec(Strict, IdealOptions):
     """The ideal-gradient predictor: targeted student continuations at chosen nodes."""
     enabled: bool = Field(True, description="run the predictor after scoring (when the section exists)")
     budget: int = Field(512, ge=1, le=10_000_000, description="student continuations in all")
@@ -209,11 +210,9 @@ class IdealSpec(Strict):
         | None = Field(None, description="predictor v2's model file, e.g. `scoreboard --fit`'s; none: the shipped one")
 
 
-class LookaheadSpec(Strict):
+class LookaheadSpec(Strict, LookaheadOptions):
     """A few optimiser steps of each method's loss on half the diagnosis rollouts, measured on the rest."""
     enabled: bool = Field(True, description="run the lookahead after scoring (when the section exists)")
-    methods: list[Literal["opd", "jsd", "opd2", "exopd"]] = Field(default_factory=lambda: ["opd", "jsd"], min_length=1,
-                                                                  description="loss methods, each on every teacher")
     steps: int = Field(4, ge=1, le=64, description="optimiser steps")
     rollouts_per_step: int = Field(8, ge=1, le=4096, description="diagnosis rollouts per step (even problems)")
     learning_rate: float | None = Field(None, gt=0.0, le=1.0, description="default training.learning_rate")

@@ -168,6 +168,32 @@ def _config_summary(df, entropy_edges, entropy_quantiles, high_entropy, n_boot, 
     }
 
 
+def level_gaps(teacher: pd.DataFrame, student: pd.DataFrame, n_boot: int, seed: int, alpha: float) -> dict:
+    """G per problem level: ``gap_ci`` on the problems of each level (the student rollouts' ``difficulty``, a
+    problem's ``meta.difficulty``; a teacher row takes its problem's level), keyed by the level as text;
+    {} when no problem has a level."""
+    if "difficulty" not in student.columns:
+        return {}
+    level = student.dropna(subset=["difficulty"]).groupby("problem_id")["difficulty"].first()
+    out = {}
+    for lv in sorted(level.unique(), key=str):
+        ids = set(level.index[level == lv])
+        key = str(int(lv)) if isinstance(lv, (int, float, np.number)) and float(lv).is_integer() else str(lv)
+        out[key] = gap_ci(teacher[teacher["problem_id"].isin(ids)], student[student["problem_id"].isin(ids)],
+                          n_boot, seed, alpha)
+    return out
+
+
+def normalised_gap(gap: float | None, student_accuracy: float | None) -> float:
+    """G over the room the student has to move in G's direction: G / (1 − a_s) for G > 0 (the share of the
+    student's failures the teacher view solves, net), G / a_s for G < 0, 0 for G = 0; in [−1, 1]; NaN
+    without a gap or without room (a_s = 1 with G > 0, a_s = 0 with G < 0)."""
+    if gap is None or student_accuracy is None or not (math.isfinite(gap) and math.isfinite(student_accuracy)):
+        return math.nan
+    room = 1.0 - student_accuracy if gap > 0 else student_accuracy
+    return 0.0 if gap == 0 else (gap / room if room > 0 else math.nan)
+
+
 def _check_columns(frame: pd.DataFrame, needed: Sequence[str], name: str) -> None:
     missing = [c for c in needed if c not in frame.columns]
     if missing:
@@ -197,7 +223,8 @@ def summarize(
     """Every config-level number of the report, JSON-ready (NaN -> None), deterministic per seed.
 
     Keys: ``configs`` {config: overall, by_correctness, by_position, by_entropy_bin, alignment,
-    high_entropy_share, ci, teacher_accuracy, teacher_minus_student_accuracy}, ``student_accuracy``,
+    high_entropy_share, ci, teacher_accuracy, teacher_minus_student_accuracy, accuracy_gap_by_level,
+    normalised_accuracy_gap}, ``student_accuracy``,
     ``pass_at_k`` {"pass@k": value}, ``settings``. Teacher entries are None without teacher samples.
     """
     _check_columns(tokens, ["config", "rollout_id", "pos", *SIGNAL_COLUMNS], "tokens")
@@ -214,12 +241,14 @@ def summarize(
         _check_columns(teacher_rollouts, ["config", "problem_id", "sample_idx", "correct"],
                        "teacher rollouts")
     student_known = rollouts[rollouts["correct"].notna()]
+    student_acc = accuracy_ci(rollouts, n_boot, seed, alpha)
 
     configs = {}
     for config, df in joined.groupby("config", sort=True):
         entry = _config_summary(df, entropy_edges, entropy_quantiles, high_entropy, n_boot, seed,
                                 alpha)
         entry["teacher_accuracy"] = entry["teacher_minus_student_accuracy"] = entry["teacher_truncated_share"] = None
+        entry["accuracy_gap_by_level"], entry["normalised_accuracy_gap"] = {}, None
         if has_teacher:
             mine = teacher_rollouts[(teacher_rollouts["config"] == config)
                                     & teacher_rollouts["correct"].notna()]
@@ -228,11 +257,14 @@ def summarize(
                 entry["teacher_accuracy"] = accuracy_ci(mine, n_boot, seed, alpha)
                 entry["teacher_minus_student_accuracy"] = gap_ci(mine, student_known, n_boot,
                                                                   seed, alpha)
+                entry["accuracy_gap_by_level"] = level_gaps(mine, student_known, n_boot, seed, alpha)
+                entry["normalised_accuracy_gap"] = normalised_gap(
+                    entry["teacher_minus_student_accuracy"]["estimate"], student_acc["estimate"])
         configs[str(config)] = entry
 
     return jsonable({
         "configs": configs,
-        "student_accuracy": accuracy_ci(rollouts, n_boot, seed, alpha),
+        "student_accuracy": student_acc,
         "student_truncated_share": truncated_share(rollouts),
         "pass_at_k": {f"pass@{k}": v for k, v in pass_at_k_table(rollouts, ks).items()},
         "settings": {

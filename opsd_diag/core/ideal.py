@@ -184,3 +184,37 @@ def aggregate_nodes(nodes: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> d
                 entry["spearman"][div][o] = spearman(df[div], df[a])
         out[str(config)] = entry
     return out
+
+
+RELIABLE = ("teacher_advantage", *(f"gain_{o}" for o in OBJECTIVES))  # the estimates whose reliability is reported
+
+
+def _estimate_and_se(entry: dict, name: str) -> tuple[float, float]:
+    """(estimate, bootstrap SE = (hi − lo) / (2 · 1.96)) of one config's estimate over all its nodes."""
+    ci = entry["teacher_advantage"]["all"] if name == "teacher_advantage" else entry["gain"][name[5:]]["all"]
+    est, lo, hi = (math.nan if ci[k] is None else float(ci[k]) for k in ("estimate", "lo", "hi"))
+    return est, (hi - lo) / (2 * 1.959963984540054)
+
+
+def reliability(configs: dict) -> dict:
+    """Per config of ``aggregate_nodes``' result and per estimate of ``RELIABLE``: the spread of the estimate
+    between the configs (SD over the configs with a finite one, n − 1) over this config's bootstrap SE.
+
+    Above 1, the configs differ by more than one config's own noise, so ranking configs by it says
+    something; near or below 1 it cannot tell them apart. NaN with fewer than two configs or a zero SE."""
+    out: dict[str, dict] = {c: {} for c in configs}
+    for name in RELIABLE:
+        pairs = {c: _estimate_and_se(e, name) for c, e in configs.items()}
+        ests = np.array([est for est, _ in pairs.values() if math.isfinite(est)])
+        spread = float(np.std(ests, ddof=1)) if ests.size >= 2 else math.nan
+        for c, (_, se) in pairs.items():
+            out[c][name] = spread / se if math.isfinite(se) and se > 0 and math.isfinite(spread) else math.nan
+    return out
+
+
+def aggregate_with_reliability(nodes: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict:
+    """``aggregate_nodes`` with each config's ``reliability`` (``reliability``) added."""
+    configs = aggregate_nodes(nodes, n_boot, seed)
+    for c, r in reliability(configs).items():
+        configs[c]["reliability"] = r
+    return configs

@@ -14,6 +14,10 @@ sampled, under the stepped student ``pi_1``. From those log-probabilities alone 
   succeeds?".
 - ``kl``: the mean per-token KL(pi_1 || pi_0) over the full vocabulary at the rollouts' positions:
   how far the step moved the policy.
+
+With ``lookahead.fresh_samples`` = n, both students also draw n fresh samples of every measurement
+prompt (the same seeds), and ``pass_change`` gives each prompt's pass@k of pi_1's samples minus pi_0's:
+unbiased for the change of pass@k, at the price of sampling.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import math
 import numpy as np
 import torch
 from torch import Tensor
+
+from opsd_diag.core.stats import pass_at_k
 
 
 def success_change(delta_logp: np.ndarray, correct: np.ndarray) -> float:
@@ -47,3 +53,11 @@ def loglik_gap(delta_per_token: np.ndarray, correct: np.ndarray) -> float:
 def kl_per_token(new_logp: Tensor, old_logp: Tensor) -> Tensor:
     """KL(pi_1 || pi_0) per position over the full vocabulary; inputs ``[N, V]`` log-probs -> ``[N]``."""
     return (new_logp.exp() * (new_logp - old_logp)).sum(-1)  # [N]
+
+
+def pass_change(old: np.ndarray, new: np.ndarray, k: int) -> np.ndarray:
+    """Per prompt, pass@k of the new samples minus that of the old (``core.stats.pass_at_k``); ``old``, ``new``:
+    ``[P, n]`` 0/1 outcomes of each prompt's samples -> ``[P]`` (NaN where k > n)."""
+    old, new = np.asarray(old, dtype=bool), np.asarray(new, dtype=bool)
+    return np.array([pass_at_k(len(b), int(b.sum()), k) - pass_at_k(len(a), int(a.sum()), k)
+                     for a, b in zip(old, new)], dtype=np.float64)

@@ -223,7 +223,8 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
             if cfg.lookahead is not None and cfg.lookahead.enabled:
                 jobs.write_status(out_dir, stage="lookahead")
                 lookahead.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
-                                        list(prep.cross))
+                                        list(prep.cross), problems=prep.problems, sample=lambda m, p, s: _cut(
+                                            prep, sample_hf(m, prep.tok, p, s, prep.stop_ids), prep.tok))
             store.atomic_write_json(out_dir / "manifest.json",
                                     manifest(prep, "finished", seconds=round(time.time() - started, 2),
                                              run_id=store.run_id(out_dir)))

@@ -7,13 +7,17 @@ then the odd-indexed problems' rollouts are scored under the stepped student and
 initial one (``core.lookahead``: the success change by importance weighting, the correct-minus-
 incorrect log-likelihood gap, KL to the initial student). It draws no new samples: the diagnosis'
 student rollouts are the training run's first, on-policy batch. The student itself is never changed.
+With ``lookahead.fresh_samples`` = n > 0 it also samples n completions of every measurement prompt from
+the stepped and from the initial student (the same seeds) and reports the change of pass@1 and of
+pass@k (k of ``analysis.pass_k`` up to n) with intervals over prompts (``fresh``).
 """
 
 from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +31,13 @@ from opsd_diag.engine.train_step import CompletionHidden, Roles
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.engine.train_step import MicroBatch, StepSums, auto_chunk_size, micro_batch_backward
 from opsd_diag.io import store
+from opsd_diag.io.thinking import answer_text
+from opsd_diag.io.verify import is_correct
 from opsd_diag.config.spec import TrainingSpec, centering_k
 from opsd_diag.config.settings import LossSettings, derive_seed
 
 LOSS_METHODS = ("opd", "jsd", "opd2", "exopd")  # per-token losses a teacher config can be looked ahead with
+FRESH_STREAM = 41  # the fresh samples' seed: derive_seed(lookahead.seed, 41), the same for every student
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +59,41 @@ class Measured:
     rows: pd.DataFrame  # rollouts of the odd-indexed problems with a known outcome
     old_logp: list[torch.Tensor]  # per row: [L_i] log pi_0 of its sampled tokens
     old_full: torch.Tensor  # [N, V] log pi_0 at every position (for the KL)
+
+
+@dataclass
+class Fresh:
+    """Fresh samples of the measurement prompts: ``draw(model)`` -> (``[P, n]`` 0/1 outcomes, tokens sampled)."""
+    problem_ids: list
+    draw: Callable[[torch.nn.Module], tuple[np.ndarray, int]]
+    ks: list[int]  # pass@k reported (k <= n)
+    initial: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    initial_tokens: int = 0
+
+
+def fresh_sampler(rows: pd.DataFrame, problems: list[dict], tok, sample, settings, checker: str,
+                  ks: list[int]) -> Fresh:
+    """``Fresh`` over the measurement rows' prompts; ``sample(model, prompts, settings)`` is the diagnosis' own
+    sampler of a model in memory, each completion checked as the diagnosis checks its rollouts."""
+    first = rows.drop_duplicates("problem_id")
+    prompts = _ids(first["prompt_ids.student"])
+    answers = [str(problems[int(i)]["answer"]) for i in first["problem_index"]]
+
+    def draw(model) -> tuple[np.ndarray, int]:
+        comps = sample(model, prompts, settings)
+        wins = np.array([[is_correct(answer_text(tok, c.ids), a, checker) for c in cs] for cs, a in zip(comps, answers)],
+                        dtype=bool)  # [P, n]
+        return wins, sum(len(c.ids) for cs in comps for c in cs)
+    return Fresh(list(first["problem_id"]), draw, sorted({1, *(k for k in ks if k <= settings.num_samples)}))
+
+
+def measure_fresh(stepped, f: Fresh, n_boot: int, seed: int) -> dict:
+    """The stepped student's fresh samples against the initial one's: per k the mean over prompts of the pass@k
+    change (``core.lookahead.pass_change``) with a bootstrap interval over prompts."""
+    new, tokens = f.draw(stepped)
+    out = {f"pass@{k}": ci_dict(bootstrap_mean_over_prompts(maths.pass_change(f.initial, new, k), f.problem_ids,
+                                                            n_boot, seed), len(f.problem_ids)) for k in f.ks}
+    return {"fresh": out, "fresh_sampled_tokens": tokens}
 
 
 def _ids(column) -> list[list[int]]:
@@ -145,17 +187,21 @@ def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, 
 
 def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: list[str], methods: list[str],
         loss_of, s: LookaheadSettings, *, pad_id: int, exopd_reference: str, base_view: str, n_boot: int,
-        boot_seed: int, skip: dict[str, str] | None = None) -> dict:
+        boot_seed: int, skip: dict[str, str] | None = None, fresh: Callable[[pd.DataFrame], Fresh] | None = None) -> dict:
     """Every (config, method) lookahead of a diagnosis: ``{"configs": {config: {method: result}}, ...}``.
 
     ``loss_of(method)`` gives the method's ``LossSettings``; ``skip``: configs left out, with the reason
     (a teacher with another tokenizer). The initial student is scored on the measurement half once.
+    ``fresh(measurement rows)``: the fresh samples (``fresh_sampler``); the initial student draws them once.
     """
     step_rows, measure_rows = split(rollouts)
     if step_rows.empty or measure_rows.empty:
         return {"status": "skipped", "reason": "skipped: the lookahead needs scored rollouts with known outcomes on "
                                                "at least two problems (one to step on, one to measure)"}
     m = measure_initial(student, measure_rows, pad_id, s.sampling_temperature)
+    f = fresh(measure_rows) if fresh is not None else None
+    if f is not None:
+        f.initial, f.initial_tokens = f.draw(student)
     out: dict[str, dict] = {}
     for config in configs:
         if config in (skip or {}):
@@ -174,10 +220,12 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
             stepped, cost = take_steps(student, roles_for, step_rows, config, loss_of(method), ref, s, pad_id,
                                        base_view)
             out.setdefault(config, {})[method] = {**measure(stepped, m, pad_id, s.sampling_temperature, n_boot,
-                                                            boot_seed), **cost}
+                                                            boot_seed), **cost,
+                                                  **(measure_fresh(stepped, f, n_boot, boot_seed) if f else {})}
             del stepped
     return {"status": "ok", "configs": out, "n_step_rollouts": len(step_rows), "n_measure_rollouts": len(measure_rows),
-            "settings": {k: v for k, v in vars(s).items()}}
+            "settings": {k: v for k, v in vars(s).items()},
+            **({"fresh_prompts": len(f.problem_ids), "fresh_initial_tokens": f.initial_tokens} if f else {})}
 
 
 def settings(cfg) -> tuple[LookaheadSettings, float | None]:
@@ -191,9 +239,16 @@ def settings(cfg) -> tuple[LookaheadSettings, float | None]:
         sampling_temperature=cfg.sampling.temperature), spec.clip if spec.clip is not None else tr.clip
 
 
-def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str]) -> dict:
-    """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``."""
+def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], *,
+                  problems: list[dict] | None = None, sample=None) -> dict:
+    """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``;
+    with ``lookahead.fresh_samples`` > 0, ``sample(model, prompts, settings)`` draws the fresh samples."""
     s, clip = settings(cfg)
+    n = cfg.lookahead.fresh_samples
+    fresh = None if not n or sample is None or problems is None else (
+        lambda rows: fresh_sampler(rows, problems, tok, sample, cfg.sampling.settings(
+            derive_seed(cfg.lookahead.seed, FRESH_STREAM), num_samples=n), cfg.analysis.checker,
+            list(cfg.analysis.pass_k or [1, 4])))
     sc = cfg.scoring
 
     def loss_of(method: str) -> LossSettings:
@@ -205,7 +260,7 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
                  list(cfg.lookahead.methods), loss_of, s, pad_id=tok.pad_token_id,
                  exopd_reference=sc.exopd_reference, base_view=sc.base_view, n_boot=cfg.analysis.bootstrap,
                  boot_seed=cfg.sampling.seed,
-                 skip={c: "a teacher with another tokenizer: no lookahead yet" for c in cross})
+                 skip={c: "a teacher with another tokenizer: no lookahead yet" for c in cross}, fresh=fresh)
     path = Path(run_dir) / "summary.json"
     summary = {**store.read_json(path), "lookahead": jsonable(result)}
     store.atomic_write_json(path, summary)

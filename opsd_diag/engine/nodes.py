@@ -52,6 +52,46 @@ def plan_nodes(student_tokens: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataF
                                         "correct", "group", "rank", "sample_rank"]]
 
 
+PUSH = "kl_rev"  # where the objective pushes hardest: the student's full-vocabulary reverse KL to the teacher
+
+
+def plan_acting(tokens: pd.DataFrame, rollouts: pd.DataFrame, configs: list[str]) -> pd.DataFrame:
+    """Nodes where training acts, in priority order: per config, per rollout the position of each depth window
+    where the config's objective pushes hardest (highest ``PUSH``: large where a confident teacher disagrees
+    with the student), on correct and incorrect rollouts alike.
+
+    ``tokens``: config, rollout_id, pos, h_s, kl_rev (the token table); ``rollouts``: rollout_id, problem_id,
+    correct. Each config's order is ``plan_nodes``' round-robin without the correctness groups (every rollout's
+    best node, a problem's rollouts by their best push, before any second-best); the configs are interleaved
+    (each config's first node, then each one's second, ...). A position chosen by several configs is one node;
+    ``acting_for`` lists them. Columns: ``plan_nodes``' plus ``push`` (the first chooser's) and ``acting_for``.
+    """
+    plans = []
+    for c in configs:
+        t = tokens.loc[tokens["config"] == c, ["rollout_id", "pos", "h_s", PUSH]].dropna(subset=[PUSH])
+        t = t.assign(depth=t["pos"].astype(int) + 1).rename(columns={PUSH: "push"})
+        t["window"] = np.floor(np.log2(t["depth"].to_numpy())).astype(int)
+        best = t.loc[t.groupby(["rollout_id", "window"], sort=True)["push"].idxmax()]
+        best = best.merge(rollouts[["rollout_id", "problem_id", "correct"]], on="rollout_id", validate="many_to_one")
+        best["rank"] = best.groupby("rollout_id")["push"].rank(method="first", ascending=False).astype(int) - 1
+        top = best.groupby("rollout_id").agg(top=("push", "max"), problem_id=("problem_id", "first")).reset_index()
+        top = top.sort_values(["top", "rollout_id"], ascending=[False, True])
+        top["sample_rank"] = top.groupby("problem_id").cumcount()
+        best = best.merge(top[["rollout_id", "sample_rank"]], on="rollout_id")
+        best = best.sort_values(["rank", "sample_rank", "push", "rollout_id"], ascending=[True, True, False, True])
+        plans.append(best.reset_index(drop=True).assign(order=lambda d: np.arange(len(d)), config=c))
+    cols = ["rollout_id", "problem_id", "pos", "depth", "window", "h_s", "correct", "group", "rank", "sample_rank",
+            "push", "acting_for"]
+    if not plans:
+        return pd.DataFrame(columns=cols)
+    both = pd.concat(plans).sort_values(["order", "config"], key=lambda s: s.map(configs.index) if s.name == "config"
+                                        else s, kind="stable")
+    chooser = both.groupby(["rollout_id", "pos"], sort=False)["config"].agg(list).rename("acting_for")
+    first = both.drop_duplicates(["rollout_id", "pos"]).join(chooser, on=["rollout_id", "pos"])
+    first["group"] = np.where(first["correct"].astype(bool), 1, 0)
+    return first.reset_index(drop=True)[cols]
+
+
 def within_budget(costs: Sequence[int], budget: int) -> list[bool]:
     """Nodes in strict priority order until the first one that does not fit: a prefix of the plan.
 

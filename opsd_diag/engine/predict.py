@@ -18,19 +18,21 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from opsd_diag.core import verdict
-from opsd_diag.core.ideal import SAMPLED, aggregate_nodes, node_metrics
+from opsd_diag.core.ideal import SAMPLED, aggregate_with_reliability, node_metrics
 from opsd_diag.core.stats import jsonable
 from opsd_diag.engine.cross_nodes import plan_rows
-from opsd_diag.engine.nodes import NodeModels, Sampler, build_jobs, estimate_success, plan_nodes
+from opsd_diag.engine.nodes import NodeModels, Sampler, build_jobs, estimate_success, plan_acting, plan_nodes
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
 from opsd_diag.config.spec import DiagnosisConfig, IdealSpec, validate
 from opsd_diag.io.thinking import answer_text
+from opsd_diag.config.settings import derive_seed
 
 ESTIMATOR = ("our estimator (docs/signals.md, the ideal-gradient predictor): m student continuations per "
              "candidate token, checked by the answer checker")
 
 
+ACTING_STREAM = 31  # the acting nodes' continuations draw from their own seed stream (derive_seed(ideal.seed, 31))
 CROSS_APPROXIMATION = ("a config with another tokenizer: nodes only where the next student token is a span of "
                        "its own; a candidate's teacher probability is that of the teacher's own spelling of its "
                        "text (docs/signals.md, the predictor across vocabularies)")
@@ -63,7 +65,9 @@ def run_predictor(run_dir: Path, cfg: DiagnosisConfig, problems: list[dict], mod
         result = skipped("no answers to check (the data set has no answer field)")
     else:
         result = _analyse(run_dir, cfg, problems, models, sampler, spec, rollouts, tokens, show_progress, status)
-    if result["status"] != "ok":  # never leave nodes of an earlier analysis next to a skipped one
+    if result["status"] != "ok" or "acting" not in result:  # never leave nodes of an earlier analysis behind
+        (run_dir / "acting_nodes.parquet").unlink(missing_ok=True)
+    if result["status"] != "ok":
         (run_dir / "nodes.parquet").unlink(missing_ok=True)
     if write_summary:
         attach_to_summary(run_dir, summary, result)
@@ -115,16 +119,71 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
     if not admitted:
         return skipped(f"ideal.budget={spec.budget} is too small for one node (a node costs m x |K| = "
                        f"{spec.m} x up to {1 + spec.k * (1 + len(configs))} continuations)", budget=spec.budget)
-    jobs = [a[2] for a in admitted]
+    estimates = _estimate(admitted, models, sampler, cfg, spec, spec.seed, show_progress, status)
+    tok_idx = tokens.set_index(["config", "rollout_id", "pos"])[["kl_rev", "jsd", *SAMPLED]].sort_index()
+    unmapped = {c: {"candidates": 0, "nodes": 0} for c in cross}
+    nodes = pd.DataFrame(_node_rows(admitted, estimates, configs, cross, spec, cfg, tok_idx, unmapped))
+    store.write_table(run_dir, "nodes", nodes)
+    result = {"status": "ok", "estimator": ESTIMATOR, "budget": spec.budget, "k": spec.k, "m": spec.m,
+              "candidates": spec.candidates,
+              "seed": spec.seed, "continuations_used": int(sum(a[3] for a in admitted)),
+              "continuation_tokens": int(sum(e.tokens for e in estimates)),
+              "prefix_tokens": int(sum(a[3] * (len(a[2].prompt) + len(a[2].prefix) + 1) for a in admitted)),
+              "n_nodes": len(admitted), "n_prompts": int(nodes["problem_id"].nunique()),
+              "jsd_beta": cfg.scoring.jsd_beta,
+              **({"cross_tokenizer": {"approximation": CROSS_APPROXIMATION, "left_out": unmapped}} if cross else {}),
+              "configs": aggregate_with_reliability(nodes, n_boot=cfg.analysis.bootstrap, seed=cfg.sampling.seed)}
+    if spec.acting_budget:
+        result.update(_acting(run_dir, cfg, problems, models, sampler, spec, rollouts, tokens, tok_idx,
+                              [c for c in configs if c not in cross], show_progress, status))
+    return result
+
+
+def _estimate(admitted, models: NodeModels, sampler: Sampler, cfg: DiagnosisConfig, spec: IdealSpec, seed: int,
+              show_progress: bool, status):
     with tqdm(total=sum(a[3] for a in admitted), desc="ideal continuations", unit="cont",
               disable=not show_progress) as bar:
-        estimates = estimate_success(
-            jobs, sampler, lambda ids: answer_text(models.tok, ids), m=spec.m,
+        return estimate_success(
+            [a[2] for a in admitted], sampler, lambda ids: answer_text(models.tok, ids), m=spec.m,
             stop_ids=models.stop_ids, checker=cfg.analysis.checker, temperature=cfg.sampling.temperature,
-            top_p=cfg.sampling.top_p, seed=spec.seed, batch_rows=max(cfg.sampling.batch_size, 1),
+            top_p=cfg.sampling.top_p, seed=seed, batch_rows=max(cfg.sampling.batch_size, 1),
             on_progress=_reporting(status, bar))
-    tok_idx = tokens.set_index(["config", "rollout_id", "pos"])[["kl_rev", "jsd", *SAMPLED]].sort_index()
-    rows, unmapped = [], {c: {"candidates": 0, "nodes": 0} for c in cross}
+
+
+def _acting(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, sampler: Sampler, spec: IdealSpec,
+            rollouts: pd.DataFrame, tokens: pd.DataFrame, tok_idx, configs: list[str], show_progress: bool,
+            status) -> dict:
+    """The same estimates at the nodes where training acts (``engine.nodes.plan_acting``), within
+    ``ideal.acting_budget``, on their own seed: ``acting_nodes.parquet`` and the result's ``acting`` keys. A
+    config aggregates the nodes it chose. Configs of another tokenizer are left out (``acting_left_out``)."""
+    plan = plan_acting(tokens, rollouts[rollouts["correct"].notna()], configs)
+    max_len = cfg.sampling.max_completion_length
+    admitted = build_jobs(models, rollouts, problems, plan, configs, budget=spec.acting_budget, k=spec.k, m=spec.m,
+                          cap=min(spec.max_continuation_length or max_len, max_len), max_completion_length=max_len,
+                          temperature=cfg.scoring_temperature) if configs else []
+    left_out = sorted(set(c.name for c in cfg.teachers) - set(configs))
+    if not admitted:
+        (run_dir / "acting_nodes.parquet").unlink(missing_ok=True)
+        return {"acting_budget": spec.acting_budget, "acting_nodes": 0, "acting_left_out": left_out}
+    estimates = _estimate(admitted, models, sampler, cfg, spec, derive_seed(spec.seed, ACTING_STREAM), show_progress,
+                          status)
+    rows = _node_rows(admitted, estimates, configs, [], spec, cfg, tok_idx, {})
+    for r in rows:
+        node = admitted[r["node_id"]][0]
+        r["chosen"], r["push"] = r["config"] in node.acting_for, float(node.push)
+    nodes = pd.DataFrame(rows)
+    store.write_table(run_dir, "acting_nodes", nodes)
+    chosen = nodes[nodes["chosen"]]
+    return {"acting_budget": spec.acting_budget, "acting_nodes": len(admitted), "acting_left_out": left_out,
+            "acting_continuations_used": int(sum(a[3] for a in admitted)),
+            "acting_continuation_tokens": int(sum(e.tokens for e in estimates)),
+            "acting": aggregate_with_reliability(chosen, n_boot=cfg.analysis.bootstrap, seed=cfg.sampling.seed)}
+
+
+def _node_rows(admitted, estimates, configs: list[str], cross: list[str], spec: IdealSpec, cfg: DiagnosisConfig,
+               tok_idx, unmapped: dict) -> list[dict]:
+    """One row per admitted node x config: the node, its candidates and every per-node number (``node_metrics``)."""
+    rows = []
     for n_id, ((node, r, job, cost, s_lp, t_lps, own), (s_hat, n_used, _)) in enumerate(zip(admitted, estimates)):
         for c in configs:
             sig = tok_idx.loc[(c, node.rollout_id, node.pos)]
@@ -148,17 +207,7 @@ def _analyse(run_dir: Path, cfg: DiagnosisConfig, problems, models: NodeModels, 
                 "q_tilde": met.pop("q_tilde").tolist(), "cost": int(cost), "max_new_tokens": job.max_new,
                 "kl_rev": float(sig["kl_rev"]), "jsd": float(sig["jsd"]),
                 **{a: float(sig[a]) for a in SAMPLED}, **met})
-    nodes = pd.DataFrame(rows)
-    store.write_table(run_dir, "nodes", nodes)
-    return {"status": "ok", "estimator": ESTIMATOR, "budget": spec.budget, "k": spec.k, "m": spec.m,
-            "candidates": spec.candidates,
-            "seed": spec.seed, "continuations_used": int(sum(a[3] for a in admitted)),
-            "continuation_tokens": int(sum(e.tokens for e in estimates)),
-            "prefix_tokens": int(sum(a[3] * (len(a[2].prompt) + len(a[2].prefix) + 1) for a in admitted)),
-            "n_nodes": len(admitted), "n_prompts": int(nodes["problem_id"].nunique()),
-            "jsd_beta": cfg.scoring.jsd_beta,
-            **({"cross_tokenizer": {"approximation": CROSS_APPROXIMATION, "left_out": unmapped}} if cross else {}),
-            "configs": aggregate_nodes(nodes, n_boot=cfg.analysis.bootstrap, seed=cfg.sampling.seed)}
+    return rows
 
 
 def _reporting(status, bar):

@@ -38,6 +38,7 @@ TABLES = ("rollouts", "tokens", "topk", "teacher_rollouts")
 # What a run directory may hold before the run itself writes: what the job launcher leaves (opsd_diag.jobs)
 JOB_FILES = frozenset({"status.json", "stdout.log", "STOP", ".lock"})
 RUN_FILES = ("manifest.json", "config.yaml", "summary.json", *(f"{t}.parquet" for t in TABLES), "nodes.parquet",
+             "acting_nodes.parquet",
              *sorted(JOB_FILES))
 
 
