@@ -174,20 +174,27 @@ def test_retokenize_round_trips_and_pairs_the_stop_id(tokenizers_pair):
         out.spans.student[j][1] - out.spans.student[j][0])]
 
 
-def test_rows_that_do_not_round_trip_are_flagged(tokenizers_pair):
+def test_rows_that_do_not_round_trip_are_cut_or_flagged(tokenizers_pair):
+    """Only what does not round-trip is dropped (tests/test_align_sampled.py holds the byte-level reference)."""
     student_tok, teacher_tok = tokenizers_pair
     stop = student_tok.eos_token_id
     ids = student_tok("Step 12", add_special_tokens=False)["input_ids"]
-    # a special token inside the completion
+    # a special token inside the completion: the row is cut before it, its stop id is not paired
     im_start = student_tok.convert_tokens_to_ids("<|im_start|>")
-    assert "special token inside" in retokenize(ids[:1] + [im_start] + ids[1:], student_tok, teacher_tok, [stop],
-                                                 teacher_tok.eos_token_id)
-    # a non-canonical split: "Step" spelt as single letters
+    out = retokenize(ids[:1] + [im_start] + ids[1:] + [stop], student_tok, teacher_tok, [stop], teacher_tok.eos_token_id)
+    assert isinstance(out, Retokenized) and out.n_student == 1 and not out.stopped and "special token" in out.cut
+    assert out.spans.student == ((0, 1),) and teacher_tok.decode(out.teacher_ids) == student_tok.decode(ids[:1])
+    assert "special token" in retokenize([im_start] + ids, student_tok, teacher_tok, [stop], teacher_tok.eos_token_id)
+    # a non-canonical split ("Step" spelt as single letters) is aligned as sampled
     letters = [student_tok.convert_tokens_to_ids(c) for c in "Step"]
-    assert "own encoding" in retokenize(letters, student_tok, teacher_tok, [stop], teacher_tok.eos_token_id)
-    # a byte-level fragment left alone (half of a character): not text
+    out = retokenize(letters, student_tok, teacher_tok, [stop], teacher_tok.eos_token_id)
+    assert isinstance(out, Retokenized) and out.n_student == 4 and not out.cut
+    assert sum(hi - lo for lo, hi in out.spans.student) == 4 and teacher_tok.decode(out.teacher_ids) == "Step"
+    # a byte-level fragment left alone (half of a character): not text, the row is cut before it
     half = student_tok.convert_tokens_to_ids(_bytes_to_unicode()[0xC3])
-    assert isinstance(retokenize(ids + [half], student_tok, teacher_tok, [stop], teacher_tok.eos_token_id), str)
+    out = retokenize(ids + [half], student_tok, teacher_tok, [stop], teacher_tok.eos_token_id)
+    assert isinstance(out, Retokenized) and out.n_student == len(ids) and "UTF-8" in out.cut
+    assert "UTF-8" in retokenize([half] + ids, student_tok, teacher_tok, [stop], teacher_tok.eos_token_id)
     assert "no end-of-sequence" in retokenize(ids + [stop], student_tok, teacher_tok, [stop], None)
 
 

@@ -100,17 +100,19 @@ def test_cross_gradient_equals_a_plain_forward_reference(world, family, method, 
     texts = ["a) 3+4=7\nb) 7*2=4", "Answer: 12", "c) 8-9=9\nAnswer: 9"]
     comps = [s_tok(x, add_special_tokens=False)["input_ids"] for x in texts]
     comps[1] = comps[1] + [st.stop_ids[0]]  # a finished row: the stop id pairs with the teacher's EOS
-    comps.append([s_tok.convert_tokens_to_ids(c) for c in "Step"])  # non-canonical: left out, trains nothing
-    rows = [0, 1, 2, 3]
+    letters, lead = [s_tok.convert_tokens_to_ids(c) for c in "Step"], s_tok.convert_tokens_to_ids("\u00c3")
+    comps.append(letters + [lead] + letters)  # non-canonical, cut before the half "é": trains its first 4 tokens
+    comps.append([lead] + letters)  # nothing round-trips: left out, trains nothing
+    rows = [0, 1, 2, 3, 4]
     mb = MicroBatch(0, rows, [st.train.student_prompts[i] for i in rows], [st.train.teacher_prompts[i] for i in rows],
-                    [st.train.base_prompts[i] for i in rows], comps, [False, True, False, False])
+                    [st.train.base_prompts[i] for i in rows], comps, [False, True, False, False, False])
     n = mb.n_tokens
     student = st.roles.student
     student.zero_grad(set_to_none=True)
     sums = cross_micro_batch_backward(CompletionHidden(student), st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=4,
                                       scale=1.0 / n, ref=st.reference, cross=st.roles.cross)
     got = {k: p.grad.clone() for k, p in student.named_parameters() if p.grad is not None}
-    assert sums.stats["left_out"] == 1 and sums.counts["left_out"] == 4
+    assert sums.stats["left_out"] == 1 and sums.counts["left_out"] == 5
 
     student.zero_grad(set_to_none=True)
     from transformers import AutoModelForCausalLM
@@ -119,9 +121,9 @@ def test_cross_gradient_equals_a_plain_forward_reference(world, family, method, 
     base = AutoModelForCausalLM.from_pretrained(family[1]).double().eval()
     lam = st.loss.exopd_lambda
     total = 0.0
-    for r in range(3):
+    for r in range(4):
         al = retokenize(comps[r], s_tok, t_tok, st.stop_ids, t_tok.eos_token_id)
-        assert isinstance(al, Retokenized)
+        assert isinstance(al, Retokenized) and al.n_student == (4 if r == 3 else len(comps[r]))
         lps = ref_token_logp(student, mb.student_prompts[r], comps[r])  # float32 forward, float64 softmax, grad
         with torch.no_grad():
             lpt = ref_token_logp(teacher, mb.teacher_prompts[r], al.teacher_ids)

@@ -1,7 +1,8 @@
 """One micro-batch against a teacher with another tokenizer: align, score both sides, span losses, backward.
 
-Each completion is re-tokenised for the teacher (``opsd_diag.io.retokenize``, the diagnosis' checks); a
-row that does not round-trip trains nothing (its tokens get a zero loss, counted in ``left_out``). The
+Each completion is re-tokenised for the teacher (``opsd_diag.io.retokenize``, the diagnosis' alignment and
+checks); the tokens after a row's cut get a zero loss, and a row with nothing aligned trains nothing
+(counted in ``left_out``). The
 teacher, the base and the initial student score under no_grad; the student's detached token
 log-probs give the span advantages before its LM head runs with gradient, chunk by chunk, through
 ``opsd_diag.engine.train_step.backward_by_chunks`` (the same normalisation and one decoder backward as every loss).
@@ -47,12 +48,13 @@ def _token_lp(model, hidden: Tensor, ids: Tensor, tau: float, chunk: int) -> Ten
 
 @dataclass
 class _Aligned:
-    kept: list[int]  # rows that round-trip
-    mask: Tensor  # [N] bool: the student token belongs to a kept row
+    kept: list[int]  # rows that round-trip, wholly or up to a cut
+    mask: Tensor  # [N] bool: the student token is aligned (in a kept row, before its cut)
     s_span: Tensor  # [N_kept] span of each kept student token
     t_span: Tensor  # [N_t]
     t_comps: list[list[int]]
     n_spans: int
+    s_comps: list[list[int]]  # the kept rows' student tokens, up to their cut
 
 
 def align(mb: MicroBatch, cross: CrossPartner) -> _Aligned:
@@ -61,13 +63,15 @@ def align(mb: MicroBatch, cross: CrossPartner) -> _Aligned:
     kept = [i for i, r in enumerate(results) if isinstance(r, Retokenized) and len(r.spans)]
     mask, s_idx, t_idx, base = [], [], [], 0
     for i, (c, r) in enumerate(zip(mb.completions, results)):
-        mask += [i in kept] * len(c)
+        n_kept = r.n_student if i in kept else 0  # a row cut short trains up to its cut
+        mask += [True] * n_kept + [False] * (len(c) - n_kept)
         if i in kept:
             s_idx += [base + j for j, (lo, hi) in enumerate(r.spans.student) for _ in range(lo, hi)]
             t_idx += [base + j for j, (lo, hi) in enumerate(r.spans.teacher) for _ in range(lo, hi)]
             base += len(r.spans)
     return _Aligned(kept, torch.tensor(mask, dtype=torch.bool), torch.tensor(s_idx, dtype=torch.long),
-                    torch.tensor(t_idx, dtype=torch.long), [results[i].teacher_ids for i in kept], base)
+                    torch.tensor(t_idx, dtype=torch.long), [results[i].teacher_ids for i in kept], base,
+                    [mb.completions[i][:results[i].n_student] for i in kept])
 
 
 def cross_micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSettings, *, pad_id: int,
@@ -82,7 +86,7 @@ def cross_micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: Lo
     if not al.kept:
         return backward_by_chunks(roles, mb, h_s, chunk_size, scale, autocast, sums, _zero_loss)
     device = h_s.device
-    s_comps = [mb.completions[i] for i in al.kept]
+    s_comps = al.s_comps
     s_ids = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
     t_ids = torch.tensor([t for c in al.t_comps for t in c], dtype=torch.long)  # [N_t]
     mask = al.mask.to(device)

@@ -12,6 +12,11 @@ map to the same character) and gaps (offsets trimmed of whitespace, which then b
 token) give no boundary there, so such tokens merge into a larger span: coarser, never misaligned.
 Whether each span's tokens really decode to its text is checked by the caller
 (``opsd_diag.io.retokenize``), which flags rows that fail and leaves them out.
+
+The student's offsets are not read from a re-encoding: its sampled tokens need not be its
+tokenizer's own encoding of their text. Each sampled token is placed by its own bytes
+(``byte_prefix``, ``char_offsets``): the characters its bytes touch, so fragments of one character
+overlap like a fast tokenizer's offsets and give no cut inside it.
 """
 
 from __future__ import annotations
@@ -87,3 +92,44 @@ def common_spans(student_offsets: list[tuple[int, int]], teacher_offsets: list[t
         teacher.append((t_cuts[a], t_cuts[b]))
         chars.append((a, b))
     return Spans(tuple(student), tuple(teacher), tuple(chars))
+
+
+def byte_prefix(pieces: list[bytes]) -> int:
+    """How many leading tokens round-trip at the byte level: the most whole tokens whose bytes, joined,
+    are valid UTF-8 that ends on a character boundary (a token holding half a character that the next
+    token does not complete, or a byte that is not UTF-8, ends it)."""
+    data = b"".join(pieces)
+    try:
+        data.decode("utf-8")
+        good = len(data)
+    except UnicodeDecodeError as e:
+        good = e.start  # data[:good] is valid; it may still end inside a character a token cut
+    keep, pos = 0, 0
+    for k, piece in enumerate(pieces):
+        pos += len(piece)
+        if pos > good:
+            break
+        if pos == good or data[pos] & 0xC0 != 0x80:  # the next byte starts a character
+            keep = k + 1
+    return keep
+
+
+def char_offsets(pieces: list[bytes]) -> tuple[str, list[tuple[int, int]]]:
+    """(the text the pieces spell, each piece's character span ``(a, b)``): the characters its bytes
+    touch, so the fragments of one character share it. A piece of no bytes is ``(c, c)`` at a character
+    start, else it shares the character it sits in. ``pieces`` must join to valid UTF-8 (``byte_prefix``)."""
+    text = b"".join(pieces).decode("utf-8")
+    char_of = []  # [n_bytes + 1]: the character each byte belongs to; the end is len(text)
+    for i, ch in enumerate(text):
+        char_of += [i] * len(ch.encode("utf-8"))
+    char_of.append(len(text))
+    out, pos = [], 0
+    for piece in pieces:
+        end = pos + len(piece)
+        if piece:
+            out.append((char_of[pos], char_of[end - 1] + 1))
+        else:
+            inside = 0 < pos < len(char_of) - 1 and char_of[pos - 1] == char_of[pos]
+            out.append((char_of[pos], char_of[pos] + inside))
+        pos = end
+    return text, out

@@ -76,8 +76,8 @@ def score_cross(student, student_tok, teacher, ct: CrossTeacher, completions: li
     kept = [i for i, r in enumerate(results) if isinstance(r, Retokenized) and len(r.spans)]
     if not kept:
         return None, reasons
-    rt = [results[i] for i in kept]
-    s_comps, t_comps = [completions[i] for i in kept], [r.teacher_ids for r in rt]
+    rt = [results[i] for i in kept]  # a row cut short is scored up to its cut (``Retokenized.n_student``)
+    s_comps, t_comps = [completions[i][:r.n_student] for i, r in zip(kept, rt)], [r.teacher_ids for r in rt]
     s_span, t_span = _index([list(r.spans.student) for r in rt]), _index([list(r.spans.teacher) for r in rt])
     n_spans = sum(len(r.spans) for r in rt)
     s_ids = torch.tensor([t for c in s_comps for t in c])  # [N_s]
