@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -116,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         with open(out / f"{name.replace('/', '.')}.log", "w") as f:
             rc = subprocess.call([sys.executable, "-m", "trainer", str(cfg), "--out", str(run_dir)], stdout=f,
-                                 stderr=subprocess.STDOUT, cwd=run_worlds.REPO)
+                                 stderr=subprocess.STDOUT, cwd=run_worlds.REPO,
+                                 env={**os.environ, "OMP_NUM_THREADS": "1"})  # one thread per trainer
         say(f"{name}: rc={rc} {time.time() - t0:.0f}s")
         return rc
 
