@@ -553,8 +553,9 @@ METRIC_HELP = {
     "clipped_ratio": "share of advantages clipped by `clip` (all but sft; 0 without `clip`)",
     "nll": "mean token NLL of the reference response (sft)",
     "uld": "mean ULD distance Σ_i |p_(i) − q_(i)| (uld; per common span with a teacher of another tokenizer)",
-    "left_out_ratio": "share of completions that do not round-trip through the teacher's tokenizer and train "
-                      "nothing (a teacher with another tokenizer; r_opd, kl_k1, kl_k3 are then means over spans)",
+    "left_out_ratio": "share of completions of which no token round-trips through the teacher's tokenizer, which "
+                      "train nothing (a teacher with another tokenizer; the others train up to their cut, "
+                      "docs/signals.md; r_opd, kl_k1, kl_k3 are then means over spans)",
 }
 
 
