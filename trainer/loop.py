@@ -23,7 +23,7 @@ from accelerate import Accelerator
 from opsd_diag import jobs
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe
-from trainer import checkpoint, rundir, sharded
+from trainer import checkpoint, probes, rundir, sharded
 from opsd_diag.config.training import TrainConfig, trackers
 from trainer.cross_step import cross_micro_batch_backward
 from trainer.evaluate import eval_size, evaluate
@@ -316,6 +316,8 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
     try:
         if step == 0 and spec.eval.at_start:
             _eval(acc, st, 0, metrics, hidden_model)
+        if step == 0:  # training.diagnose_every: the initial policy's probe (trainer.probes)
+            probes.in_training(acc, st, run_dir, 0, hidden_model)
         while step < spec.max_steps:
             t0 = time.time()
             rec = train_step(acc, st, hidden_model, optimizer, scheduler, step)
@@ -334,6 +336,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
                 log.info("step %d/%d loss %.4f tokens %d (%.0f tok/s)", step, spec.max_steps, rec["loss"],
                          rec["tokens"], rec["tokens_per_s"])
             last = step == spec.max_steps
+            probes.in_training(acc, st, run_dir, step, hidden_model, last)
             if (spec.eval_steps and step % spec.eval_steps == 0) or last:
                 _eval(acc, st, step, metrics, hidden_model)
             if (spec.save_steps and step % spec.save_steps == 0) or last:

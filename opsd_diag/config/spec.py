@@ -5,8 +5,7 @@ config that produced it. Unknown keys, bad values (NaN and inf included) and a `
 the rest are rejected with the key named. Types are strict (``yes`` is no count, ``1.10`` no name: the error says to
 quote it); seeds, temperatures, learning rate bounded. Every default is stated once, here; ``docs/config.md`` is
 generated from the field descriptions below. The frozen settings the engine and the trainer run with are built from
-these sections in one place (the ``settings`` methods), so no setting is re-derived elsewhere.
-"""
+these sections in one place (the ``settings`` methods), so no setting is re-derived elsewhere."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
 from opsd_diag.config.errors import format_error
 from opsd_diag.config.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
+from opsd_diag.config.probe import ProbeOption
 from opsd_diag.config.predictor_options import IdealOptions, LookaheadOptions
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.config.yamlfile import read_mapping
@@ -255,7 +255,7 @@ class EvalSpec(Strict):
         return self
 
 
-class TrainingSpec(Strict):
+class TrainingSpec(Strict, ProbeOption):
     """The training run of ``opsd-train``; a setting left out (None) is inherited from the diagnosis."""
     method: Literal["opd", "jsd", "opsd", "opd2", "exopd", "sft", "uld"] = Field(description="training method")
     teacher: str | None = Field(None, description="name of one `teachers` entry; default: the first that fits")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +33,7 @@ from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe, store
 from opsd_diag.config.spec import DiagnosisConfig, to_yaml
 from opsd_diag.engine.setup import Loaded
-from opsd_diag.io.models import fingerprint
+from opsd_diag.io.models import fingerprint, limit_rows
 from opsd_diag.io.thinking import check
 from opsd_diag.io.view_set import rendered_text, template_notes
 from opsd_diag.config.settings import SamplingSettings, derive_seed
@@ -60,9 +60,13 @@ class Prepared(Loaded):
                                           f"the student model '{self.cfg.student.model}'")
 
 
-def prepare(cfg: DiagnosisConfig) -> Prepared:
-    """Load and validate everything (``engine.setup``); no file is written."""
-    loaded = setup.prepare(cfg, setup.for_diagnosis(cfg))
+def prepare(cfg: DiagnosisConfig, student: torch.nn.Module | None = None) -> Prepared:
+    """Load and validate everything (``engine.setup``); no file is written. ``student``: a model in memory that
+    replaces the one the config names (a training run's policy: ``engine.probe``)."""
+    roles = setup.for_diagnosis(cfg)
+    if student is not None:  # as load_spec would: scored on its tokenizer's rows (io.models.limit_rows)
+        roles = replace(roles, load_student=lambda tok: limit_rows(student, len(tok)))
+    loaded = setup.prepare(cfg, roles)
     fused_scoring.check_available(cfg.scoring.engine, next(loaded.student.parameters()).device)
     prep = Prepared(**vars(loaded))
     prep.fingerprints = {role: fingerprint(m) for role, (_, _, m) in prep.named.items()}
@@ -171,7 +175,8 @@ def finish(prep: Prepared, out_dir: Path) -> dict:
     return summary
 
 
-def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = True) -> Path:
+def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = True,
+                  student: torch.nn.Module | None = None) -> Path:
     """Run (or resume) a diagnosis into ``out_dir``; shards are spread over accelerate processes.
 
     The main process holds the run directory's lock and reports each stage in status.json
@@ -190,7 +195,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     out_dir = Path(out_dir)
     jobs.check_free(out_dir)  # a busy or unusable directory fails before the models load
     store.check_run_dir(out_dir, cfg.model_dump(mode="json"))
-    prep = prepare(cfg)
+    prep = prepare(cfg, student)  # student: a training run's live policy (engine.probe), else the config's
     store.check_run_dir(out_dir, cfg.model_dump(mode="json"))  # every process checks: a refusal leaves none waiting
     main = state.is_main_process
     lock = jobs.acquire_lock(out_dir, "opsd-diag run") if main else None
