@@ -10,8 +10,9 @@ install:
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH)"
 	$(PYTHON) -m pip install -e .
 
+# dev: pytest, playwright, peft; test: TRL, for the DiagnosisCallback's test (it fails, never skips, without it)
 install-dev: install
-	$(PYTHON) -m pip install -e ".[dev]"
+	$(PYTHON) -m pip install -e ".[dev,test]"
 
 # Run the bundled example diagnosis (once) and open the app on it at 127.0.0.1 (the port is printed).
 # PNG/SVG export uses kaleido (a dependency) with a system Chromium (apt-get install chromium).
