@@ -530,8 +530,8 @@ METRIC_HELP = {
     "kind": "`train` (this record) or `eval`",
     "step": "optimizer steps done (1 for the first step's record)",
     "method": "`training.method`",
-    "loss": "the step's loss: sum of the per-token loss over every generated token of the step, divided by "
-            "their count",
+    "loss": "the step's loss: sum of the per-token loss over the step's kept tokens (every generated token "
+            "unless `token_mask` says otherwise), divided by their count",
     "lr": "learning rate used by the step",
     "grad_norm": "gradient norm before clipping",
     "tokens": "generated tokens of the step, all processes",
@@ -556,6 +556,12 @@ METRIC_HELP = {
     "left_out_ratio": "share of completions of which no token round-trips through the teacher's tokenizer, which "
                       "train nothing (a teacher with another tokenizer; the others train up to their cut, "
                       "docs/signals.md; r_opd, kl_k1, kl_k3 are then means over spans)",
+    "kept_tokens": "tokens the loss kept (`token_mask`; all generated tokens by default), all processes",
+    "kept_ratio": "kept_tokens / tokens",
+    "revealed_fraction": "share of each solution the teacher's context revealed (`context_schedule`; 1 by default)",
+    "running_accuracy": "the adaptive schedule's running accuracy after the step (null for the other schedules)",
+    "rollout_accuracy": "share of the step's rollouts verified correct (only when a lever reads the outcomes: "
+                        "`token_mask.rollouts` or the adaptive schedule)",
 }
 
 

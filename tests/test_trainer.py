@@ -286,8 +286,8 @@ def test_stop_file_saves_and_resume_finishes_like_an_uninterrupted_run(world, tm
     (out / "stdout.log").write_text("")  # a job directory before the run writes
     real_step = __import__("trainer.loop", fromlist=["train_step"]).train_step
 
-    def stop_after_two(acc, st, *a):
-        rec = real_step(acc, st, *a)
+    def stop_after_two(acc, st, *a, **kw):
+        rec = real_step(acc, st, *a, **kw)
         if a[-1] == 1:  # the second step: ask for a graceful stop
             (out / jobs.STOP).touch()
         return rec

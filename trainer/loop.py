@@ -27,6 +27,7 @@ from trainer import checkpoint, probes, rundir, sharded
 from opsd_diag.config.training import TrainConfig, trackers
 from trainer.cross_step import cross_micro_batch_backward
 from trainer.evaluate import eval_size, evaluate
+from trainer.levers import LeverState
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
 from trainer.setup import Setup, prepare
 from opsd_diag.engine.train_step import STAT_NAMES, StepSums, micro_batch_backward
@@ -93,9 +94,11 @@ def _reduce_sums(acc: Accelerator, sums: StepSums, keys: tuple[str, ...]) -> tup
     return total[:4], means
 
 
-def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, step: int) -> dict:
+def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, step: int,
+               levers: LeverState | None = None) -> dict:
     """One optimizer step over ``processes x accumulation`` micro-batches; returns its metrics."""
     spec = st.tc.spec
+    levers = levers or LeverState(spec, None)
     world, rank = acc.num_processes, acc.process_index
     global_batch = spec.per_device_train_batch_size * world * spec.gradient_accumulation_steps
     ids = step_problems(len(st.train.problems), step, global_batch, spec.seed)
@@ -104,7 +107,7 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     try:
         with torch.no_grad(), acc.autocast(), sharded.full_params(hidden_model):  # FSDP: gathered while sampling
             mbs = [make_micro_batch(st.roles.student, st.tok, st.train, j, idx, step, spec, st.stop_ids,
-                                    st.tc.cfg.sampling.engine)
+                                    st.tc.cfg.sampling.engine, fraction=levers.fraction(step), checker=levers.checker)
                    for j, idx in plan]
     except NonFiniteLogits as e:
         raise OpsdError(f"step {step + 1}: {_who(st, 'student')} produced non-finite logits (NaN or inf) while "
@@ -114,7 +117,9 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     n_global = int(acc.reduce(local, "sum").item())  # all-reduce the count before any backward
     sums = StepSums()
     lr = scheduler.get_last_lr()[0]
-    backward = sharded.micro_batch_backward if sharded.is_sharded(hidden_model) else micro_batch_backward
+    levers.check_path(sharded.is_sharded(hidden_model), st.roles.cross is not None)
+    backward = (sharded.micro_batch_backward if sharded.is_sharded(hidden_model) else
+                functools.partial(micro_batch_backward, mask=levers.mask))
     if st.roles.cross is not None:  # the teacher has another tokenizer: span losses (trainer.cross_step)
         backward = functools.partial(cross_micro_batch_backward, cross=st.roles.cross)
     for a, mb in enumerate(mbs):
@@ -124,6 +129,7 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
                      scale=world / n_global, ref=st.reference, autocast=acc.autocast, sums=sums)
     (loss, tokens, rows, finished), means = _reduce_sums(acc, sums, tuple(STAT_NAMES))
     params = st.roles.trainable()
+    fraction, running = levers.after_step(step, params, means)  # gradients normalised by the kept tokens
     grad_norm = float(acc.clip_grad_norm_(params, spec.max_grad_norm or float("inf")))
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # every process sees the same reduced values
         raise OpsdError(_nonfinite_message(st, sums, step, loss, grad_norm))  # before any optimizer step
@@ -131,7 +137,9 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     st.roles.ema_update(spec.ema_decay)
-    return {"loss": loss / tokens, "lr": lr, "grad_norm": grad_norm, "tokens": int(tokens),
+    return {"loss": loss / max(1.0, tokens * means.get("kept", 1.0)), "lr": lr,
+            "kept_tokens": round(tokens * means.get("kept", 1.0)), "revealed_fraction": fraction,
+            "running_accuracy": running, "grad_norm": grad_norm, "tokens": int(tokens),
             "completion_length": tokens / rows, "finished_ratio": finished / rows,
             **{STAT_NAMES[k]: v for k, v in means.items()}, "sampling_s": sampling_s}
 
@@ -160,7 +168,8 @@ def _nonfinite_message(st: Setup, sums: StepSums, step: int, loss: float, grad_n
             "lower training.learning_rate or set training.max_grad_norm; no optimizer step was taken")
 
 
-def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, scheduler, elapsed: float) -> None:
+def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, scheduler, elapsed: float,
+          levers: LeverState | None = None) -> None:
     if acc.is_main_process:
         jobs.write_status(run_dir, stage="saving")
     tmp = checkpoint.temp_dir(run_dir, step)
@@ -174,7 +183,8 @@ def _save(acc: Accelerator, st: Setup, run_dir: Path, step: int, optimizer, sche
     if acc.is_main_process:
         # FSDP: each process holds a shard of the optimizer state; it is not saved (resume refuses such a checkpoint)
         opt_state = None if sharded.is_sharded(st.roles.student) else optimizer.state_dict()
-        state = {"optimizer": opt_state, "scheduler": scheduler.state_dict(), "elapsed": elapsed}
+        state = {"optimizer": opt_state, "scheduler": scheduler.state_dict(), "elapsed": elapsed,
+                 "levers": levers.state() if levers is not None else None}
         checkpoint.commit(run_dir, tmp, step, state, st.tc.spec.save_total_limit, {"method": st.tc.spec.method})
         log.info("checkpoint saved: step %d", step)
         jobs.write_status(run_dir, stage="train")
@@ -279,7 +289,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
     optimizer = torch.optim.AdamW(st.roles.trainable(), lr=spec.learning_rate, weight_decay=spec.weight_decay,
                                   betas=(spec.adam_beta1, spec.adam_beta2), eps=spec.adam_epsilon)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(spec))
-    step, elapsed_before = 0, 0.0
+    step, elapsed_before, saved_levers = 0, 0.0, None
     if ckpt is not None:
         state, rng = resumed
         if state["optimizer"] is None:
@@ -287,7 +297,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
                             "be resumed (its weights load with from_pretrained)")
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        step, elapsed_before = int(state["step"]), float(state.get("elapsed", 0.0))
+        step, elapsed_before, saved_levers = int(state["step"]), float(state.get("elapsed", 0.0)), state.get("levers")
         if rng is not None:
             checkpoint.set_rng_state(rng)
     # DDP / one process: CompletionHidden (LM head applied outside, engine.train_step); FSDP: trainer.sharded
@@ -310,6 +320,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
         if tc.cfg.sampling.backend != "hf":
             log.warning("sampling.backend %s is used by the diagnosis only: training samples from the live "
                         "student weights in-process (opsd_diag.engine.decode)", tc.cfg.sampling.backend)
+    levers = LeverState(spec, (tc.cfg.analysis.checker, tc.cfg.analysis.truncated), saved_levers)
     stopper = Stopper(run_dir)
     started, first_step = time.time(), step
     saved_at = step if ckpt is not None else -1
@@ -320,7 +331,7 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
             probes.in_training(acc, st, run_dir, 0, hidden_model)
         while step < spec.max_steps:
             t0 = time.time()
-            rec = train_step(acc, st, hidden_model, optimizer, scheduler, step)
+            rec = train_step(acc, st, hidden_model, optimizer, scheduler, step, levers=levers)
             step += 1
             now = time.time()
             per_step = (now - started) / (step - first_step)
@@ -340,11 +351,11 @@ def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resume
             if (spec.eval_steps and step % spec.eval_steps == 0) or last:
                 _eval(acc, st, step, metrics, hidden_model)
             if (spec.save_steps and step % spec.save_steps == 0) or last:
-                _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started)
+                _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started, levers)
                 saved_at = step
             if not last and stopper.requested(acc):
                 if saved_at != step:
-                    _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started)
+                    _save(acc, st, run_dir, step, optimizer, scheduler, elapsed_before + time.time() - started, levers)
                 if acc.is_main_process:
                     jobs.write_status(run_dir, "stopped", step=step, done=step)
                     log.info("stopped at step %d (checkpoint saved); resume with --resume", step)

@@ -17,6 +17,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
+
+from opsd_diag.core.context_schedule import revealed_problem
 
 from opsd_diag.engine import decode as sampler
 from opsd_diag.engine.fast import fast_decode
@@ -26,6 +29,7 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.config.spec import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
+from opsd_diag.io.thinking import check
 from opsd_diag.engine.setup import render
 from opsd_diag.io.views import encode_text
 from opsd_diag.config.settings import derive_seed
@@ -40,6 +44,7 @@ class ProblemSet:
     base_prompts: list[list[int]] | None
     targets: list[list[int]] | None  # reference responses (sft / regression NLL), ending in a stop id
     stop_strings: tuple[str, ...] = ()  # the student's (a raw Base student): samples end where one is complete
+    reveal: Callable | None = None  # (problem indices, solution share) -> (teacher, base prompts): context_schedule
 
 
 def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
@@ -67,7 +72,14 @@ def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, probl
     targets = None
     if with_targets:
         targets = [reference_ids(renderers[0].tok, p, spec.sft_target, stop_ids[0]) for p in problems]
-    return ProblemSet(problems, views.student, teacher_prompts, base_prompts, targets, tuple(cfg.student.stop_strings))
+
+    def reveal(idx: list[int], fraction: float):  # a context schedule's (teacher, base) views at a solution share
+        v, b = render(cfg, [revealed_problem(problems[i], fraction) for i in idx], renderers, system, teachers, room,
+                      families or {}, every_base_view=True)
+        return v.teachers[teacher.name], None if cfg.base is None else b.get(teacher.name)
+
+    return ProblemSet(problems, views.student, teacher_prompts, base_prompts, targets, tuple(cfg.student.stop_strings),
+                      reveal if teacher is not None else None)
 
 
 def load_set(data_spec, key: str) -> list[dict]:
@@ -131,8 +143,11 @@ def cut(tok, ps: ProblemSet, samples):
 
 
 def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec,
-                     stop_ids: list[int], engine: str = "hf") -> MicroBatch:
-    """On-policy samples from the current student (or the reference responses for sft)."""
+                     stop_ids: list[int], engine: str = "hf", *, fraction: float = 1.0,
+                     checker: tuple[str, str] | None = None) -> MicroBatch:
+    """On-policy samples from the current student (or the reference responses for sft). ``fraction``: the
+    share of each solution the teacher view reveals (``training.context_schedule``); ``checker`` (name,
+    truncated rule): each rollout's outcome is checked (a lever reads it)."""
     rows = [i for i in idx for _ in range(spec.num_generations)]
     if spec.method == "sft":
         completions = [ps.targets[i] for i in rows]
@@ -145,5 +160,15 @@ def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: i
         completions = [c.ids for per in samples for c in per]
         finished = [c.finished for per in samples for c in per]
     pick = (lambda views: None if views is None else [views[i] for i in rows])
-    return MicroBatch(j, rows, pick(ps.student_prompts), pick(ps.teacher_prompts), pick(ps.base_prompts),
-                      completions, finished)
+    teacher, base = pick(ps.teacher_prompts), pick(ps.base_prompts)
+    if fraction < 1.0 and ps.reveal is not None:
+        teacher, base = ps.reveal(rows, fraction)
+    correct = None if checker is None else [outcome(tok, ps, i, c, f, checker) for i, c, f in
+                                            zip(rows, completions, finished)]
+    return MicroBatch(j, rows, pick(ps.student_prompts), teacher, base, completions, finished, correct)
+
+
+def outcome(tok, ps: ProblemSet, i: int, ids: list[int], finished: bool, checker: tuple[str, str]) -> bool | None:
+    """Whether a rollout of problem ``i`` is verified correct (None: the problem has no answer)."""
+    answer = ps.problems[i].get("answer")
+    return None if answer is None else bool(check(tok, ps.student_prompts[i], ids, finished, answer, *checker).correct)

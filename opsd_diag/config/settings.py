@@ -50,6 +50,52 @@ class LossSettings:
     def needs_base(self) -> bool:
         return self.method == "opd2"
 
+@dataclass(frozen=True, kw_only=True)
+class MaskSettings:
+    """The tokens a training step keeps (``training.token_mask``; the rules: ``core.token_mask``)."""
+    kind: str
+    entropy_quantiles: tuple[float, float]
+    advantage_top: float
+    teacher_confidence: float
+    positions: tuple[int, int | None]
+    rollouts: str  # all | correct | incorrect
+
+    @property
+    def keeps_all(self) -> bool:
+        return self.kind == "all" and self.rollouts == "all"
+
+    @property
+    def needs_scores(self) -> bool:
+        return self.kind in ("opd2_gate", "entropy", "advantage", "confident_disagreement")  # read logits
+
+    @property
+    def needs_base(self) -> bool:
+        return self.kind == "opd2_gate"
+
+    @property
+    def needs_outcomes(self) -> bool:
+        return self.rollouts != "all"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSettings:
+    """The teacher's revealed share of the solution per step (``training.context_schedule``; the rules:
+    ``core.context_schedule``)."""
+    kind: str
+    start: float
+    end: float
+    decay_steps: int
+    accuracy_ema: float
+
+    @property
+    def is_full(self) -> bool:
+        """Every step shows the whole solution: the teacher views are today's."""
+        return self.kind == "fixed" and self.start == 1.0
+
+    @property
+    def needs_outcomes(self) -> bool:
+        return self.kind == "adaptive"
+
 
 def derive_seed(seed: int, a: int = 0, b: int = 0, c: int = 0) -> int:
     """A child seed of ``seed`` for the unit (a, b, c) of work (a shard, a step, a generation chunk...).

@@ -19,6 +19,7 @@ from opsd_diag import schema
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
 from opsd_diag.config.errors import format_error
+from opsd_diag.config.levers import LeverFields
 from opsd_diag.config.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
 from opsd_diag.config.probe import ProbeOption
 from opsd_diag.config.predictor_options import IdealOptions, LookaheadOptions
@@ -255,7 +256,7 @@ class EvalSpec(Strict):
         return self
 
 
-class TrainingSpec(Strict, ProbeOption):
+class TrainingSpec(Strict, ProbeOption, LeverFields):
     """The training run of ``opsd-train``; a setting left out (None) is inherited from the diagnosis."""
     method: Literal["opd", "jsd", "opsd", "opd2", "exopd", "sft", "uld"] = Field(description="training method")
     teacher: str | None = Field(None, description="name of one `teachers` entry; default: the first that fits")

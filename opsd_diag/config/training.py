@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsd_diag.errors import OpsdError
+from opsd_diag.io import templates
 from opsd_diag.config.spec import (
     METHODS,
     DiagnosisConfig,
@@ -54,7 +55,29 @@ def resolve_training(cfg: DiagnosisConfig, source: str = "config") -> TrainConfi
     ev = spec.eval
     spec.eval = ev.model_copy(update={"temperature": ev.temperature or spec.temperature,
                                       "max_completion_length": ev.max_completion_length or spec.max_completion_length})
+    check_levers(cfg, training_teacher(cfg), source)
     return TrainConfig(cfg.model_copy(update={"training": spec}), spec, training_teacher(cfg))
+
+
+SOLUTION_FIELDS = ("solution", "partial_solution", "hint")  # the template fields a context_schedule cuts
+
+
+def check_levers(cfg, teacher, source: str) -> None:
+    """The levers fit the rest of the config (one OpsdError naming the key and the fix)."""
+    spec = cfg.training
+    mask, schedule = spec.token_mask.settings(), spec.context_schedule.settings(spec.max_steps)
+    changed = [k for k, off in (("token_mask", mask.keeps_all), ("context_schedule", schedule.is_full)) if not off]
+    if spec.method == "sft" and changed:
+        raise OpsdError(f"{source}: training.{changed[0]} does not apply to method sft (it has no teacher): remove it")
+    if mask.needs_base and cfg.base is None:
+        raise OpsdError(f"{source}: training.token_mask kind opd2_gate needs a base model: add `base` or pick "
+                        "another kind")
+    if not schedule.is_full:
+        used = templates.placeholders(templates.resolve(teacher.context)) if teacher.context else set()
+        if not used & set(SOLUTION_FIELDS):
+            raise OpsdError(f"{source}: training.context_schedule: teacher '{teacher.name}' sees no solution "
+                            f"({', '.join('{' + f + '}' for f in SOLUTION_FIELDS)}), so a schedule would change "
+                            "nothing: remove it or train from a teacher whose context shows the solution")
 
 
 def check_environment(spec: TrainingSpec, source: str) -> None:

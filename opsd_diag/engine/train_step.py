@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from opsd_diag.core import signals
+from opsd_diag.core import signals, token_mask
 from opsd_diag.core.losses import token_loss
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.errors import OpsdError
@@ -113,6 +113,7 @@ class MicroBatch:
     base_prompts: list[list[int]] | None
     completions: list[list[int]]
     finished: list[bool]
+    correct: list[bool | None] | None = None  # per row: verified correct (None: unknown); only where a lever needs it
 
     @property
     def n_tokens(self) -> int:
@@ -134,7 +135,8 @@ def auto_chunk_size(vocab_size: int) -> int:
 # per-token statistic -> its name in metrics.jsonl (means over the step's generated tokens)
 STAT_NAMES = {"r_opd": "r_opd", "k1": "kl_k1", "k3": "kl_k3", "h_s": "entropy_student", "h_t": "entropy_teacher",
               "gate": "gate_fraction", "clipped": "clipped_ratio", "nll": "nll",
-              "uld": "uld", "left_out": "left_out_ratio"}  # the last two: a teacher with another tokenizer
+              "uld": "uld", "left_out": "left_out_ratio",  # these two: a teacher with another tokenizer
+              "kept": "kept_ratio", "correct": "rollout_accuracy"}  # training.token_mask; rollouts' outcomes
 
 
 @dataclass
@@ -182,15 +184,16 @@ def _checked(h: Tensor, n: int, role: str) -> Tensor:
 
 
 @torch.no_grad()
-def partner_hidden(roles: Roles, mb: MicroBatch, s: LossSettings, pad_id: int, ref: str | None):
-    """Hidden states of teacher, base and the ExOPD reference at the completion positions."""
+def partner_hidden(roles: Roles, mb: MicroBatch, s: LossSettings, pad_id: int, ref: str | None, base: bool = False):
+    """Hidden states of teacher, base (also when ``base``: a mask reads it) and the ExOPD reference at the
+    completion positions."""
     n = mb.n_tokens
     h_t = h_b = h_r = None
     if s.needs_teacher:
         with roles.teacher_model() as teacher:
             h_t = (teacher, _checked(completion_hidden(teacher, mb.teacher_prompts, mb.completions, pad_id), n,
                                      "teacher"))
-    if s.needs_base or ref == "base":
+    if s.needs_base or ref == "base" or base:
         h_b = (roles.base, _checked(completion_hidden(roles.base, mb.base_prompts, mb.completions, pad_id), n,
                                     "base"))
     if ref == "student":
@@ -209,12 +212,13 @@ def _partner_logits(pair, sl: slice, ctx) -> Tensor | None:
 
 
 def chunk_loss(student_logits: Tensor, ids: Tensor, sl: slice, s: LossSettings, partners: tuple, ref: str | None,
-               autocast) -> tuple[Tensor, dict]:
+               autocast, kept: Tensor | None = None) -> tuple[Tensor, dict]:
     """(summed loss, per-token statistics) of one chunk: the partners' logits at ``sl`` and the method's loss.
 
     ``partners`` is ``partner_hidden``'s (teacher, base, reference) triple; ``ref`` names the ExOPD
     reference (``student``: the initial student, ``base``) or None. Shared by the one-process/DDP
-    step below and the sharded (FSDP) step of ``trainer.sharded``.
+    step below and the sharded (FSDP) step of ``trainer.sharded``. ``kept``: the chunk's kept tokens
+    (``training.token_mask``; None: every token), the only ones summed.
     """
     h_t, h_b, h_r = partners
     teacher_logits = _partner_logits(h_t, sl, autocast)  # [n, V] or None
@@ -223,9 +227,14 @@ def chunk_loss(student_logits: Tensor, ids: Tensor, sl: slice, s: LossSettings, 
     if ref is not None:  # ExOPD's reference: the initial student, or the base
         ref_logits = base_logits if ref == "base" else _partner_logits(h_r, sl, autocast)  # [n, V]
         ref_lp = signals.token_logprob(signals.log_probs(ref_logits, s.temperature), ids)  # [n]
-    per_token, stats = token_loss(student_logits, ids, s, teacher_logits=teacher_logits, base_logits=base_logits,
+    loss_base = base_logits if s.needs_base or ref == "base" else None  # a mask's base does not enter the loss
+    per_token, stats = token_loss(student_logits, ids, s, teacher_logits=teacher_logits, base_logits=loss_base,
                                   ref_logprob=ref_lp)
-    total, _ = signals.masked_sum_and_count(per_token, torch.ones_like(ids, dtype=torch.bool))
+    keep = torch.ones_like(ids, dtype=torch.bool) if kept is None else kept.to(ids.device)  # [n]
+    total, _ = signals.masked_sum_and_count(per_token, keep)
+    stats["kept"] = keep.float()
+    stats["_signal"] = stats.get("advantage", per_token).detach()  # what the advantage mask ranks
+    stats["_partners"] = (teacher_logits, base_logits)  # what a scored mask reads
     # where a model's logits were NaN or inf (its entropy is NaN exactly then): read only on a non-finite loss
     flags = {"student": ~torch.isfinite(stats["h_s"])}
     if teacher_logits is not None:
@@ -240,17 +249,55 @@ def chunk_loss(student_logits: Tensor, ids: Tensor, sl: slice, s: LossSettings, 
 
 def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSettings, *, pad_id: int,
                          chunk_size: int, scale: float, ref: str | None = None, autocast=contextlib.nullcontext,
-                         sums: StepSums | None = None) -> StepSums:
+                         sums: StepSums | None = None, mask: token_mask.MaskSettings | None = None) -> StepSums:
     """Forward, loss and backward of one micro-batch; gradients accumulate in the student's ``.grad``.
 
     ``hidden_model`` is the (possibly DDP-wrapped) ``CompletionHidden``; ``scale`` is ``world / N_global``.
-    ``ref`` names the ExOPD reference (``student``: the initial student, ``base``) or None.
+    ``ref`` names the ExOPD reference (``student``: the initial student, ``base``) or None. ``mask``: the
+    tokens kept (``core.token_mask``; None: all); the step rescales to the kept count (``rescale_to_kept``).
     """
     n = mb.n_tokens
+    sums = sums or StepSums()
     h_s = _checked(hidden_model(mb.student_prompts, mb.completions, pad_id), n, "student")  # [N, H] grad
-    partners = partner_hidden(roles, mb, s, pad_id, ref)
-    return backward_by_chunks(roles, mb, h_s, chunk_size, scale, autocast, sums or StepSums(),
-                              lambda logits, ids, sl: chunk_loss(logits, ids, sl, s, partners, ref, autocast))
+    partners = partner_hidden(roles, mb, s, pad_id, ref, base=mask is not None and mask.needs_base)
+    kept = None if mask is None or mask.keeps_all else kept_tokens(roles, mb, h_s, s, partners, ref, chunk_size,
+                                                                   autocast, mask)
+    if mb.correct is not None:
+        sums.add_stats({"correct": torch.tensor([float(c) for c in mb.correct if c is not None])})
+    return backward_by_chunks(roles, mb, h_s, chunk_size, scale, autocast, sums,
+                              lambda logits, ids, sl: chunk_loss(logits, ids, sl, s, partners, ref, autocast,
+                                                                 None if kept is None else kept[sl]))
+
+
+@torch.no_grad()
+def kept_tokens(roles: Roles, mb: MicroBatch, h_s: Tensor, s: LossSettings, partners: tuple, ref: str | None,
+                chunk_size: int, autocast, mask: token_mask.MaskSettings) -> Tensor:
+    """The micro-batch's kept tokens ``[N]`` bool: a scored mask first runs the loss without gradient, chunk by
+    chunk (the same ``chunk_loss``), to read each token's scores."""
+    lengths = [len(c) for c in mb.completions]
+    scores = None
+    if mask.needs_scores:
+        ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
+        parts = []
+        for lo in range(0, mb.n_tokens, chunk_size):
+            sl = slice(lo, min(mb.n_tokens, lo + chunk_size))
+            ids = ids_all[sl].to(h_s.device)
+            with autocast():
+                logits = lm_logits(roles.student, h_s[sl].detach())  # [n, V]
+            _, stats = chunk_loss(logits, ids, sl, s, partners, ref, autocast)
+            parts.append(token_mask.token_scores(logits, *stats["_partners"], ids, stats["_signal"],
+                                                 temperature=s.temperature, centering=s.centering))
+        scores = {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else None
+    return token_mask.keep(mask, scores, lengths, mb.correct)
+
+
+def rescale_to_kept(params, kept_ratio: float | None) -> None:
+    """Micro-batches were scaled by ``1 / N`` (every generated token of the step); a masked step's loss is
+    normalised by its kept tokens instead: its gradients times ``N / N_kept`` (none kept: unchanged, zero)."""
+    if kept_ratio is not None and 0.0 < kept_ratio < 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(1.0 / kept_ratio)
 
 
 def backward_by_chunks(roles: Roles, mb: MicroBatch, h_s: Tensor, chunk_size: int, scale: float, autocast,

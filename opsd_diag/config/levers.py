@@ -1,0 +1,73 @@
+"""The training section's levers: where the signal is placed (``token_mask``) and what the teacher sees when
+(``context_schedule``). The rules themselves are in ``core.token_mask`` and ``core.context_schedule``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from opsd_diag.config.settings import MaskSettings, ScheduleSettings
+
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+
+
+class TokenMaskSpec(_Section):
+    """Which generated tokens the loss keeps (per rollout); the loss is normalised by the kept tokens."""
+    kind: Literal["all", "opd2_gate", "entropy", "advantage", "confident_disagreement", "position"] = Field(
+        "all", description="all tokens, the OPD² gate, a student-entropy quantile range, the top share by "
+                           "|advantage|, teacher-confident disagreement, or a position window")
+    entropy_quantiles: list[float] = Field([0.5, 1.0], min_length=2, max_length=2,
+                                           description="entropy: keep quantiles in (lo, hi] within each rollout")
+    advantage_top: float = Field(0.2, gt=0.0, le=1.0, description="advantage: share of each rollout's tokens kept")
+    teacher_confidence: float = Field(0.5, ge=0.0, le=1.0,
+                                      description="confident_disagreement: least teacher top-1 probability")
+    positions: list[int | None] = Field([0, None], min_length=2, max_length=2,
+                                        description="position: completion positions [start, end) (end none: all)")
+    rollouts: Literal["all", "correct", "incorrect"] = Field(
+        "all", description="keep only tokens of verified-correct or incorrect rollouts")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> TokenMaskSpec:
+        lo, hi = self.entropy_quantiles
+        if not 0.0 <= lo < hi <= 1.0:
+            raise ValueError(f"entropy_quantiles {self.entropy_quantiles} must satisfy 0 <= lo < hi <= 1")
+        start, end = self.positions
+        if start is None or start < 0 or (end is not None and end <= start):
+            raise ValueError(f"positions {self.positions} must be [start, end) with 0 <= start < end (end may be none)")
+        return self
+
+    def settings(self) -> MaskSettings:
+        return MaskSettings(kind=self.kind, entropy_quantiles=tuple(self.entropy_quantiles),
+                            advantage_top=self.advantage_top, teacher_confidence=self.teacher_confidence,
+                            positions=tuple(self.positions), rollouts=self.rollouts)
+
+
+class ContextScheduleSpec(_Section):
+    """The share of the solution a teacher context reveals, per step."""
+    kind: Literal["fixed", "decay", "adaptive"] = Field(
+        "fixed", description="fixed share, linear decay over steps, or adaptive on the student's running accuracy")
+    start: float = Field(1.0, ge=0.0, le=1.0, description="share at the first step (fixed: at every step)")
+    end: float = Field(0.0, ge=0.0, le=1.0, description="decay: share from decay_steps on; adaptive: at accuracy 1")
+    decay_steps: int | None = Field(None, ge=1, description="decay: steps to reach `end` (default max_steps)")
+    accuracy_ema: float = Field(0.9, ge=0.0, lt=1.0, description="adaptive: weight of the past in the running "
+                                                                 "accuracy")
+
+    @model_validator(mode="after")
+    def _order(self) -> ContextScheduleSpec:
+        if self.kind != "fixed" and self.end > self.start:
+            raise ValueError(f"end {self.end} must not exceed start {self.start}: a schedule reveals less over time")
+        return self
+
+    def settings(self, max_steps: int) -> ScheduleSettings:
+        return ScheduleSettings(kind=self.kind, start=self.start, end=self.end,
+                                decay_steps=self.decay_steps or max_steps, accuracy_ema=self.accuracy_ema)
+
+
+class LeverFields(_Section):
+    """The two lever keys of ``training`` (``config.spec.TrainingSpec`` inherits them)."""
+    token_mask: TokenMaskSpec = Field(default_factory=TokenMaskSpec)
+    context_schedule: ContextScheduleSpec = Field(default_factory=ContextScheduleSpec)
