@@ -63,10 +63,12 @@ def ref_uld(lp, lq) -> float:
     return sum(abs(a - b) for a, b in zip(p, q))
 
 
-def check_rows(tokens, rollouts, name, student_dir, teacher_dir, base_dir, base_side, ref, lam=1.25, tau=1.0):
-    """Every span row of ``name`` recomputed with explicit loops over float64 full forwards."""
+def check_rows(tokens, rollouts, name, student_dir, teacher_dir, base_dir, base_side, ref, lam=1.25, tau=1.0,
+               stop=None):
+    """Every span row of ``name`` recomputed with explicit loops over float64 full forwards (a row cut short,
+    ``Retokenized.n_student``, up to its cut; ``base_dir`` None: a run without a base, its columns NaN)."""
     s_tok, t_tok = AutoTokenizer.from_pretrained(student_dir), AutoTokenizer.from_pretrained(teacher_dir)
-    stop = [s_tok.convert_tokens_to_ids("<|im_end|>"), s_tok.pad_token_id]
+    stop = stop if stop is not None else [s_tok.convert_tokens_to_ids("<|im_end|>"), s_tok.pad_token_id]
     rows = tokens[tokens.config == name]
     checked = 0
     for _, r in rollouts.iterrows():
@@ -76,12 +78,15 @@ def check_rows(tokens, rollouts, name, student_dir, teacher_dir, base_dir, base_
         got = rows[rows.rollout_id == r["rollout_id"]].sort_values("pos")
         comp = [int(t) for t in r["completion_ids"]]
         al = retokenize(comp, s_tok, t_tok, stop, t_tok.eos_token_id)
-        text = s_tok.decode([t for t in comp if t not in stop])
+        n = al.n_student  # the whole completion unless it was cut
+        text = s_tok.decode([t for t in comp[:n] if t not in stop])
         assert al.teacher_ids[:len(al.teacher_ids) - al.stopped] == t_tok(text, add_special_tokens=False)["input_ids"]
-        assert "".join(got.token) == s_tok.decode(comp) and got.span_len.sum() == len(comp)
+        assert "".join(got.token) == s_tok.decode(comp[:n]) and got.span_len.sum() == n
         lps = ref_logprobs(student_dir, list(r["prompt_ids.student"]), comp, tau)
         lpt = ref_logprobs(teacher_dir, list(r[f"prompt_ids.{name}"]), al.teacher_ids, tau)
-        if base_side == "student":  # the base after the student's prompt (scoring.base_view: student)
+        if base_dir is None:  # no base: its columns are NaN (checked below)
+            lpb, b_ids, b_spans = lps, comp, al.spans.student
+        elif base_side == "student":  # the base after the student's prompt (scoring.base_view: student)
             lpb = ref_logprobs(base_dir, list(r["prompt_ids.student"]), comp, tau)
             b_ids, b_spans = comp, al.spans.student
         else:  # a base of the teacher's family after the teacher's prompt (base_view: teacher)
@@ -103,6 +108,9 @@ def check_rows(tokens, rollouts, name, student_dir, teacher_dir, base_dir, base_
             assert row.pos == s_lo and row.span_len == s_hi - s_lo
             assert list(row.teacher_tokens) == [t_tok.decode([t]) for t in al.teacher_ids[t_lo:t_hi]]
             for c in CROSS_COLUMNS:
+                if base_dir is None and c in ("lp_b", "r_delta", "h_b"):
+                    assert math.isnan(row[c]), c
+                    continue
                 assert row[c] == pytest.approx(want[c], rel=1e-4, abs=1e-4), (c, j)
             for c in ("kl_rev", "kl_fwd", "jsd", "a_opd", "a_delta", "gate", "a_d2", "top1_agree", "teachability",
                       "topk_overlap"):
