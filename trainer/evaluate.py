@@ -3,7 +3,9 @@
 Forgetting check: accuracy and the per-token NLL of the reference responses on a frozen regression
 set, and KL(current policy || initial policy) on the held-out samples (full vocabulary, at the
 scoring temperature). Problems are cut into fixed chunks with fixed seeds and spread over the
-processes round-robin, so the numbers do not depend on how many processes run.
+processes round-robin, so the numbers do not depend on how many processes run. The samples are drawn by the
+training rollouts' sampler (``engine.samplers``, role ``evaluation``: ``engine.decode``'s loop by default), so one
+training run samples one way.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from accelerate.utils import gather_object
 
 from opsd_diag.core import signals
 from opsd_diag.core.stats import pass_at_k
-from opsd_diag.engine.fast import fast_decode
-from opsd_diag.engine.sampling import sample_hf
+from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.config.spec import EvalSpec
 from opsd_diag.io.thinking import check
@@ -43,10 +44,10 @@ def _sample_and_check(model, tok, ps: ProblemSet, ev: EvalSpec, checker: str, st
     each chunk of ``n`` problems (the progress of the evaluation stage)."""
     per_chunk = max(1, ev.batch_size // ev.num_samples)
     results, samples = [], []
+    sample = for_role("evaluation", engine)  # hf: engine.decode's loop, as the rollouts; static: engine.fast
     for c, idx in _chunks(len(ps.problems), per_chunk, world, rank):
         s = ev.settings(micro_seed(ev.seed, salt, c))
-        outs = cut(tok, ps, fast_decode.pick(sample_hf, engine)(model, tok, [ps.student_prompts[i] for i in idx], s,
-                                                                 stop_ids))
+        outs = cut(tok, ps, sample(model, tok, [ps.student_prompts[i] for i in idx], s, stop_ids))
         for i, per_prompt in zip(idx, outs):
             answer = ps.problems[i].get("answer")
             ok = [answer is not None and bool(check(tok, ps.student_prompts[i], o.ids, o.finished, answer, checker,

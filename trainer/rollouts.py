@@ -21,8 +21,7 @@ from typing import Callable
 
 from opsd_diag.core.context_schedule import revealed_problem
 
-from opsd_diag.engine import decode as sampler
-from opsd_diag.engine.fast import fast_decode
+from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.sampling import cut_at_strings
 from opsd_diag.engine.train_step import MicroBatch
 from opsd_diag.errors import OpsdError
@@ -128,7 +127,7 @@ def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec:
     per_chunk = spec.generation_batch_size // k  # prompts per generate call
     first = j * spec.per_device_train_batch_size // per_chunk  # global index of this micro-batch's first chunk
     samples = []
-    sample = fast_decode.pick(sampler.sample, engine)  # hf: the row-dropping loop; static: engine.fast.fast_decode
+    sample = for_role("rollouts", engine)  # hf: engine.decode's loop, which drops finished rows; static: engine.fast
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
         s = spec.sampling_settings(micro_seed(spec.seed, step, first + c))
         prompts = [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]]

@@ -132,8 +132,8 @@ class SamplingSpec(Strict):
     backend: Literal["hf", "vllm"] = Field("hf", description="`vllm` on GPU machines with vLLM installed")
     vllm_gpu_memory_utilization: float | None = Field(
         None, gt=0.0, le=1.0, description="vllm only: share of GPU memory its engine may take (default vLLM's 0.9)")
-    engine: Literal["hf", "static"] = Field("hf", description="hf: today's decode loop; static: static KV cache "
-                                                              "with CUDA-graph decode steps (engine.fast.fast_decode)")
+    engine: Literal["hf", "static"] = Field("hf", description="hf: each role's reference sampler (engine.samplers);"
+                                                              " static: static KV cache, CUDA-graph decode (engine.fast)")
 
     def settings(self, seed: int, *, num_samples: int | None = None, max_new_tokens: int | None = None,
                  batch_size: int | None = None) -> SamplingSettings:

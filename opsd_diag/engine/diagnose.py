@@ -20,14 +20,15 @@ import torch
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
 from opsd_diag.engine import lookahead, setup
-from opsd_diag.engine.fast import fast_decode, fused_scoring
+from opsd_diag.engine.fast import fused_scoring
+from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.cross_nodes import CrossSide
 from opsd_diag.engine.cross_scoring import CrossTeacher, left_out
 from opsd_diag.engine.manifest import manifest
 from opsd_diag.engine.nodes import NodeModels, Sampler
 from opsd_diag.engine.predict import run_predictor
 from opsd_diag.engine.shard_clock import ShardClock
-from opsd_diag.engine.sampling import cut_at_strings, sample_hf, sample_vllm
+from opsd_diag.engine.sampling import cut_at_strings, sample_vllm
 from opsd_diag.engine.shard_scoring import NONFINITE_FIX, score_rollouts
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.io import safe, store
@@ -87,7 +88,7 @@ def sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSe
                                                                  if t.model == model_name)
         return _cut(prep, sample_vllm(model_name, prompts, settings, stop_ids, s.dtype, s.trust_remote_code,
                                       revision, prep.cfg.sampling.vllm_gpu_memory_utilization), tok)
-    sample_fn = fast_decode.pick(sample_hf, prep.cfg.sampling.engine)  # hf: today's path; static: engine.fast
+    sample_fn = for_role("diagnosis", prep.cfg.sampling.engine)  # hf: HF generate; static: engine.fast
     try:
         return _cut(prep, sample_fn(model, tok, prompts, settings, stop_ids), tok)
     except NonFiniteLogits as e:
@@ -227,9 +228,10 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                               show_progress=show_progress, status=lambda **f: jobs.write_status(out_dir, **f))
             if cfg.lookahead is not None and cfg.lookahead.enabled:
                 jobs.write_status(out_dir, stage="lookahead")
+                draw = for_role("diagnosis", cfg.sampling.engine)  # the fresh samples: the diagnosis' sampler
                 lookahead.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                         list(prep.cross), problems=prep.problems, sample=lambda m, p, s: _cut(
-                                            prep, sample_hf(m, prep.tok, p, s, prep.stop_ids), prep.tok))
+                                            prep, draw(m, prep.tok, p, s, prep.stop_ids), prep.tok))
             store.atomic_write_json(out_dir / "manifest.json",
                                     manifest(prep, "finished", seconds=round(time.time() - started, 2),
                                              run_id=store.run_id(out_dir)))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LogitsProcessorList
 
+from opsd_diag.engine.decoder_kind import cache_kwarg, layer_types  # noqa: F401 (the samplers' import)
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from opsd_diag.config.settings import SamplingSettings
 
@@ -44,20 +45,6 @@ def cut_at_strings(tok, c: Completion, strings) -> Completion:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if hit(mid) else (mid, hi)
     return Completion(list(c.ids[:hi]), True)
-
-
-def cache_kwarg(params) -> str | None:
-    """Name of the forward's KV-cache argument, from ``inspect.signature(model.forward).parameters``."""
-    for name in ("cache", "past_key_values"):  # transformers >= 5.x renamed past_key_values to cache
-        if name in params:
-            return name
-    return None
-
-
-def layer_types(model) -> set[str]:
-    cfg = model.config
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    return set(getattr(text, "layer_types", None) or ["full_attention"])
 
 
 def warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

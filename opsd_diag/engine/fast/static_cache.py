@@ -37,7 +37,7 @@ from torch.func import functional_call
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from opsd_diag.engine.fast.fold_attention import folded
-from opsd_diag.engine.sampling import cache_kwarg
+from opsd_diag.engine.decoder_kind import cache_kwarg
 from opsd_diag.errors import NonFiniteLogits
 
 log = logging.getLogger(__name__)
