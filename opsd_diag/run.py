@@ -331,7 +331,8 @@ class Run:
     # ------------------------------------------------------------------------------ export
     def table_names(self) -> list[str]:
         """The exportable tables: the summary's in long form, then the stored ones."""
-        return [*SUMMARY_TABLES[:5], *(["verdicts"] if self.summary.ranking else []),
+        return [*SUMMARY_TABLES[:5], "features", *(["verdicts"] if self.summary.ranking else []),
+                *(["lookahead"] if self.lookahead_frame() is not None else []),
                 *(["predictions"] if self.predictions() is not None else []), *TABLES]
 
     def export_table(self, name: str) -> pd.DataFrame:
@@ -339,7 +340,8 @@ class Run:
         s = self.summary
         derived = {"summary": s.headline_frame, "ci": s.ci_frame, "accuracy": s.accuracy_frame,
                    "entropy_bins": s.entropy_frame, "positions": s.position_frame, "verdicts": s.verdict_frame,
-                   "predictions": lambda: self.predictions().frame()}
+                   "predictions": lambda: self.predictions().frame(), "features": self.features,
+                   "lookahead": self.lookahead_frame}
         if name in derived and name in self.table_names():
             return derived[name]()
         return self.table(name)

@@ -307,6 +307,9 @@ def test_features_frame_reads_every_number_from_the_summary(v2_run):
         assert frame.loc[c, "gain_acting_jsd"] == pytest.approx(a["gain"]["jsd"]["all"]["estimate"])
         assert frame.loc[c, "teacher_advantage"] == pytest.approx(
             s["ideal"]["configs"][c]["teacher_advantage"]["all"]["estimate"])
+    assert {"features", "lookahead", "acting_nodes"} <= set(run.table_names())
+    pd.testing.assert_frame_equal(run.export_table("features"), run.features())
+    pd.testing.assert_frame_equal(run.export_table("lookahead"), run.lookahead_frame())
 
 
 def test_fresh_pass_change_equals_samples_drawn_again_by_hand(v2_run):
