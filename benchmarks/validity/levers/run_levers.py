@@ -59,6 +59,10 @@ def run_config(plan: dict, base: dict, data_dir: Path, setting: str, seed: int) 
         "num_samples": ev["num_samples"], "pass_k": ev["pass_k"], "temperature": ev["temperature"],
         "max_completion_length": ev["max_completion_length"], "seed": ev["seed"], "batch_size": ev["batch_size"],
         "kl_to_initial": True, "at_start": setting == "all" and seed == plan["training"]["seeds"][0]}
+    reg = data_dir / f"{ev['forgetting']['split']}.jsonl"
+    first = json.loads(reg.read_text().splitlines()[0]) if reg.is_file() else {}
+    if not first.get("solution"):  # the trainer's regression NLL reads sft_target; no solution: the answer
+        training["sft_target"] = "Answer: {answer}"
     cfg["training"] = training
     cfg.setdefault("sampling", {}).update(temperature=tr["temperature"], max_completion_length=tr["max_completion_length"])
     return cfg
