@@ -17,13 +17,16 @@ MODELS_DIR = Path("sample_data/models")
 PROBLEMS_DIR = Path("sample_data/problems")
 PATHS = {"config": "the config file", "out": "--out", "run_dir": "the run directory", "root": "the runs folder",
          "problems_dir": "--problems-dir", "world": "--world",
-         "calibration": "--calibration"}
+         "calibration": "--calibration", "rollouts": "--rollouts"}
 
 
 def _cmd_run(args) -> None:
     from opsd_diag.config.spec import load_config
 
     cfg = load_config(args.config)  # before importing torch: a bad config fails in a fraction of a second
+    if args.rollouts or cfg.rollouts is not None:  # a rollouts file: --rollouts replaces the config's, read now
+        from opsd_diag.io import rollouts_file
+        cfg = rollouts_file.checked(cfg, args.rollouts)
     if cfg.ideal is not None and cfg.ideal.calibration is not None:
         from opsd_diag import prediction
         prediction.load(cfg.ideal.calibration)  # a missing or foreign calibration: said before any work
@@ -63,6 +66,8 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
                                             for k, v in s.pass_at_k.items()))
     with _pd_options():
         lines.append(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    from opsd_diag.checks import lines as check_lines
+    lines += ["failure checks (thresholds: docs/design.md#failure-checks):", *check_lines(run.failure_checks())]
     if s.ideal is not None and s.ideal.status != "ok":
         lines.append(f"ideal-gradient predictor: {printable(str(s.ideal.reason))}")  # one line, whatever it holds
     pred = run.predictions(calibration)
@@ -234,6 +239,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("config", help="YAML config, e.g. sample_data/configs/quickstart.yaml")
     r.add_argument("--out", help="run directory (default runs/<config>-<time>); an existing one is resumed")
     r.add_argument("--quiet", action="store_true", help="no progress bar or report")
+    r.add_argument("--rollouts", help="JSON Lines file of rollouts to diagnose instead of sampling (the config's "
+                                      "rollouts.path; formats: docs/design.md#rollouts-from-a-file)")
     r.set_defaults(func=_cmd_run)
 
     rep = sub.add_parser("report", help="summary table per teacher config of a finished run")

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, store, trust
-from opsd_diag import features, prediction
+from opsd_diag import checks, features, prediction
 from opsd_diag.config.spec import DiagnosisConfig, from_dict
 from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
 from opsd_diag.schema import SIGNAL_COLUMNS
@@ -302,6 +302,15 @@ class Run:
                 "split": evidence.split_figure(s, signal),
                 "scatter": evidence.scatter_figure(self.nodes, s, signal, divergence)}
 
+    def failure_checks(self, tokenizer=None) -> list:
+        """``opsd_diag.checks.for_run``: one ``core.failure_checks.Check`` per line of the report (computed once)."""
+        key = ("checks", id(tokenizer))
+        return self._memo[key] if key in self._memo else self._memo.setdefault(key, checks.for_run(self, tokenizer))
+
+    def sampler_mismatch(self) -> pd.DataFrame | None:
+        """A rollouts file's log-probs against the student's, overall and by position (``checks.mismatch_frame``)."""
+        return checks.mismatch_frame(self.summary.sampler_mismatch)
+
     def candidates(self, tokenizer=None) -> pd.DataFrame:
         """The predictor's nodes, one row per candidate token (``report.evidence.candidates``)."""
         decode = (lambda i: repr(tokenizer.decode([int(i)]))) if tokenizer is not None else None
@@ -313,7 +322,7 @@ class Run:
         maps = [self.heatmap(rid, first, signal, tokenizer) for rid in self.pick_rollouts(n_heatmaps)] if first else []
         return html.report_html(self.facts(), self.summary, self.figures(signal), maps,
                                 heatmap_title=f"{first[0]}, coloured by {signal}" if first else "", title=title,
-                                predictions=self.predictions())
+                                predictions=self.predictions(), checks=checks.lines(self.failure_checks(tokenizer)))
 
     def tokenizer(self):
         """The student's tokenizer for decoding top-k ids, or None (ids are shown) when it is not here.

@@ -207,6 +207,7 @@ class Summary(_Model):
     ranking: list[Ranked] = []
     verdict_rule: str | None = None
     lookahead: Lookahead | None = None
+    sampler_mismatch: dict | None = None  # a rollouts file's log-probs vs lp_s (core.sampler_mismatch)
 
     @property
     def config_names(self) -> list[str]:

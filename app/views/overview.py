@@ -151,6 +151,17 @@ cols[0].metric("Student accuracy", "n/a" if acc.estimate is None else f"{acc.est
 for col, (k, v) in zip(cols[1:], s.pass_at_k.items()):
     col.metric(k, "n/a" if v is None else f"{v:.3f}", help="unbiased pass@k over the student samples")
 
+checks = run.failure_checks()  # opsd_diag.checks: each line with the numbers behind it
+with st.container(border=True, key="failure-checks"):
+    st.markdown(f"**Failure checks**: {sum(c.fired for c in checks)} of {len(checks)} fire "
+                "(thresholds: docs/design.md#failure-checks)")
+    for c in checks:
+        st.markdown((":red[**fires**]" if c.fired else ":green[ok]") + f" · **{common.md(c.name)}**: {common.md(c.line)}")
+    mismatch = run.sampler_mismatch()
+    if mismatch is not None:
+        st.caption("The rollouts file's log-probs against the student's own (d = lp_s − sampler), by completion position:")
+        st.dataframe(mismatch, hide_index=True, key="ov_sampler_mismatch")
+
 st.subheader("Per teacher config")
 headline = s.headline_frame()
 first = [c for c in ("config", "accuracy_gap") if c in headline]  # the decision's columns first: never clipped

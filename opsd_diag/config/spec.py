@@ -21,6 +21,7 @@ from opsd_diag.io import safe, templates
 from opsd_diag.config.errors import format_error
 from opsd_diag.config.levers import LeverFields
 from opsd_diag.config.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
+from opsd_diag.config.rollouts_file import RolloutsOption
 from opsd_diag.config.probe import ProbeOption
 from opsd_diag.config.predictor_options import IdealOptions, LookaheadOptions
 from opsd_diag.config.training_fit import training_teacher
@@ -329,7 +330,7 @@ class TrainingSpec(Strict, ProbeOption, LeverFields):
                             centering=centering_k(self.centering), exopd_lambda=self.exopd_lambda, clip=self.clip)
 
 
-class DiagnosisConfig(Strict):
+class DiagnosisConfig(Strict, RolloutsOption):
     student: ModelSpec
     base: ModelSpec | None = Field(None, description="the teacher's pre-reasoning checkpoint (for the delta signals)")
     teachers: list[TeacherSpec] = Field(min_length=1)

@@ -19,7 +19,7 @@ import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import lookahead, setup
+from opsd_diag.engine import given_rollouts, lookahead, setup
 from opsd_diag.engine.fast import fused_scoring
 from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.cross_nodes import CrossSide
@@ -46,6 +46,7 @@ class Prepared(Loaded):
     fingerprints: dict[str, str] = field(default_factory=dict)
     rendered: dict[str, str] = field(default_factory=dict)  # the first problem's views, as text
     notes: list[str] = field(default_factory=list)  # template warnings
+    given: list | None = None  # rollouts read from a file (engine.given_rollouts), per problem
 
     @property
     def n_shards(self) -> int:
@@ -75,7 +76,7 @@ def prepare(cfg: DiagnosisConfig, student: torch.nn.Module | None = None) -> Pre
     prep.notes = template_notes(cfg, prep.tok, prep.teacher_toks)
     for note in prep.notes:
         print(f"warning: {note}", file=sys.stderr)
-    return prep
+    return given_rollouts.attach(prep)  # unchanged unless the rollouts come from a file (config rollouts)
 
 
 def sample(prep: Prepared, model, model_name: str, prompts, settings: SamplingSettings, who: str = "",
@@ -118,8 +119,9 @@ def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataF
     idx = list(range(lo, min(len(prep.problems), lo + cfg.shard_size)))
     k = cfg.sampling.num_samples
     settings = cfg.sampling.settings(derive_seed(cfg.sampling.seed, index))
-    samples = sample(prep, prep.student, cfg.student.model, [prep.student_prompts[i] for i in idx], settings,
-                      f"the student model '{cfg.student.model}'")
+    samples = given_rollouts.completions(prep, idx) if prep.given is not None else sample(
+        prep, prep.student, cfg.student.model, [prep.student_prompts[i] for i in idx], settings,
+        f"the student model '{cfg.student.model}'")
 
     rollouts = []
     for i, per_prompt in zip(idx, samples):
@@ -128,7 +130,8 @@ def run_shard(prep: Prepared, index: int, on_scoring=None) -> dict[str, pd.DataF
             row = {"rollout_id": i * k + j, "problem_id": p["id"], "problem_index": i, "sample_idx": j,
                    "difficulty": (p.get("meta") or {}).get("difficulty"), "completion_ids": c.ids,
                    "length": len(c.ids), "finished": c.finished,
-                   **_checked(prep, p, prep.student_prompts[i], c), "prompt_ids.student": prep.student_prompts[i]}
+                   **_checked(prep, p, prep.student_prompts[i], c), "prompt_ids.student": prep.student_prompts[i],
+                   **given_rollouts.columns(c)}
             for t in cfg.teachers:
                 row[f"prompt_ids.{t.name}"] = prep.teacher_prompts[t.name][i]
                 row[f"context_truncated.{t.name}"] = prep.truncated[t.name][i]
@@ -170,6 +173,8 @@ def finish(prep: Prepared, out_dir: Path) -> dict:
                                   high_entropy=a.high_entropy, ks=tuple(a.pass_k or (1, 4)), n_boot=a.bootstrap,
                                   seed=prep.cfg.sampling.seed)
     summary["context_truncated"] = {t: int(sum(v)) for t, v in prep.truncated.items()}
+    if prep.given is not None:
+        summary["sampler_mismatch"] = given_rollouts.mismatch(prep, tables)  # the file's log-probs vs the student's
     if dropped:
         summary["left_out"] = dropped  # rollouts a teacher with another tokenizer could not align with, and why
     store.write_summary(out_dir, summary)  # stamped with the run's id

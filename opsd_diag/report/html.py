@@ -17,9 +17,10 @@ from opsd_diag.summary import Summary
 
 
 def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], heatmaps: list[str], *,
-                heatmap_title: str = "", title: str = "", predictions: prediction.Predictions | None = None) -> str:
+                heatmap_title: str = "", title: str = "", predictions: prediction.Predictions | None = None,
+                checks: list[str] | None = None) -> str:
     """The page; ``facts`` are shown as a line of key/value pairs, ``heatmaps`` are HTML fragments,
-    ``predictions`` predictor v2's (none: the section is left out)."""
+    ``predictions`` predictor v2's (none: the section is left out), ``checks`` the failure checks' lines."""
     e = html.escape
     title = title or "OPSD-Diag report"
     parts = [f"<h1>{e(title)}</h1>",
@@ -30,6 +31,8 @@ def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], he
                   *(f"<p>{e(text[k])}</p>" for k in ("effects", "why", "ranking", "tiers", "calibration") if k in text),
                   predictions.frame().drop(columns="calibration").to_html(
                       index=False, float_format=lambda v: f"{v:+.4f}", na_rep="n/a")]
+    if checks:
+        parts += ["<h2>Failure checks</h2>", "<ul>" + "".join(f"<li>{e(c)}</li>" for c in checks) + "</ul>"]
     parts += ["<h2>Summary per teacher config</h2>",
               summary.headline_frame().to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="n/a")]
     verdicts = summary.verdict_frame()

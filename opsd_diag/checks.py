@@ -1,0 +1,61 @@
+"""The failure checks of a finished run (``Run.failure_checks``): its tables, config and summary handed to the pure
+checks of ``core.failure_checks``, in the order ``opsd-diag report``, the HTML report and the app's Overview show
+them."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from opsd_diag.core import failure_checks as fc
+
+
+def special_ids(tok) -> set[int] | None:
+    """The ids a chat template writes as markers: the tokenizer's special and added tokens (None: no tokenizer)."""
+    if tok is None:
+        return None
+    return set(tok.all_special_ids) | set(getattr(tok, "added_tokens_decoder", {}) or {})
+
+
+def for_run(run, tokenizer=None) -> list[fc.Check]:
+    """Every check on ``run`` (an ``opsd_diag.run.Run``); ``tokenizer``: the student's, for the template check
+    (default ``run.tokenizer()``; without one that check says n/a)."""
+    cfg, s = run.config, run.summary
+    tokens, rollouts = run.tokens, run.rollouts
+    by_config = dict(tuple(tokens.groupby("config", sort=False)))
+    # a teacher with another tokenizer is scored per span: its id-by-id divergences are n/a (docs/signals.md)
+    cross = {c for c, t in by_config.items() if t["kl_rev"].isna().all()}
+    values = {(c, sig): t[sig].to_numpy() for c, t in by_config.items() for sig in fc.LOSS_SIGNALS if sig in t}
+    truncated = rollouts["truncated"] if "truncated" in rollouts else ~rollouts["finished"]
+    checks = [fc.dead_signal(values), fc.temperature(cfg.sampling.temperature, cfg.scoring_temperature),
+              fc.truncation(truncated.to_numpy(bool), dict(s.context_truncated), rollouts["problem_index"].nunique())]
+    special = special_ids(tokenizer if tokenizer is not None else run.tokenizer())
+    if special is None:
+        checks.append(fc.Check("chat template", False, "n/a (the student's tokenizer is not here)", {}))
+    else:
+        first = rollouts.sort_values("rollout_id").drop_duplicates("problem_index")
+        same = [c for c in run.configs if c not in cross and f"prompt_ids.{c}" in first]
+        differs = int((rollouts["sampler_prompt"] == "differs").sum()) if "sampler_prompt" in rollouts else 0
+        n_sampler = len(rollouts) if "sampler_prompt" in rollouts else 0
+        checks.append(fc.template([list(p) for p in first["prompt_ids.student"]],
+                                  {c: [list(p) for p in first[f"prompt_ids.{c}"]] for c in same}, special,
+                                  differs, n_sampler))
+    groups = [[list(ids) for ids in g] for _, g in rollouts.groupby("problem_index")["completion_ids"]]
+    own = next((c for c in run.configs if c not in cross), None)
+    h = [] if own is None else [g.to_numpy() for _, g in by_config[own].groupby("rollout_id")["h_s"]]
+    checks += [fc.headroom(dict(s.pass_at_k)), fc.distinct(groups), fc.entropy(h)]
+    mismatch = fc.sampler_mismatch(s.sampler_mismatch)
+    return checks + ([mismatch] if mismatch is not None else [])
+
+
+def lines(checks: list[fc.Check]) -> list[str]:
+    """The checks as the report prints them, one line each."""
+    return [c.text() for c in checks]
+
+
+def mismatch_frame(block: dict | None):
+    """summary.json's ``sampler_mismatch`` block as a frame: one row overall, then one per position bucket; None for
+    a sampled run or a file without log-probs."""
+    if not block or block.get("status") != "ok":
+        return None
+    keys = ("n_tokens", "mean", "mean_abs", "max_abs", "share_over")
+    return pd.DataFrame([{"positions": "all", **{k: block[k] for k in keys}}, *block["buckets"]])

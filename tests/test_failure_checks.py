@@ -1,0 +1,169 @@
+"""Failure checks (issue 34, item 3): each fires on a case built to trigger it and stays silent on the bundled example
+run; the numbers behind each line against slow float64 references (explicit loops)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO, tiny_config
+
+from opsd_diag.core import failure_checks as fc
+
+
+def _distinct_reference(groups, n):
+    vals = []
+    for samples in groups:
+        total, seen = 0, {}
+        for ids in samples:
+            for i in range(len(ids) - n + 1):
+                total += 1
+                seen[tuple(ids[i:i + n])] = True
+        if total:
+            vals.append(len(seen) / total)
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_distinct_n_against_an_explicit_count(seed):
+    rng = np.random.default_rng(seed)
+    groups = [[list(rng.integers(0, 5, rng.integers(0, 12))) for _ in range(rng.integers(1, 5))] for _ in range(7)]
+    for n in (1, 2, 4):
+        assert fc.distinct_n(groups, n) == pytest.approx(_distinct_reference(groups, n), rel=1e-12, nan_ok=True)
+
+
+def test_distinct_fires_on_repeated_samples_and_not_on_varied_ones():
+    same = [[[1, 2, 3, 4, 5, 6]] * 4 for _ in range(3)]  # every sample of a prompt the same: distinct-4 = 1/4
+    assert fc.distinct_n(same) == pytest.approx(0.25)
+    assert fc.distinct(same).fired
+    rng = np.random.default_rng(0)
+    varied = [[list(rng.integers(0, 50, 10)) for _ in range(4)] for _ in range(3)]
+    assert not fc.distinct(varied).fired
+
+
+def test_near_zero_share_and_dead_signal():
+    rng = np.random.default_rng(1)
+    dead = np.where(rng.random(1000) < 0.97, rng.normal(0, 1e-4, 1000), rng.normal(0, 1, 1000))
+    live = rng.normal(0, 1, 1000)
+    ref = sum(abs(float(v)) < fc.NEAR_ZERO for v in dead) / 1000
+    assert fc.near_zero_share(np.append(dead, np.nan)) == pytest.approx(ref)  # NaN (no base) left out
+    c = fc.dead_signal({("t", "a_d2"): dead, ("t", "r_opd"): live})
+    assert c.fired and c.numbers["dead"] == ["t/a_d2"] and "t/a_d2" in c.line and f"{ref:.1%}" in c.line
+    assert not fc.dead_signal({("t", "r_opd"): live}).fired
+
+
+def test_temperature_fires_when_scored_at_another_temperature():
+    assert fc.temperature(1.0, 0.7).fired and "T=0.7" in fc.temperature(1.0, 0.7).line
+    assert not fc.temperature(0.6, 0.6).fired
+
+
+def test_truncation_share():
+    t = np.array([True] * 3 + [False] * 7)
+    c = fc.truncation(t, {"a": 0}, 5)
+    assert c.fired and c.numbers["truncated_share"] == pytest.approx(0.3) and "3 of 10" in c.line
+    assert not fc.truncation(t[2:], {"a": 1}, 5).fired  # 1 of 8 rollouts, 1 of 5 contexts: at the limit
+    assert fc.truncation(t[3:], {"a": 2}, 5).fired  # 2 of 5 contexts shortened
+
+
+def test_template_check_compares_special_tokens_and_the_generation_header():
+    special = {1, 2, 9}
+    student = [[1, 50, 51, 2, 1, 60, 61], [1, 52, 2, 1, 60, 61]]
+    same = [[1, 50, 51, 70, 71, 2, 1, 60, 61], [1, 52, 72, 2, 1, 60, 61]]  # context added inside the user turn
+    other_header = [[1, 50, 51, 2, 1, 60, 61, 9, 63], [1, 52, 2, 1, 60, 61, 9, 63]]  # e.g. a thinking block opened
+    no_bos = [[50, 51, 2, 1, 60, 61], [1, 52, 2, 1, 60, 61]]
+    assert not fc.template(student, {"t": same}, special).fired
+    c = fc.template(student, {"t": same, "h": other_header, "b": no_bos}, special)
+    assert c.fired and c.numbers["mismatched_prompts"] == {"t": 0, "h": 2, "b": 1}
+    assert fc.template(student, {"t": same}, special, sampler_differs=3, n_sampler=8).fired
+
+
+def test_headroom_fires_when_samples_agree():
+    assert fc.headroom({"pass@1": 0.4, "pass@4": 0.41}).fired
+    assert not fc.headroom({"pass@1": 0.4, "pass@4": 0.6}).fired
+    assert not fc.headroom({"pass@1": 0.0, "pass@4": 0.0}).fired  # no room measured: no collapse call
+    assert fc.headroom({"pass@1": 0.4}).line.startswith("n/a")
+
+
+def test_entropy_sums_per_rollout():
+    rng = np.random.default_rng(2)
+    greedy = [rng.uniform(0, 0.004, 20) for _ in range(6)] + [rng.uniform(0, 1, 20) for _ in range(2)]
+    c = fc.entropy(greedy)
+    ref_share = sum(sum(float(x) for x in h) < fc.ENTROPY_MIN for h in greedy) / len(greedy)
+    ref_mean = sum(float(x) for h in greedy for x in h) / sum(len(h) for h in greedy)
+    assert c.fired and c.numbers["low_entropy_share"] == pytest.approx(ref_share)
+    assert c.numbers["mean_entropy"] == pytest.approx(ref_mean, rel=1e-12)
+    assert not fc.entropy([rng.uniform(0, 1, 20) for _ in range(8)]).fired
+
+
+def test_thresholds_are_documented():
+    text = (REPO / "docs" / "design.md").read_text()
+    section = text[text.index("## Failure checks"):]
+    for name in ("NEAR_ZERO", "DEAD_SHARE", "TRUNCATED_MAX", "HEADROOM_MIN", "DISTINCT_N", "DISTINCT_MIN", "ENTROPY_MIN",
+                 "COLLAPSED_SHARE"):
+        assert f"`{name}` = {getattr(fc, name):g}" in section, name
+
+
+# ------------------------------------------------------------------------------------------- runs
+
+def _run(tmp_path, cfg: dict, name: str):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / name
+    r = subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(path), "--out", str(out), "--quiet"],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def test_checks_fire_on_a_run_built_to_trigger_them(ci_zoo, problems_file, tmp_path):
+    """Scored at another temperature than sampled, cut short: the report, the HTML report and
+    Run.failure_checks say so, with the numbers."""
+    from opsd_diag.run import Run
+
+    cfg = tiny_config(ci_zoo, problems_file, sampling={"max_completion_length": 3, "temperature": 1.0},
+                      scoring={"temperature": 0.5})
+    out = _run(tmp_path, cfg, "trigger")
+    run = Run.load(out)
+    fired = {c.name for c in run.failure_checks() if c.fired}
+    assert {"temperature", "truncation"} <= fired
+    t = next(c for c in run.failure_checks() if c.name == "truncation")
+    ro = run.rollouts
+    assert t.numbers["truncated_share"] == pytest.approx(float((~ro["finished"]).mean()))
+    r = subprocess.run([sys.executable, "-m", "opsd_diag.cli", "report", str(out)], cwd=REPO, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "failure checks" in r.stdout
+    assert "FIRES  temperature: scored at T=0.5 but the student sampled at T=1" in r.stdout
+    assert "<h2>Failure checks</h2>" in run.report_html(n_heatmaps=0) and "FIRES  truncation" in run.report_html(
+        n_heatmaps=0)
+
+
+@pytest.mark.slow
+def test_every_check_is_silent_on_the_bundled_example(tmp_path):
+    """The bundled example (sample_data/configs/quickstart.yaml; its predictor and lookahead left out: they read
+    the same rollouts and change none of the checks' inputs)."""
+    from opsd_diag.run import Run
+
+    cfg = yaml.safe_load((REPO / "sample_data" / "configs" / "quickstart.yaml").read_text())
+    cfg.pop("ideal"), cfg.pop("lookahead")
+    run = Run.load(_run(tmp_path, cfg, "bundled"))
+    checks = run.failure_checks()
+    assert [c.name for c in checks if c.fired] == [], [c.text() for c in checks]
+    assert {c.name for c in checks} >= {"near-zero signal", "temperature", "truncation", "chat template",
+                                        "collapse: pass@k headroom", f"collapse: distinct-{fc.DISTINCT_N}",
+                                        "collapse: entropy"}
+    t = run.tokens
+    for c in checks:  # the numbers behind the lines, recomputed by hand
+        if c.name == "near-zero signal":
+            sub = t[(t["config"] == "self_hint")]["r_opd"]
+            ref = sum(abs(float(v)) < fc.NEAR_ZERO for v in sub) / len(sub)
+            assert c.numbers["near_zero_share"]["self_hint/r_opd"] == pytest.approx(ref)
+        if c.name.startswith("collapse: distinct"):
+            groups = [list(map(list, g)) for _, g in run.rollouts.groupby("problem_index")["completion_ids"]]
+            assert c.numbers["distinct_n"] == pytest.approx(_distinct_reference(groups, fc.DISTINCT_N))
+    json.dumps([c.numbers for c in checks])  # plain numbers, exportable
+    assert Counter(c.fired for c in checks)[True] == 0
