@@ -31,6 +31,7 @@ pages = {
         st.Page("views/train.py", title="Train"),
         st.Page("views/compare.py", title="Compare"),
         st.Page("views/track_record.py", title="Track record"),
+        st.Page("views/trajectory.py", title="Trajectory"),
     ],
 }
 try:

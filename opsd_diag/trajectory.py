@@ -105,3 +105,16 @@ def write_report(run: Run, n_heatmaps: int, step: int) -> Path:
     path = run.path / REPORT
     store.atomic_write_text(path, run.report_html(n_heatmaps=n_heatmaps, title=f"Probe at step {step}"))
     return path
+
+
+COLLAPSE = ("entropy", "pass@k_headroom", "accuracy", "completion_length", "truncated")  # the policy's detectors
+
+
+def changes(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per name: its value at the first and at the last probe that has it, and last - first (a falling entropy
+    or pass@k headroom is the collapse the detectors watch for)."""
+    f = frame.sort_values("step")
+    first, last = f.groupby("name").first(), f.groupby("name").last()
+    return pd.DataFrame({"config": first["config"], "what": first["what"], "first_step": first["step"],
+                         "first": first["value"], "last_step": last["step"], "last": last["value"],
+                         "change": last["value"] - first["value"]}).reset_index()

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # runs models end to end: `make test` only, not `
 REPO = Path(__file__).resolve().parents[1]
 MAIN = str(REPO / "app" / "main.py")
 PAGES = ("views/overview.py", "views/tokens.py", "views/signals.py", "views/evidence.py", "views/export.py",
-         "views/new_run.py", "views/train.py", "views/compare.py", "views/track_record.py")
+         "views/new_run.py", "views/train.py", "views/compare.py", "views/track_record.py", "views/trajectory.py")
 
 
 def _config(zoo: Path, data: Path) -> dict:

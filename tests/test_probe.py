@@ -172,6 +172,12 @@ def test_a_folder_of_probes_is_a_trajectory(probed, tmp_path):
     cfg = probe_config(from_dict(config_dict()), SPEC, None, "cpu")
     assert run_probe(cfg, root, 0, probed["policy"]) == probed["first"]
     assert (probed["first"] / "summary.json").stat().st_mtime_ns == before
+    change = trajectory.changes(f)
+    for name, group in f.groupby("name"):  # first and last probe by step, explicitly
+        rows = sorted(zip(group["step"], group["value"]))
+        got = change[change["name"] == name].iloc[0]
+        assert (got["first_step"], got["last_step"]) == (rows[0][0], rows[-1][0])
+        assert math.isclose(got["change"], rows[-1][1] - rows[0][1], abs_tol=1e-12)
     with pytest.raises(OpsdError, match="holds no finished probe"):
         trajectory.frame(tmp_path)
     with pytest.raises(OpsdError, match="is not a folder of probe runs"):

@@ -70,11 +70,11 @@ class SaveAt(TrainerCallback):
                 shutil.copy(ZOO / "student" / f, self.out / f)
 
 
-@pytest.fixture(scope="module")
-def trl_run(tmp_path_factory):
+def train_gkd(tmp: Path) -> dict:
+    """GKDTrainer for 2 steps on the toy models with a DiagnosisCallback probing every 2 steps into tmp/probes
+    (also the browser test's trajectory, tests/test_e2e_trajectory.py)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    tmp = tmp_path_factory.mktemp("trl")
     problems = load_problems(from_dict(probe_cfg()).data)[:8]
     ds = Dataset.from_list([{"messages": [{"role": "user", "content": p["prompt"]},
                                           {"role": "assistant", "content": reasoning_response(p)}]} for p in problems])
@@ -92,6 +92,11 @@ def trl_run(tmp_path_factory):
     order = [type(c).__name__ for c in trainer.callback_handler.callbacks]
     trainer.train()
     return {"tmp": tmp, "cb": cb, "tracker": tracker, "trainer": trainer, "order": order}
+
+
+@pytest.fixture(scope="module")
+def trl_run(tmp_path_factory):
+    return train_gkd(tmp_path_factory.mktemp("trl"))
 
 
 @pytest.mark.slow

@@ -1,0 +1,77 @@
+"""The Trajectory page in a real browser: a TRL GKDTrainer run of 2 steps on the toy models with the
+DiagnosisCallback, its probe folder opened as a trajectory (signals, verdicts, predicted gain, collapse
+detectors over steps), and one probe opened as an ordinary run. Chromium and Playwright as in
+tests/test_e2e_browser.py (skipped loudly without them, failing in CI)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import socket
+
+import pytest
+from test_e2e_browser import CHROMIUM, FLAGS, SHOTS, env_ok, no_exception, settle, shot  # noqa: F401 (fixture)
+from test_trl_callback import train_gkd
+
+from opsd_diag import trajectory
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def served(env_ok, tmp_path_factory):  # noqa: F811
+    root = tmp_path_factory.mktemp("traj") / "runs"
+    root.mkdir()
+    probes = train_gkd(root / "gkd")["tmp"] / "probes"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(root.parent / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--runs-root", str(root), "--port", str(port)],
+                            cwd=str(trajectory.__file__).rsplit("/opsd_diag/", 1)[0], stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ})
+    deadline = time.time() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.time() < deadline, (root.parent / "server.log").read_text()
+            time.sleep(0.5)
+    yield {"url": f"http://127.0.0.1:{port}", "probes": probes}
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+    log.close()
+
+
+def test_a_trl_run_s_probes_open_as_a_trajectory(served):
+    from playwright.sync_api import expect, sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.set_default_timeout(120_000)
+        page.goto(f"{served['url']}/trajectory?probes={served['probes']}")
+        page.get_by_role("heading", name="Trajectory", level=1).wait_for()
+        expect(page.get_by_text("2 probes, steps 0 to 2; teacher configs: teacher")).to_be_visible()
+        for heading in ("Signals", "Verdicts and predicted gain", "Collapse detectors", "Probe runs"):
+            expect(page.get_by_role("heading", name=heading)).to_be_visible()
+        settle(page, 2.0)
+        no_exception(page)
+        charts = page.locator('[data-testid="stPlotlyChart"]')
+        expect(charts.first).to_be_visible()
+        assert charts.count() >= 5  # signals, verdicts, predicted gain, and the detectors
+        shot(page, "trajectory-01-signals", page.get_by_role("heading", name="Signals"))
+        shot(page, "trajectory-02-verdicts", page.get_by_role("heading", name="Verdicts and predicted gain"))
+        shot(page, "trajectory-03-collapse", page.get_by_role("heading", name="Collapse detectors"))
+        page.get_by_role("button", name="Open step 2").click()
+        page.get_by_role("heading", name="Overview", level=1).wait_for()
+        settle(page, 2.0)
+        no_exception(page)
+        assert "step-0000002" in page.url
+        shot(page, "trajectory-04-probe-overview")
+        browser.close()
