@@ -111,9 +111,9 @@ def prompt_previews(cfg: DiagnosisConfig, problem: dict, tokenizer, teacher_toke
                     ) -> list[PromptPreview]:
     """The exact prompt of the student and of every teacher view for one problem, chat template applied.
 
-    Each view is rendered as the run renders it (io.view_set): an external teacher's with its own
+    Each view is rendered as the run renders it (io.views): an external teacher's with its own
     tokenizer's template when ``teacher_tokenizers`` (config name -> tokenizer) has it, else the student's."""
-    from opsd_diag.io.view_set import build_views, student_renderer, teacher_renderer
+    from opsd_diag.io.views import build_views, student_renderer, teacher_renderer
 
     s_render = student_renderer(cfg, tokenizer)
     renders = {t.name: teacher_renderer(cfg, t, tokenizer, (teacher_tokenizers or {}).get(t.name))

@@ -1,4 +1,4 @@
-"""Which tokenizer renders which view when a teacher has another vocabulary (io.view_set): its own tokens
+"""Which tokenizer renders which view when a teacher has another vocabulary (io.views): its own tokens
 always (its template, or the student's prompt_format without one), and the base in its family's tokens."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from fixtures_crosstok import corpus, teacher_tokenizer
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.config.spec import from_dict
-from opsd_diag.io.view_set import base_renderer, build_views, student_renderer, teacher_renderer
+from opsd_diag.io.views import base_renderer, build_views, student_renderer, teacher_renderer
 from opsd_diag.io.views import student_view
 from opsd_diag.zoo.tokenizer import train_tokenizer
 

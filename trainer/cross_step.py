@@ -30,7 +30,7 @@ from opsd_diag.engine.train_step import StepSums, _checked, backward_by_chunks
 @dataclass(frozen=True)
 class CrossPartner:
     """What aligning with the teacher needs: both tokenizers, the student's stop ids, the teacher's EOS (made by
-    ``trainer.setup`` from ``opsd_diag.engine.cross.plan``'s plan, the diagnosis' one planner)."""
+    ``trainer.setup`` from ``opsd_diag.engine.setup.plan_cross``, the diagnosis' one planner)."""
     student_tok: object
     teacher_tok: object
     stop_ids: tuple[int, ...]

@@ -59,7 +59,7 @@ def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, probl
                       stop_ids: list[int], *, system: str | None = None, teacher=None,
                       with_targets: bool = False, families: dict | None = None, room: int | None = None,
                       rendered: tuple | None = None) -> ProblemSet:
-    """``renderers``: (the student's ``view_set.ViewRenderer``, config -> the teacher's), as ``engine.setup``
+    """``renderers``: (the student's ``io.views.ViewRenderer``, config -> the teacher's), as ``engine.setup``
     made them; ``rendered``: (views, the base's prompts) that ``engine.setup.prepare`` already made of these
     problems, else they are rendered here (``engine.setup.render``: ``families`` maps the teacher to the
     tokenizer of the base's family, ``room`` caps the default length of a teacher view)."""

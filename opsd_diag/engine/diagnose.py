@@ -9,6 +9,7 @@ shard index, so the result does not depend on how many processes share the work,
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -31,12 +32,13 @@ from opsd_diag.engine.shard_clock import ShardClock
 from opsd_diag.engine.sampling import cut_at_strings, sample_vllm
 from opsd_diag.engine.shard_scoring import NONFINITE_FIX, score_rollouts
 from opsd_diag.errors import NonFiniteLogits, OpsdError
-from opsd_diag.io import safe, store
+from opsd_diag.io import safe, store, templates
+from opsd_diag.io.data import load_problems
 from opsd_diag.config.spec import DiagnosisConfig, to_yaml
 from opsd_diag.engine.setup import Loaded
 from opsd_diag.io.models import fingerprint, limit_rows
 from opsd_diag.io.thinking import check
-from opsd_diag.io.view_set import rendered_text, template_notes
+from opsd_diag.io.views import rendered_text, template_notes
 from opsd_diag.config.settings import SamplingSettings, derive_seed
 
 
@@ -62,10 +64,32 @@ class Prepared(Loaded):
                                           f"the student model '{self.cfg.student.model}'")
 
 
+def check_problems(cfg) -> list[dict]:
+    """A diagnosis' problems, checked against every teacher's context (and the sampling backend), before any
+    model loads: a data or template mistake costs a fraction of a second, not a model load."""
+    problems = load_problems(cfg.data)
+    for n, t in enumerate(cfg.teachers):
+        templates.check_problems(templates.resolve(t.context), problems,
+                                 f"teachers.{n} '{t.name}' (context {t.context[:40]!r})", cfg.data.fields,
+                                 t.partial_fraction)
+    if cfg.sampling.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
+                        "or use backend: hf")
+    return problems
+
+
+def for_diagnosis(cfg) -> setup.SetupRoles:
+    """What a diagnosis loads (every teacher config, the base) and how its checks name things."""
+    return setup.SetupRoles(check_problems(cfg), tuple(cfg.teachers), cfg.base is not None, cfg.device,
+                            cfg.sampling.max_completion_length, "sampling.max_completion_length",
+                            "data.system_prompt", cfg.data.system_prompt,
+                            check_finite=not cfg.scoring.allow_nonfinite)
+
+
 def prepare(cfg: DiagnosisConfig, student: torch.nn.Module | None = None) -> Prepared:
     """Load and validate everything (``engine.setup``); no file is written. ``student``: a model in memory that
     replaces the one the config names (a training run's policy: ``engine.probe``)."""
-    roles = setup.for_diagnosis(cfg)
+    roles = for_diagnosis(cfg)
     if student is not None:  # as load_spec would: scored on its tokenizer's rows (io.models.limit_rows)
         roles = replace(roles, load_student=lambda tok: limit_rows(student, len(tok)))
     loaded = setup.prepare(cfg, roles)

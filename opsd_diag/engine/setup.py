@@ -1,37 +1,33 @@
 """One setup for a diagnosis and a training run: problems -> models by role -> cross plan -> views -> checks.
 
 ``prepare(cfg, roles)`` loads the student, the base and every teacher model a run needs through
-``io.models``, plans the teachers of another tokenizer (``engine.cross.plan``), renders every view with the
-model's own renderer (``io.view_set``), the base's prompts included, computes the student's stop ids, and checks
+``io.models``, plans the teachers of another tokenizer (``plan_cross``), renders every view with the
+model's own renderer (``io.views``), the base's prompts included, computes the student's stop ids, and checks
 that every prompt fits its models and that their logits are finite: everything a user can get wrong surfaces
-here, before a run directory is written. ``engine.diagnose`` calls it with ``for_diagnosis``; the trainer
+here, before a run directory is written. ``engine.diagnose`` calls it with its roles (``diagnose.for_diagnosis``); the trainer
 (``trainer.setup``) with its own roles, and adds only what training adds (LoRA, the EMA or frozen teacher,
 the initial-policy copy, evaluation sets, which it renders through ``render``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from opsd_diag.config.model_options import teacher_model_spec
-from opsd_diag.engine import cross
 from opsd_diag.engine.cross_scoring import CrossTeacher
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import templates
-from opsd_diag.io.data import load_problems
-from opsd_diag.io.models import (check_finite_logits, check_fits, has_chat_template, load_spec, load_tokenizer,
-                                 positions, stop_token_ids)
-from opsd_diag.io.view_set import (ViewRenderer, Views, base_renderer, build_views, student_renderer, system_tokens,
-                                   teacher_renderer)
+from opsd_diag.io.models import (check_compatible, check_finite_logits, check_fits, has_chat_template, load_spec,
+                                 load_tokenizer, positions, stop_token_ids, vocab_fingerprint)
+from opsd_diag.io.views import (ViewRenderer, Views, base_renderer, build_views, student_renderer, system_tokens,
+                                teacher_renderer)
 
 
 @dataclass(frozen=True)
 class SetupRoles:
-    """What one run loads and renders, and how its checks name things (``for_diagnosis``, ``trainer.setup``)."""
+    """What one run loads and renders, and how its checks name things (``engine.diagnose.for_diagnosis``, ``trainer.setup``)."""
     problems: list[dict]  # checked against the contexts that render them
     teachers: tuple  # the teacher configs whose views are rendered (a non-self one loads its model)
     base: bool  # load cfg.base
@@ -74,26 +70,6 @@ class Loaded:
     views: Views | None = None
 
 
-def check_problems(cfg) -> list[dict]:
-    """A diagnosis' problems, checked against every teacher's context (and the sampling backend), before any
-    model loads: a data or template mistake costs a fraction of a second, not a model load."""
-    problems = load_problems(cfg.data)
-    for n, t in enumerate(cfg.teachers):
-        templates.check_problems(templates.resolve(t.context), problems,
-                                 f"teachers.{n} '{t.name}' (context {t.context[:40]!r})", cfg.data.fields,
-                                 t.partial_fraction)
-    if cfg.sampling.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
-                        "or use backend: hf")
-    return problems
-
-
-def for_diagnosis(cfg) -> SetupRoles:
-    return SetupRoles(check_problems(cfg), tuple(cfg.teachers), cfg.base is not None, cfg.device,
-                      cfg.sampling.max_completion_length, "sampling.max_completion_length", "data.system_prompt",
-                      cfg.data.system_prompt, check_finite=not cfg.scoring.allow_nonfinite)
-
-
 def _load_models(cfg, roles: SetupRoles):
     """(student tokenizer, role -> (name, tokenizer, model), config -> model, config -> teacher tokenizer)."""
     if roles.load_student is None:
@@ -121,7 +97,7 @@ def prepare(cfg, roles: SetupRoles) -> Loaded:
     problems = roles.problems
     tok, named, models, toks = _load_models(cfg, roles)
     student, base = named["student"][2], named.get("base", (None, None, None))[2]
-    crossed = cross.plan(roles.teachers, named, toks, roles.refuse_cross)  # one vocabulary checked, or planned
+    crossed = plan_cross(roles.teachers, named, toks, roles.refuse_cross)  # one vocabulary checked, or planned
     s_render = student_renderer(cfg, tok)
     renders = {t.name: teacher_renderer(cfg, t, tok, toks.get(t.name)) for t in roles.teachers}
     n_new, key = roles.n_new, roles.key
@@ -164,9 +140,51 @@ def prepare(cfg, roles: SetupRoles) -> Loaded:
                   crossed, named, toks, (s_render, renders), base_prompts, room, views)
 
 
+def plan_cross(teachers, named: dict, teacher_toks: dict[str, object], refuse=None) -> dict[str, CrossTeacher]:
+    """Check every model against the tokenizer(s) it must share; return the cross-tokenizer configs
+    (their ``base_prompts`` and ``stop_ids`` are set by ``prepare`` once the views are rendered). The one planner
+    of a diagnosis and of a training run (one teacher); docs/signals.md, teachers of another tokenizer.
+
+    ``named`` is ``prepare``'s role -> (name, tokenizer, model) map (student first, then base and
+    teachers); ``teacher_toks`` maps every non-self teacher config to its tokenizer; ``refuse(role, model)``
+    raises what the caller cannot do with a teacher of another tokenizer (a training method's one line).
+    """
+    student_name, student_tok, _ = named["student"]
+    ref = vocab_fingerprint(student_tok)
+    cross = [t for t in teachers if not t.is_self and vocab_fingerprint(teacher_toks[t.name]) != ref]
+    if not cross:
+        check_compatible(named)  # today's check: every model shares the student's tokenizer
+        return {}
+    base = named.get("base")
+    base_fp = None if base is None else vocab_fingerprint(base[1])
+    same = {role: v for role, v in named.items()
+            if not (role.startswith("teacher '") and role[9:-1] in {t.name for t in cross})
+            and not (role == "base" and base_fp != ref)}
+    check_compatible(same)  # everything that shares the student's tokenizer
+    if base is not None and base_fp != ref and len(cross) < len(teachers):
+        raise OpsdError(f"the base model '{base[0]}' has another tokenizer than the student '{student_name}' while some "
+                        "teacher configs share the student's: give each family its own diagnosis")
+    out = {}
+    for t in cross:
+        tok = teacher_toks[t.name]
+        role = f"teacher '{t.name}'"
+        if refuse is not None:
+            refuse(role, t.model)
+        if not getattr(tok, "is_fast", False):
+            raise OpsdError(f"{role} (model '{t.model}') has another tokenizer than the student and it is not a fast "
+                            "tokenizer: the alignment needs offset mappings (save it with a tokenizer.json)")
+        side = None if base is None else "student" if base_fp == ref else "teacher"
+        if side == "teacher" and base_fp != vocab_fingerprint(tok):
+            raise OpsdError(f"the base model '{base[0]}' shares neither the student's tokenizer nor that of {role}: "
+                            "a base must be of the student's or the teacher's family")
+        check_compatible({role: named[role], **({"base": base} if side == "teacher" else {})})
+        out[t.name] = CrossTeacher(tok, [], tok.eos_token_id, side)  # its stop ids: engine.setup, with the student's
+    return out
+
+
 def render(cfg, problems: list[dict], renderers: tuple, system: str | None, teachers, room: int | None,
            families: dict | None, check_student=None, *, every_base_view: bool = False) -> tuple[Views, dict]:
-    """Every view of ``problems`` (``io.view_set.build_views``) and the base's prompts: ``families`` maps a
+    """Every view of ``problems`` (``io.views.build_views``) and the base's prompts: ``families`` maps a
     teacher config to the tokenizer of the base's family next to it (None: the student's; ``families`` None:
     no base); the base's prompts are made next to every teacher with ``every_base_view``, else next to the
     teachers ``families`` names (those of another tokenizer)."""
@@ -182,7 +200,7 @@ def render(cfg, problems: list[dict], renderers: tuple, system: str | None, teac
 
 def base_prompts(cfg, problems: list[dict], t, views: Views, s_render: ViewRenderer, t_render: ViewRenderer,
                  family_tok, system: str | None, room: int | None) -> list[list[int]]:
-    """The base's prompt ids next to teacher config ``t`` (``io.view_set.base_renderer``; ``family_tok``: the
+    """The base's prompt ids next to teacher config ``t`` (``io.views.base_renderer``; ``family_tok``: the
     teacher's tokenizer for a base of its family, None for one of the student's): the view
     ``scoring.base_view`` names, reusing the one already rendered where the base reads exactly that one."""
     if family_tok is None and t_render.tok.get_vocab() == s_render.tok.get_vocab():

@@ -107,3 +107,7 @@ def render(tok, messages: list[dict], kwargs: dict, who: str, where: str = "the 
     except Exception as e:  # noqa: BLE001 - a user's template is code: whatever it raises is its failure
         what, fix = _why(e, where or "the prompt", shift)
         raise OpsdError(f"the chat template of {who} {what}: {fix}") from None
+
+
+def has_chat_template(tok) -> bool:
+    return bool(getattr(tok, "chat_template", None))

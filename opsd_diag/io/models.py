@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.adapters import merge_adapter
+from opsd_diag.io.chat_template import has_chat_template  # defined there, below io.views; still io.models' name
 from opsd_diag.io.load_errors import describe, held_warnings, is_refused_pickle
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -129,10 +130,6 @@ def load_tokenizer(name: str, revision: str | None = None, allow_download: bool 
         tok.pad_token = tok.eos_token  # masks never derive from pad == eos; see views.py
     tok.padding_side = "left"
     return tok
-
-
-def has_chat_template(tok) -> bool:
-    return bool(getattr(tok, "chat_template", None))
 
 
 @lru_cache(maxsize=4)
