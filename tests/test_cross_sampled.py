@@ -69,7 +69,7 @@ def test_random_models_with_different_tokenizers_keep_their_rows(pair, tmp_path)
     s_tok, t_tok = AutoTokenizer.from_pretrained(root / "student"), AutoTokenizer.from_pretrained(root / "teacher")
     stop = json.loads((out / "manifest.json").read_text())["stop_ids"]
     specials = special_ids(s_tok)
-    kept = odd = old_kept = 0
+    kept = odd = old_kept = cut = 0
     for _, r in rollouts.iterrows():
         comp = [int(t) for t in r["completion_ids"]]
         old_kept += old_rule_keeps(comp, s_tok, stop)
@@ -84,6 +84,8 @@ def test_random_models_with_different_tokenizers_keep_their_rows(pair, tmp_path)
         assert isinstance(al, Retokenized) and r["left_out.xt"] == "", (comp, al)
         whole = n == len(body)
         assert al.n_student == n + (whole and len(comp) > len(body)) and bool(al.cut) == (not whole)
+        assert r["cut.xt"] == al.cut  # why the row was cut short, in rollouts.parquet
+        cut += not whole
         rows = tokens[(tokens.config == "xt") & (tokens.rollout_id == r["rollout_id"])]
         assert rows.span_len.sum() == al.n_student
         kept += 1
@@ -91,5 +93,6 @@ def test_random_models_with_different_tokenizers_keep_their_rows(pair, tmp_path)
     assert kept >= len(rollouts) // 3 and odd >= 3 and old_kept < kept
     summary = json.loads((out / "summary.json").read_text())
     assert summary["left_out"]["xt"]["rollouts"] == len(rollouts) - kept
+    assert summary["left_out"]["xt"]["cut"]["rollouts"] == cut == sum(summary["left_out"]["xt"]["cut"]["reasons"].values())
     assert check_rows(tokens, rollouts, "xt", root / "student", root / "teacher", None, None, "student",
                       tau=2.0, stop=stop) >= 3 * kept  # scored at the sampling temperature

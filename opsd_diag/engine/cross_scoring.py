@@ -63,8 +63,9 @@ def _index(spans_of_rows: list[list[tuple[int, int]]]) -> torch.Tensor:
 def score_cross(student, student_tok, teacher, ct: CrossTeacher, completions: list[list[int]],
                 student_prompts: list[list[int]], teacher_prompts: list[list[int]], s: ScoreSettings,
                 stop_ids: list[int], base=None, base_prompts: list[list[int]] | None = None
-                ) -> tuple[dict | None, list[str]]:
-    """(span columns over the batch's kept rows, or None if none is kept; per-row reason it was left out, or "").
+                ) -> tuple[dict | None, list[str], list[str]]:
+    """(span columns over the batch's kept rows, or None if none is kept; per row, the reason it was left out, or
+    ""; per row, why a kept row was cut short (``Retokenized.cut``: its tokens after the cut have no span), or "").
 
     Columns: ``row`` (index in the batch), ``pos`` (the span's first student position), ``span_len``,
     ``token_id`` (its first student id), ``token`` (its text), ``teacher_tokens`` (the teacher's
@@ -73,9 +74,10 @@ def score_cross(student, student_tok, teacher, ct: CrossTeacher, completions: li
     """
     results = [retokenize(c, student_tok, ct.tok, stop_ids, ct.eos) for c in completions]
     reasons = [r if isinstance(r, str) else "" for r in results]
+    cuts = [r.cut if isinstance(r, Retokenized) else "" for r in results]
     kept = [i for i, r in enumerate(results) if isinstance(r, Retokenized) and len(r.spans)]
     if not kept:
-        return None, reasons
+        return None, reasons, cuts
     rt = [results[i] for i in kept]  # a row cut short is scored up to its cut (``Retokenized.n_student``)
     s_comps, t_comps = [completions[i][:r.n_student] for i, r in zip(kept, rt)], [r.teacher_ids for r in rt]
     s_span, t_span = _index([list(r.spans.student) for r in rt]), _index([list(r.spans.teacher) for r in rt])
@@ -120,7 +122,7 @@ def score_cross(student, student_tok, teacher, ct: CrossTeacher, completions: li
     meta = {k: v if k == "teacher_tokens" else np.array(v) for k, v in meta.items()}
     meta["teacher_topk"] = [t[0] for t in tops] if tops else [[] for _ in range(n_spans)]
     meta["teacher_topk_lp"] = [t[1] for t in tops] if tops else [[] for _ in range(n_spans)]
-    return {**meta, **cols}, reasons
+    return {**meta, **cols}, reasons, cuts
 
 
 def span_frame(cols: dict, rollout_ids: np.ndarray, config: str) -> pd.DataFrame:
@@ -132,16 +134,17 @@ def span_frame(cols: dict, rollout_ids: np.ndarray, config: str) -> pd.DataFrame
 
 def score_cross_configs(prep, batch: list[dict], rid: np.ndarray, s: ScoreSettings, check_finite) -> list[pd.DataFrame]:
     """Span rows of every teacher config with another tokenizer (``prep``: the diagnosis' ``Prepared``); a
-    rollout left out gets its reason in ``left_out.<config>``; ``check_finite`` stops at non-finite logits."""
+    rollout left out gets its reason in ``left_out.<config>``, one cut short (aligned up to its first token that
+    does not round-trip) in ``cut.<config>``; ``check_finite`` stops at non-finite logits."""
     frames = []
     for name, own in prep.cross.items():
         base_prompts = [own.base_prompts[r["problem_index"]] for r in batch] if own.base_prompts else None
-        cols, reasons = score_cross(prep.student, prep.tok, prep.teacher_models[name], own,
+        cols, reasons, cuts = score_cross(prep.student, prep.tok, prep.teacher_models[name], own,
                                     [r["completion_ids"] for r in batch], [r["prompt_ids.student"] for r in batch],
                                     [r[f"prompt_ids.{name}"] for r in batch], s, prep.stop_ids, prep.base,
                                     base_prompts)
-        for r, why in zip(batch, reasons):
-            r[f"left_out.{name}"] = why
+        for r, why, cut in zip(batch, reasons, cuts):
+            r[f"left_out.{name}"], r[f"cut.{name}"] = why, cut
         if cols is not None:
             if not prep.cfg.scoring.allow_nonfinite:
                 check_finite(prep, {name: cols}, rid, [name])
@@ -150,8 +153,9 @@ def score_cross_configs(prep, batch: list[dict], rid: np.ndarray, s: ScoreSettin
 
 
 def left_out(rollouts: pd.DataFrame, configs: list[str]) -> dict[str, dict]:
-    """Per cross-tokenizer config: how many scored rollouts were left out, of how many, and why (for
-    summary.json); an OpsdError when not one rollout of a config could be aligned (it would have no rows)."""
+    """Per cross-tokenizer config: how many scored rollouts were left out, of how many, and why, and how many
+    were cut short and why (``cut``; for summary.json); an OpsdError when not one rollout of a config could be
+    aligned (it would have no rows)."""
     out = {}
     scored = rollouts[rollouts["length"] > 0] if len(rollouts) else rollouts
     for name in configs:
@@ -159,6 +163,9 @@ def left_out(rollouts: pd.DataFrame, configs: list[str]) -> dict[str, dict]:
         why = reasons[reasons != ""].value_counts()
         out[name] = {"rollouts": int(why.sum()), "of": int(len(reasons)), "reasons": {str(k): int(v) for k, v in
                                                                                      why.items()}}
+        cuts = scored.get(f"cut.{name}", pd.Series([], dtype=object)).fillna("")  # runs before cuts have none
+        cut = cuts[cuts != ""].value_counts()
+        out[name]["cut"] = {"rollouts": int(cut.sum()), "reasons": {str(k): int(v) for k, v in cut.items()}}
         if len(reasons) and int(why.sum()) == len(reasons):
             raise OpsdError(f"teacher config '{name}': none of the {len(reasons)} rollouts could be aligned with its "
                             f"tokenizer (most often: {why.index[0]}); see docs/signals.md, teachers with another "
