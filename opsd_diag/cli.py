@@ -80,6 +80,9 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
         with _pd_options():
             lines.append(verdicts.drop(columns="rank").to_string(index=False, float_format=lambda v: f"{v:.4f}",
                                                                  max_colwidth=110))
+    if s.ranking:
+        from opsd_diag import decision
+        lines.append(decision.text(decision.decide(s)))
     print(printable("\n".join(lines), keep_newlines=True))
 
 

@@ -173,3 +173,29 @@ def validity_text(v: dict | None, verdict: str | None) -> str:
                f"pass@1 change {_rho(v['score_rho'])} vs {_rho(v['baseline_rho'])} (A_T alone: "
                f"{_rho(v['advantage_rho'])}).")
     return " ".join(out)
+
+
+def text(d: Decision) -> str:
+    """The v1 rule's call as ``opsd-diag report`` prints it (the app's panel in words): the recommended row, the
+    runner-up and whether the two separate, what the cheap baselines pick, and what the validity studies found.
+    Every row may be recommended here; the app recommends only rows a training method can train."""
+    rec = d.recommended
+    lines = ["\ndecision (v1 rule, secondary evidence):"]
+    if rec is None:
+        counts = {v: sum(r.verdict == v for r in d.rows) for v in ("unclear", "hurts")}
+        lines.append(f"no (config, signal) is predicted to help: {counts['unclear']} unclear, {counts['hurts']} hurts")
+    else:
+        lines.append(f"recommended: {rec.config} / {rec.signal}, helps, score {rec.interval()}")
+        r = d.runner_up
+        sep = {True: "separable (the 95% intervals do not overlap)", False: "not separable (the 95% intervals overlap)",
+               None: "separability unknown (an interval is missing)"}[d.separable]
+        lines.append("runner-up: none (no other config)" if r is None else
+                     f"runner-up (best of another config): {r.config} / {r.signal}, {r.verdict}, score {r.interval()}: "
+                     f"{sep}")
+    base = [f"largest {name}: {c} ({v:+.3f})" for name, pick in (("accuracy gap G", d.by_accuracy_gap),
+                                                                 ("teacher advantage A_T", d.by_advantage))
+            if pick for c, v in [pick]]
+    if base:
+        lines.append("cheap baselines pick: " + "; ".join(base))
+    lines += [validity_text(study, rec.verdict if rec else None) for study in studies().values()]
+    return "\n".join(lines)

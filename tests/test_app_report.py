@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +16,12 @@ from test_report import fake_run
 
 from app import jobs as app_jobs
 from app.common import plain
-from opsd_diag import cli, workbench
+from app import training_figures as training
+from app import workbench
+from opsd_diag import cli
 from opsd_diag.core.verdict import verdict
 from opsd_diag.errors import OpsdError
-from opsd_diag.report import figures, heatmap, tables, terminal, training
+from opsd_diag.report import figures, heatmap, tables, terminal
 from opsd_diag.schema import SIGNALS
 
 
@@ -377,3 +380,15 @@ def test_kept_tooltips_give_the_heatmap_a_fresh_run_draws(run, tmp_path):
     other = run.heatmap(2, ["teacher", "self_ctx"], "a_d2", b, hot={1}, entropy_bin="[0.5, 1)")
     assert "&quot;alt-b" in other and "alt-a" not in other  # another tokenizer: its own alternatives
     assert kept.count("class=sel>") == kept.count("data-pos=")  # one marked row per token, never two
+
+
+def test_the_bundled_splits_are_found_from_any_working_directory(tmp_path, monkeypatch):
+    """The New-diagnosis form's bundled splits lie beside the app, not under the working directory: relative paths
+    from the repository root (the saved YAML is the same in any checkout), absolute ones from anywhere else."""
+    repo = Path(workbench.__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    assert workbench.bundled_data() == [f"sample_data/problems/{n}.jsonl" for n in ("dev", "test", "train")]
+    monkeypatch.chdir(tmp_path)
+    far = workbench.bundled_data()
+    assert far == [str(repo / "sample_data" / "problems" / f"{n}.jsonl") for n in ("dev", "test", "train")]
+    assert all(Path(p).is_file() for p in far)

@@ -82,6 +82,17 @@ def test_opsd_diag_import_graph_is_shallow_and_acyclic():
     assert len(chain) <= MAX_DEPTH, f"import depth {len(chain)} > {MAX_DEPTH}: {' -> '.join(chain)}"
 
 
+def test_the_library_holds_the_library():
+    """No module outside app/ is imported only by app/: logic only the app uses lives in app/."""
+    importers: dict[str, set[str]] = {}
+    for mod, deps in imports(modules()).items():
+        for dep in deps:
+            importers.setdefault(dep, set()).add(mod)
+    app_only = sorted(dep for dep, who in importers.items()
+                      if dep.split(".")[0] != "app" and all(m.split(".")[0] == "app" for m in who))
+    assert not app_only, f"modules outside app/ imported only by app/ (move them into app/): {app_only}"
+
+
 def test_modules_are_small():
     big = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not big, f"modules over {MAX_LINES} lines: {big}"

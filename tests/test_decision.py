@@ -113,3 +113,24 @@ def test_the_package_file_carries_the_committed_studies():
             want["n_rows"], want["where"], want["baseline"], want["better"])
         assert got["score_rho"]["estimate"] == pytest.approx(want["score_rho"]["estimate"])
         assert decision.validity_text(got, "helps") == decision.validity_text(want, "helps")
+
+
+def test_the_cli_text_says_what_the_apps_panel_says():
+    """decision.text (``opsd-diag report``): the recommendation with its interval, the runner-up and separability,
+    the baselines' picks, and each study's sentences; without a helps row, the verdict counts."""
+    s = _summary({("teacher", "jsd"): "helps"})
+    d = decision.decide(s)
+    lines = decision.text(d).splitlines()[1:]  # after the blank line that separates it in the report
+    assert lines[0] == "decision (v1 rule, secondary evidence):"
+    assert lines[1] == f"recommended: teacher / jsd, helps, score {d.recommended.interval()}"
+    r = d.runner_up
+    assert lines[2].startswith(f"runner-up (best of another config): {r.config} / {r.signal}, {r.verdict}, "
+                               f"score {r.interval()}: ")
+    assert lines[2].endswith("not separable (the 95% intervals overlap)" if d.separable is False else
+                             "separable (the 95% intervals do not overlap)" if d.separable else "interval is missing)")
+    (gc, gv), (ac, av) = d.by_accuracy_gap, d.by_advantage
+    assert lines[3] == f"cheap baselines pick: largest accuracy gap G: {gc} ({gv:+.3f}); largest teacher advantage A_T: {ac} ({av:+.3f})"
+    assert lines[4:] == [decision.validity_text(v, "helps") for v in decision.studies().values()]
+    none = decision.text(decision.decide(_summary())).splitlines()[1:]
+    counts = [sum(x.verdict == v for x in _summary().ranking) for v in ("unclear", "hurts")]
+    assert none[1] == f"no (config, signal) is predicted to help: {counts[0]} unclear, {counts[1]} hurts"

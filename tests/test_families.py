@@ -423,7 +423,7 @@ def test_form_preview_renders_an_external_teacher_with_its_own_template(fam, tmp
     import copy
     import json
 
-    from opsd_diag import workbench
+    from app import workbench
 
     student = tok_of(fam, "llama3_1")
     teacher = copy.deepcopy(student)  # load_tokenizer is cached: a copy, so the student keeps its template

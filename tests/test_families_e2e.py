@@ -83,7 +83,7 @@ def test_llama_pair_with_template_less_base(world, tmp_path, capsys):
     man = json.loads((out / "manifest.json").read_text())
     assert "Today Date: 01 Jan 2025" in man["rendered_prompts"]["t32"]
     # the app's form preview renders each view as the run did: the 3.2 teacher with its own template
-    from opsd_diag import workbench
+    from app import workbench
     from opsd_diag.config.spec import load_config
     from opsd_diag.io.data import load_problems
     from opsd_diag.io.models import load_tokenizer

@@ -18,7 +18,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from opsd_diag.report import tables, training
+from app import training_figures as training
+from opsd_diag.report import tables
 from opsd_diag.run import Run
 from opsd_diag.schema import SIGNAL_COLUMNS
 

@@ -32,7 +32,7 @@ from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import models
 from trainer import cli as train_cli
-from trainer import launch
+from app import launch
 
 
 def diag_config(world: Path, **over) -> dict:

@@ -129,7 +129,7 @@ def test_evaluation_is_a_stage_with_its_progress_and_its_size_is_set_from_the_co
     """Issue 23 bug 4: the held-out evaluation ran for minutes while status.json said 'step 0 of 6'; its size
     could not be set. Now: stage 'evaluating' with eval_done/eval_total, 'saving', eval_s in metrics.jsonl."""
     import trainer.loop as loop
-    from trainer import estimate
+    from app import estimate
 
     seen = []
     real = loop.jobs.write_status
@@ -167,7 +167,7 @@ def test_evaluation_is_a_stage_with_its_progress_and_its_size_is_set_from_the_co
 
 
 def test_training_cost_counts_every_evaluation():
-    from trainer import estimate
+    from app import estimate
 
     for max_steps, eval_steps, at_start in ((6, 0, True), (6, 2, True), (7, 3, False), (0, 0, True), (5, 5, True)):
         expected = int(at_start) + len({s for s in range(1, max_steps + 1) if (eval_steps and s % eval_steps == 0)

@@ -12,7 +12,8 @@ import pytest
 from fixtures_trainer import build_world, one_thread, read_metrics, without_time, world, write_config  # noqa: F401 (fixtures)
 
 from opsd_diag import jobs
-from trainer import cli, launch
+from app import launch
+from trainer import cli
 
 ENV = {"OMP_NUM_THREADS": "1"}  # as torchrun sets it; the in-process runs below use one thread too
 

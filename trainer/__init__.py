@@ -1,7 +1,7 @@
 """The shared trainer: distillation methods on accelerate, using opsd_diag's signal code.
 
 Entry points: ``opsd-train CONFIG [--out DIR] [--resume]`` (``python -m trainer``, or
-``accelerate launch ... -m trainer`` for several processes) and, for the app, ``trainer.launch.start``
+``accelerate launch ... -m trainer`` for several processes) and, for the app, ``app.launch.start``
 (the run is then a job of ``opsd_diag.jobs``: status, follow and stop live there).
 
 Modules, one job each:
@@ -16,7 +16,5 @@ Modules, one job each:
 - ``rundir``     the run directory: config.yaml, command.txt, metrics.jsonl, checkpoints
 - ``setup``      load and check everything before the run directory is written
 - ``loop``       the training loop on accelerate (logging, evaluation, saving, graceful stop)
-- ``launch``     check a training config and its run directory, then start it as a job
-- ``estimate``   what a run costs before it starts: step tokens and held-out samples, timed from a past run
 - ``cli``        ``opsd-train``
 """

@@ -1,7 +1,7 @@
 """``opsd-train CONFIG``: the full training run of a chosen configuration.
 
 User errors print one line on stderr and exit with status 2 before anything is written; a run
-started as a job (``trainer.launch``) also gets ``status.json`` = failed with the message, so the
+started as a job (``app.launch``) also gets ``status.json`` = failed with the message, so the
 app can show it. Failures during training are recorded by the loop (status ``failed`` with the
 message) and keep their traceback.
 """

@@ -5,10 +5,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import common
+from app import common, training_figures
 from opsd_diag import jobs, scoreboard
 from opsd_diag.errors import OpsdError
-from opsd_diag.report import tables, training
+from opsd_diag.report import tables
 
 st.title("Compare")
 root = Path(st.session_state.get("runs_root", "runs"))
@@ -49,7 +49,7 @@ else:
         st.info(f"No training runs under {root}/ yet.")
         st.stop()
     chosen = st.multiselect("Training runs", runs, default=runs[:2], key="cmp_train", format_func=lambda p: Path(p).name)
-    records = {Path(r).name: training.records_frame(jobs.read_jsonl(Path(r) / "metrics.jsonl")[0]) for r in chosen}
+    records = {Path(r).name: training_figures.records_frame(jobs.read_jsonl(Path(r) / "metrics.jsonl")[0]) for r in chosen}
     metrics = sorted({c for f in records.values() for c in f.columns if c not in ("kind", "step", "method")
                       and pd.api.types.is_numeric_dtype(f[c])})
     if not metrics:

@@ -8,9 +8,8 @@ from pathlib import Path
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from app import common, draft, jobs
+from app import common, draft, jobs, workbench
 from opsd_diag import jobs as job_protocol
-from opsd_diag import workbench
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
 from opsd_diag.config.spec import load_config
@@ -69,8 +68,8 @@ def form() -> dict:
     path = ""
     if source == "bundled":
         options = workbench.bundled_data()
-        path = st.selectbox("Bundled split", options, index=options.index("sample_data/problems/dev.jsonl")
-                            if "sample_data/problems/dev.jsonl" in options else 0, key="nr_bundled") if options else ""
+        dev = next((i for i, o in enumerate(options) if Path(o).name == "dev.jsonl"), 0)
+        path = st.selectbox("Bundled split", options, index=dev, key="nr_bundled") if options else ""
     elif source == "path":
         path = st.text_input("Problem file (JSONL, CSV or Parquet)", key="nr_data_path")
     else:

@@ -12,14 +12,13 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import common
+from app import common, estimate, launch, training_figures, workbench
 from app import jobs as app_jobs
-from opsd_diag import jobs, scoreboard, workbench
+from opsd_diag import jobs, scoreboard
 from opsd_diag.errors import OpsdError
-from opsd_diag.report import training
 from opsd_diag.config.spec import DataSpec
 from opsd_diag.io.data import load_problems
-from trainer import estimate, from_diagnosis, launch
+from trainer import from_diagnosis
 
 st.title("Train")
 root = Path(st.session_state.get("runs_root", "runs"))
@@ -221,13 +220,13 @@ def follow(run_dir: str) -> None:
         st.error(common.plain(status.get("error") or "the run failed: see its log below"))
     follower = st.session_state.setdefault("train_followers", {}).setdefault(run_dir, jobs.Follower(run_dir))
     follower.poll()  # reads only what was appended since the last refresh
-    frame = training.records_frame(follower.records)
+    frame = training_figures.records_frame(follower.records)
     if (frame["kind"] == "train").any() if "kind" in frame else False:
         last = frame[frame["kind"] == "train"].iloc[-1]
         st.caption(f"step {last['step']:.0f}: loss {last.get('loss', float('nan')):.4f}")
-        st.plotly_chart(training.train_figure(frame, smoothing=smoothing, log_y=log_y), key=f"train-{run_dir}")
+        st.plotly_chart(training_figures.train_figure(frame, smoothing=smoothing, log_y=log_y), key=f"train-{run_dir}")
     if (frame["kind"] == "eval").any() if "kind" in frame else False:
-        st.plotly_chart(training.eval_figure(frame, scoreboard.read_prediction(run_dir)), key=f"eval-{run_dir}")
+        st.plotly_chart(training_figures.eval_figure(frame, scoreboard.read_prediction(run_dir)), key=f"eval-{run_dir}")
     with st.expander("Log", expanded=state in ("failed", "died")):
         st.code(jobs.log_tail(run_dir) or "(no output yet)")
 

@@ -1,4 +1,4 @@
-"""What the app's forms need from the library: a config from form fields, previews and a cost estimate.
+"""What the app's forms need: a config from form fields, previews and a cost estimate, from the library's parts.
 
 The New-diagnosis form builds a plain mapping, and everything else happens here, testable without a
 browser: the mapping is validated into a ``DiagnosisConfig`` (the YAML stays the saved artefact),
@@ -25,12 +25,16 @@ from opsd_diag.io.data import load_problems
 from opsd_diag.io.templates import BUILTIN, context_fields, placeholders, resolve
 from opsd_diag.config.yamlfile import read_bytes
 
-BUNDLED_DATA = Path("sample_data/problems")
+BUNDLED_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "problems"  # beside the app, wherever it runs
 
 
 def bundled_data() -> list[str]:
-    """The bundled problem splits (paths relative to the repository root)."""
-    return sorted(str(p) for p in BUNDLED_DATA.glob("*.jsonl")) if BUNDLED_DATA.is_dir() else []
+    """The bundled problem splits: relative to the working directory when they lie under it (the saved YAML
+    stays the same in any checkout), else absolute; none in an installation without ``sample_data/``."""
+    if not BUNDLED_DATA.is_dir():
+        return []
+    cwd = Path.cwd().resolve()
+    return sorted(str(p.relative_to(cwd)) if p.is_relative_to(cwd) else str(p) for p in BUNDLED_DATA.glob("*.jsonl"))
 
 
 def build_config(fields: dict) -> DiagnosisConfig:
