@@ -182,3 +182,29 @@ def test_a_folder_of_probes_is_a_trajectory(probed, tmp_path):
         trajectory.frame(tmp_path)
     with pytest.raises(OpsdError, match="is not a folder of probe runs"):
         trajectory.frame(tmp_path / "missing")
+
+
+@pytest.mark.slow
+def test_a_probe_puts_the_policy_and_the_random_streams_back(tmp_path):
+    """A trainer's policy: train mode, KV cache off, an autocast wrapper as its forward (accelerate's mixed
+    precision). The probe runs the model's own forward and leaves all of it, and every random stream, as it was."""
+    import random
+    import types
+
+    policy = AutoModelForCausalLM.from_pretrained(ZOO / "student", dtype=torch.float32).train()
+    policy.config.use_cache = False
+
+    def wrapper(self, *a, **k):
+        raise AssertionError("the probe ran the trainer's forward wrapper")
+
+    policy.forward = types.MethodType(wrapper, policy)
+    torch.manual_seed(7), np.random.seed(7), random.seed(7)
+    before = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    cfg = probe_config(from_dict(config_dict()), ProbeSpec(steps=1, problems=1, num_samples=2,
+                                                           max_completion_length=8, verdict=False), ["teacher"], "cpu")
+    out = run_probe(cfg, tmp_path, 0, policy)
+    assert Run.load(out).tokens["lp_s"].notna().all()
+    assert policy.training and policy.config.use_cache is False and policy.forward.__func__ is wrapper
+    assert not hasattr(policy, "opsd_scored_rows")
+    assert torch.equal(torch.get_rng_state(), before[0]) and (np.random.get_state()[1] == before[1]).all()
+    assert random.getstate() == before[2]

@@ -8,6 +8,7 @@ import, it is never skipped. A tracker is a ``transformers`` callback that reads
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import trl  # noqa: F401  (fails loudly when the test extra is missing)
+from accelerate.state import AcceleratorState
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
@@ -90,7 +92,13 @@ def train_gkd(tmp: Path) -> dict:
     cb = DiagnosisCallback(from_dict(probe_cfg()), tmp / "probes", EVERY, teachers=["teacher"])
     cb.attach(trainer)
     order = [type(c).__name__ for c in trainer.callback_handler.callbacks]
-    trainer.train()
+    env = dict(os.environ)
+    try:
+        trainer.train()
+    finally:  # the Trainer's accelerate state and environment must not reach the tests after this one
+        AcceleratorState._reset_state(True)
+        os.environ.clear()
+        os.environ.update(env)
     return {"tmp": tmp, "cb": cb, "tracker": tracker, "trainer": trainer, "order": order}
 
 

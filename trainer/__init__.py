@@ -16,5 +16,7 @@ Modules, one job each:
 - ``rundir``     the run directory: config.yaml, command.txt, metrics.jsonl, checkpoints
 - ``setup``      load and check everything before the run directory is written
 - ``loop``       the training loop on accelerate (logging, evaluation, saving, graceful stop)
+- ``probes``     ``training.diagnose_every``: a probe (a small diagnosis) of the live policy every N steps
+- ``trl_callback`` the same probes inside a TRL / ``transformers.Trainer`` run (``DiagnosisCallback``)
 - ``cli``        ``opsd-train``
 """

@@ -52,16 +52,22 @@ def run_probe(cfg: DiagnosisConfig, root: str | Path, step: int, policy: torch.n
     """Diagnose ``policy`` (the weights after ``step`` optimizer steps) with ``cfg`` (``probe_config``) into
     ``root/step-NNNNNNN``; a finished probe of that step is kept (a resumed run does not redo it).
 
-    The policy is put in eval mode for the probe and back in its own mode after; no gradient is kept, and the
-    random states (torch, CUDA, numpy, random) are restored, so training draws what it would have drawn.
+    The policy runs as a saved checkpoint of its weights would: in eval mode, its KV cache on, its own forward in
+    its own dtype (not under the trainer's autocast wrapper); all of it is put back after. No gradient is kept,
+    and the random states (torch, CUDA, numpy, random) are restored: training draws what it would have.
     """
     out = Path(root) / ProbeSpec.step_dir(step)
     if (out / PROBE).is_file():
         return out
     training, rows = policy.training, policy.__dict__.get(SCORED_ROWS)
+    config = getattr(policy, "config", None)
+    use_cache = getattr(config, "use_cache", None)  # a trainer with gradient checkpointing turns it off
     device = next(policy.parameters()).device
     states = random.getstate(), np.random.get_state()
+    wrapped = policy.__dict__.pop("forward", None)  # a trainer's autocast wrapper (accelerate's mixed precision)
     policy.eval()
+    if use_cache is False:
+        config.use_cache = True  # sampled as a saved checkpoint of the same weights is (its KV cache on)
     try:  # the training run's random streams are left as they were: a probe changes none of its draws
         with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             run_diagnosis(cfg, out, show_progress=False, student=policy)
@@ -69,6 +75,10 @@ def run_probe(cfg: DiagnosisConfig, root: str | Path, step: int, policy: torch.n
         random.setstate(states[0])
         np.random.set_state(states[1])
         policy.train(training)
+        if wrapped is not None:
+            policy.forward = wrapped
+        if use_cache is False:
+            config.use_cache = False
         if rows is None:
             policy.__dict__.pop(SCORED_ROWS, None)
     if PartialState().is_main_process:  # last: the probe is complete
