@@ -525,6 +525,12 @@ def from_diagnosis_block() -> str:
     return "\n".join(rows)
 
 
+def levers_block() -> str:
+    from opsd_diag.levers import COLUMNS
+
+    return "\n".join(["| column | meaning |", "|---|---|", *(f"| `{k}` | {_cell(v)} |" for k, v in COLUMNS.items())])
+
+
 # metrics.jsonl keys of a `train` record: what each means.
 METRIC_HELP = {
     "kind": "`train` (this record) or `eval`",
@@ -643,7 +649,7 @@ BLOCKS = {
                         "prediction-columns": prediction_columns_block},
     "docs/app.md": {"figures": figures_block},
     "docs/training.md": {"methods": methods_block, "from-diagnosis": from_diagnosis_block,
-                         "metrics": metrics_block},
+                         "metrics": metrics_block, "levers": levers_block},
     "docs/design.md": {"modules": modules_block},
 }
 

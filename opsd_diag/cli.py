@@ -74,6 +74,8 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
     if pred is not None:
         from opsd_diag.report.terminal import prediction_text
         lines.append(prediction_text(pred))
+    from opsd_diag.levers import text as lever_lines
+    lines += [printable(x) for x in lever_lines(s.levers)]
     verdicts = s.verdict_frame()
     if verdicts is not None:
         lines.append("\nv1 verdicts, ranked by verdict then score (secondary evidence; rule: docs/verdict.md):")

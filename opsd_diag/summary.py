@@ -207,6 +207,7 @@ class Summary(_Model):
     ranking: list[Ranked] = []
     verdict_rule: str | None = None
     lookahead: Lookahead | None = None
+    levers: dict | None = None  # the lever recommendation (engine.levers; opsd_diag.levers)
     sampler_mismatch: dict | None = None  # a rollouts file's log-probs vs lp_s (core.sampler_mismatch)
 
     @property

@@ -71,3 +71,9 @@ class LeverFields(_Section):
     """The two lever keys of ``training`` (``config.spec.TrainingSpec`` inherits them)."""
     token_mask: TokenMaskSpec = Field(default_factory=TokenMaskSpec)
     context_schedule: ContextScheduleSpec = Field(default_factory=ContextScheduleSpec)
+
+
+class LeverLookahead(_Section):
+    """``lookahead.levers`` (``config.spec.LookaheadSpec`` inherits it)."""
+    levers: bool = Field(False, description="also look ahead on each candidate token mask for the training's "
+                                            "(config, method): kept shares and a lever recommendation (engine.levers)")

@@ -19,7 +19,7 @@ from opsd_diag import schema
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
 from opsd_diag.config.errors import format_error
-from opsd_diag.config.levers import LeverFields
+from opsd_diag.config.levers import LeverFields, LeverLookahead
 from opsd_diag.config.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
 from opsd_diag.config.rollouts_file import RolloutsOption
 from opsd_diag.config.probe import ProbeOption
@@ -212,7 +212,7 @@ class IdealSpec(Strict, IdealOptions):
         | None = Field(None, description="predictor v2's model file, e.g. `scoreboard --fit`'s; none: the shipped one")
 
 
-class LookaheadSpec(Strict, LookaheadOptions):
+class LookaheadSpec(Strict, LookaheadOptions, LeverLookahead):
     """A few optimiser steps of each method's loss on half the diagnosis rollouts, measured on the rest."""
     enabled: bool = Field(True, description="run the lookahead after scoring (when the section exists)")
     steps: int = Field(4, ge=1, le=64, description="optimiser steps")

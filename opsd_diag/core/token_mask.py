@@ -101,3 +101,12 @@ def keep(m: MaskSettings, scores: dict[str, Tensor] | None, lengths: list[int],
         row = torch.tensor([c is not None and bool(c) == want for c in correct], device=kept.device)  # [R]
         kept = kept & torch.repeat_interleave(row, torch.tensor(lengths, device=kept.device))
     return kept.bool()
+
+
+def shares(kept: Tensor, signal: Tensor) -> tuple[float, float]:
+    """(share of the tokens kept, share of the summed |signal| on them); NaN signals count as 0."""
+    mag = torch.nan_to_num(signal.double().abs(), nan=0.0)  # [N]
+    total = float(mag.sum())
+    n = kept.numel()
+    return (float(kept.sum()) / n if n else float("nan"),
+            float(mag[kept.bool()].sum()) / total if total > 0 else float("nan"))

@@ -20,7 +20,7 @@ import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import given_rollouts, lookahead, setup
+from opsd_diag.engine import given_rollouts, levers, lookahead, setup
 from opsd_diag.engine.fast import fused_scoring
 from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.cross_nodes import CrossSide
@@ -261,6 +261,9 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                 lookahead.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                         list(prep.cross), problems=prep.problems, sample=lambda m, p, s: _cut(
                                             prep, draw(m, prep.tok, p, s, prep.stop_ids), prep.tok))
+                if cfg.lookahead.levers:  # a lever recommendation (engine.levers)
+                    levers.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
+                                         list(prep.cross), lookahead)
             store.atomic_write_json(out_dir / "manifest.json",
                                     manifest(prep, "finished", seconds=round(time.time() - started, 2),
                                              run_id=store.run_id(out_dir)))

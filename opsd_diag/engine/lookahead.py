@@ -29,7 +29,7 @@ from opsd_diag.core import lookahead as maths
 from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable
 from opsd_diag.engine.train_step import CompletionHidden, Roles
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
-from opsd_diag.engine.train_step import MicroBatch, StepSums, auto_chunk_size, micro_batch_backward
+from opsd_diag.engine.train_step import MicroBatch, StepSums, auto_chunk_size, micro_batch_backward, rescale_to_kept
 from opsd_diag.io import store
 from opsd_diag.io.thinking import answer_text
 from opsd_diag.io.verify import is_correct
@@ -129,10 +129,11 @@ def _per_row(full: torch.Tensor, rows: pd.DataFrame) -> list[torch.Tensor]:
 
 
 def take_steps(student, roles_for, rows: pd.DataFrame, config: str, loss: LossSettings, ref: str | None,
-               s: LookaheadSettings, pad_id: int, base_view: str = "student") -> tuple[torch.nn.Module, dict]:
+               s: LookaheadSettings, pad_id: int, base_view: str = "student", mask=None) -> tuple[torch.nn.Module, dict]:
     """A stepped float32 copy of ``student`` and the counts of what the steps cost.
 
-    ``roles_for(trainable)`` gives the ``Roles`` around the copy (its teacher, base and initial student).
+    ``roles_for(trainable)`` gives the ``Roles`` around the copy (its teacher, base and initial student);
+    ``mask``: a ``training.token_mask`` (``engine.levers``), the loss normalised by its kept tokens as in training.
     """
     trainable = copy.deepcopy(student).float().train().requires_grad_(True)
     roles: Roles = roles_for(trainable)
@@ -149,9 +150,12 @@ def take_steps(student, roles_for, rows: pd.DataFrame, config: str, loss: LossSe
         student_prompts, teacher_prompts = _ids(batch["prompt_ids.student"]), _ids(batch[f"prompt_ids.{config}"])
         mb = MicroBatch(step, [int(i) for i in batch["problem_index"]], student_prompts, teacher_prompts,
                         teacher_prompts if base_view == "teacher" else student_prompts,
-                        _ids(batch["completion_ids"]), [bool(f) for f in batch["finished"]])
+                        _ids(batch["completion_ids"]), [bool(f) for f in batch["finished"]],
+                        None if mask is None else [None if pd.isna(c) else bool(c) for c in batch["correct"]])
         sums = micro_batch_backward(hidden, roles, mb, loss, pad_id=pad_id, chunk_size=chunk,
-                                    scale=1.0 / mb.n_tokens, ref=ref, sums=StepSums())
+                                    scale=1.0 / mb.n_tokens, ref=ref, sums=StepSums(), mask=mask)
+        if mask is not None:
+            rescale_to_kept(params, float(sums.stats["kept"]) / max(1, sums.counts["kept"]))
         if not np.isfinite(float(sums.loss)):
             raise FloatingPointError(f"the lookahead's loss is not finite at step {step + 1}")
         if s.max_grad_norm is not None:
@@ -239,6 +243,14 @@ def settings(cfg) -> tuple[LookaheadSettings, float | None]:
         sampling_temperature=cfg.sampling.temperature), spec.clip if spec.clip is not None else tr.clip
 
 
+def loss_settings(cfg, method: str, clip: float | None) -> LossSettings:
+    """The loss a lookahead steps ``method`` with: the diagnosis' scoring settings, ``clip`` for sampled tokens."""
+    sc = cfg.scoring
+    return LossSettings(method=method, temperature=cfg.scoring_temperature, beta=sc.jsd_beta,
+                        centering=centering_k(sc.centering), exopd_lambda=sc.exopd_lambda,
+                        clip=None if method == "jsd" else clip)
+
+
 def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], *,
                   problems: list[dict] | None = None, sample=None) -> dict:
     """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``;
@@ -252,9 +264,7 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
     sc = cfg.scoring
 
     def loss_of(method: str) -> LossSettings:
-        return LossSettings(method=method, temperature=cfg.scoring_temperature, beta=sc.jsd_beta,
-                            centering=centering_k(sc.centering), exopd_lambda=sc.exopd_lambda,
-                            clip=None if method == "jsd" else clip)
+        return loss_settings(cfg, method, clip)
 
     result = run(student, teacher_models, base, store.read_table(run_dir, "rollouts"), [t.name for t in cfg.teachers],
                  list(cfg.lookahead.methods), loss_of, s, pad_id=tok.pad_token_id,

@@ -274,21 +274,25 @@ def kept_tokens(roles: Roles, mb: MicroBatch, h_s: Tensor, s: LossSettings, part
                 chunk_size: int, autocast, mask: token_mask.MaskSettings) -> Tensor:
     """The micro-batch's kept tokens ``[N]`` bool: a scored mask first runs the loss without gradient, chunk by
     chunk (the same ``chunk_loss``), to read each token's scores."""
-    lengths = [len(c) for c in mb.completions]
-    scores = None
-    if mask.needs_scores:
-        ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
-        parts = []
-        for lo in range(0, mb.n_tokens, chunk_size):
-            sl = slice(lo, min(mb.n_tokens, lo + chunk_size))
-            ids = ids_all[sl].to(h_s.device)
-            with autocast():
-                logits = lm_logits(roles.student, h_s[sl].detach())  # [n, V]
-            _, stats = chunk_loss(logits, ids, sl, s, partners, ref, autocast)
-            parts.append(token_mask.token_scores(logits, *stats["_partners"], ids, stats["_signal"],
-                                                 temperature=s.temperature, centering=s.centering))
-        scores = {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else None
-    return token_mask.keep(mask, scores, lengths, mb.correct)
+    scores = token_scores(roles, mb, h_s, s, partners, ref, chunk_size, autocast) if mask.needs_scores else None
+    return token_mask.keep(mask, scores, [len(c) for c in mb.completions], mb.correct)
+
+
+@torch.no_grad()
+def token_scores(roles: Roles, mb: MicroBatch, h_s: Tensor, s: LossSettings, partners: tuple, ref: str | None,
+                 chunk_size: int, autocast=contextlib.nullcontext) -> dict[str, Tensor] | None:
+    """``core.token_mask.token_scores`` of every token of the micro-batch, concatenated over chunks."""
+    ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
+    parts = []
+    for lo in range(0, mb.n_tokens, chunk_size):
+        sl = slice(lo, min(mb.n_tokens, lo + chunk_size))
+        ids = ids_all[sl].to(h_s.device)
+        with autocast():
+            logits = lm_logits(roles.student, h_s[sl].detach())  # [n, V]
+        _, stats = chunk_loss(logits, ids, sl, s, partners, ref, autocast)
+        parts.append(token_mask.token_scores(logits, *stats["_partners"], ids, stats["_signal"],
+                                             temperature=s.temperature, centering=s.centering))
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else None
 
 
 def rescale_to_kept(params, kept_ratio: float | None) -> None:

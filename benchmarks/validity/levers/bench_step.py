@@ -1,0 +1,92 @@
+"""Time per training step with a <= 50%-token mask against all tokens, side by side in one process.
+
+    python benchmarks/validity/levers/bench_step.py --config CONFIG --out FILE [--repeats 5]
+
+CONFIG is a lever-study training config (run_levers.py writes them). Each repeat samples one micro-batch
+from the student (the trainer's ``make_micro_batch``), then runs the trainer's micro-batch step on it with
+``all`` and with ``entropy_top50`` alternately (the order alternating between repeats), each followed by
+``rescale_to_kept`` and the optimizer step on a copy, timed with ``perf_counter``. Written: the median
+seconds of sampling and of each step, and the ratios masked / all of the step alone and of sampling +
+step (what a training step costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from opsd_diag.config import training as config  # noqa: E402
+from opsd_diag.config.levers import TokenMaskSpec  # noqa: E402
+from opsd_diag.engine.train_step import CompletionHidden, micro_batch_backward, rescale_to_kept  # noqa: E402
+from trainer.rollouts import make_micro_batch, step_problems  # noqa: E402
+from trainer.setup import prepare  # noqa: E402
+
+MASKS = {"all": TokenMaskSpec().settings(),
+         "entropy_top50": TokenMaskSpec(kind="entropy", entropy_quantiles=[0.5, 1.0]).settings()}
+
+
+def step_seconds(st, mb, mask) -> tuple[float, float]:
+    """(seconds of one step on ``mb`` with ``mask``, kept share), on a copy of the student."""
+    student = copy.deepcopy(st.roles.student).train()
+    roles = copy.copy(st.roles)
+    roles.student = student
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5)
+    t0 = time.perf_counter()
+    sums = micro_batch_backward(CompletionHidden(student), roles, mb, st.loss, pad_id=st.pad_id,
+                                chunk_size=st.chunk_size, scale=1.0 / mb.n_tokens, ref=st.reference, mask=mask)
+    kept = float(sums.stats["kept"]) / sums.counts["kept"]
+    rescale_to_kept(params, kept)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return time.perf_counter() - t0, kept
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    tc = config.load(args.config)
+    st = prepare(tc, torch.device("cpu"))
+    spec = tc.spec
+    times = {k: [] for k in MASKS}
+    kept = {k: [] for k in MASKS}
+    sampling = []
+    for r in range(args.repeats):
+        idx = step_problems(len(st.train.problems), r, spec.per_device_train_batch_size, spec.seed)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            mb = make_micro_batch(st.roles.student, st.tok, st.train, 0, idx, r, spec, st.stop_ids)
+        sampling.append(time.perf_counter() - t0)
+        for name in (list(MASKS) if r % 2 == 0 else list(MASKS)[::-1]):
+            s, k = step_seconds(st, mb, MASKS[name])
+            times[name].append(s)
+            kept[name].append(k)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    samp = statistics.median(sampling)
+    out = {"config": str(args.config), "repeats": args.repeats, "threads": torch.get_num_threads(),
+           "sampling_s": samp, "step_s": med, "kept_share": {k: statistics.mean(v) for k, v in kept.items()},
+           "ratio_step": med["entropy_top50"] / med["all"],
+           "ratio_sampling_plus_step": (samp + med["entropy_top50"]) / (samp + med["all"]),
+           "raw": {"sampling_s": sampling, "step_s": times}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(json.dumps({k: v for k, v in out.items() if k != "raw"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

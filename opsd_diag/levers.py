@@ -1,0 +1,65 @@
+"""The lever recommendation of a diagnosis (``lookahead.levers``, computed by ``engine.levers``) as a table and
+as the report's lines: ``Run.levers()`` (``LeverView``) and ``opsd-diag report``."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+# Run.levers(): one row per candidate token mask (docs/training.md#the-diagnosis-lever-recommendation)
+COLUMNS = {
+    "setting": "the candidate's name (engine.levers.CANDIDATES)",
+    "token_mask": "its `training.token_mask` section, as YAML flow text ({} is all tokens)",
+    "kept_share": "share of the step half's tokens the mask keeps",
+    "signal_share": "share of the summed |signal| (the method's advantage, or its per-token divergence) on them",
+    "dll": "lookahead Δll with the mask: change of the correct-minus-incorrect log-likelihood gap",
+    "dll_lo": "its 95% interval, low end",
+    "dll_hi": "its 95% interval, high end",
+    "dv": "lookahead success change with the mask (importance-weighted)",
+    "kl": "lookahead KL to the initial student per token",
+    "recommended": "the recommendation: the largest dll",
+}
+
+
+def _flow(d: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}"
+
+
+def frame(levers: dict | None) -> pd.DataFrame | None:
+    """The table of a summary's ``levers`` entry, or None without one."""
+    if not levers or levers.get("status") != "ok":
+        return None
+    best = (levers.get("recommendation") or {}).get("setting")
+    rows = [{"setting": k, "token_mask": _flow(v["token_mask"]), "kept_share": v["kept_share"],
+             "signal_share": v["signal_share"], "dll": v["dll"].get("estimate"), "dll_lo": v["dll"].get("lo"),
+             "dll_hi": v["dll"].get("hi"), "dv": v["dv"].get("estimate"), "kl": v["kl"].get("estimate"),
+             "recommended": k == best} for k, v in levers["settings"].items()]
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out[["kept_share", "signal_share", "dll", "dll_lo", "dll_hi", "dv", "kl"]] = out[
+        ["kept_share", "signal_share", "dll", "dll_lo", "dll_hi", "dv", "kl"]].astype(float)
+    return out
+
+
+def text(levers: dict | None) -> list[str]:
+    """The report's lines: the recommendation with its interval, beside all-token training's."""
+    if not levers:
+        return []
+    if levers.get("status") != "ok":
+        return [f"lever recommendation: {levers.get('reason', 'not computed')}"]
+    r = levers.get("recommendation")
+    if r is None:
+        return ["lever recommendation: none (no candidate has a finite lookahead Δll)"]
+    d, a = r["dll"], r.get("dll_all") or {}
+    line = (f"lever recommendation for {levers['config']} / {levers['method']}: training.token_mask "
+            f"{_flow(r['token_mask'])} ({r['setting']}): lookahead Δll {d['estimate']:+.4f} "
+            f"[{d['lo']:+.4f}, {d['hi']:+.4f}]")
+    if a.get("estimate") is not None:
+        line += f", all tokens {a['estimate']:+.4f} [{a['lo']:+.4f}, {a['hi']:+.4f}]"
+    return [line + " (table: Run.levers())"]
+
+
+class LeverView:
+    """``Run.levers()`` (a mixin of ``run.Run``)."""
+
+    def levers(self) -> pd.DataFrame | None:
+        """One row per candidate token mask of the lever recommendation (``COLUMNS``), or None without one."""
+        return frame(self.summary.levers)

@@ -1,0 +1,142 @@
+"""The diagnosis' levers (issue 33, item 2): kept shares against a float64 per-rollout reference, the lever
+lookahead against the plain lookahead, the recommendation, and ``Run.levers``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from fixtures_trainer import build_world
+from test_levers import ref_keep
+
+from opsd_diag.config.levers import TokenMaskSpec
+from opsd_diag.config.spec import from_dict
+from opsd_diag.core import token_mask as tm
+from opsd_diag.engine import levers, lookahead
+from opsd_diag.io import store
+
+
+def test_shares_equal_explicit_sums():
+    g = torch.Generator().manual_seed(2)
+    kept = torch.rand(13, generator=g) > 0.4
+    signal = torch.randn(13, generator=g)
+    signal[3] = float("nan")
+    k, s = tm.shares(kept, signal)
+    mags = [0.0 if math.isnan(float(x)) else abs(float(x)) for x in signal]
+    assert k == pytest.approx(sum(map(bool, kept)) / 13)
+    assert s == pytest.approx(sum(m for m, b in zip(mags, kept) if b) / sum(mags), rel=1e-12)
+
+
+def test_recommendation_is_the_largest_dll():
+    settings = {"all": {"token_mask": {}, "dll": {"estimate": 0.1, "lo": 0.0, "hi": 0.2}},
+                "a": {"token_mask": {"kind": "entropy"}, "dll": {"estimate": 0.3, "lo": 0.1, "hi": 0.5}},
+                "b": {"token_mask": {}, "dll": {"estimate": float("nan"), "lo": None, "hi": None}}}
+    r = levers.recommend(settings)
+    assert r["setting"] == "a" and r["dll"]["lo"] == 0.1 and r["dll_all"]["estimate"] == 0.1
+    assert levers.recommend({"b": settings["b"]}) is None
+
+
+@pytest.fixture(scope="module")
+def diagnosed(tmp_path_factory):
+    from opsd_diag.engine.diagnose import run_diagnosis
+
+    world = build_world(tmp_path_factory.mktemp("world"))
+    cfg = from_dict({
+        "student": {"model": str(world / "student")}, "base": {"model": str(world / "base")},
+        "teachers": [{"name": "teacher", "model": str(world / "teacher")}],
+        "data": {"path": str(world / "train.jsonl"), "limit": 8},
+        "sampling": {"num_samples": 3, "max_completion_length": 6, "teacher_samples": 0},
+        "analysis": {"bootstrap": 20, "checker": "toy"}, "shard_size": 4,
+        "lookahead": {"methods": ["jsd"], "steps": 2, "rollouts_per_step": 4, "learning_rate": 1e-2, "levers": True},
+        "training": {"method": "jsd", "teacher": "teacher"}})
+    out = run_diagnosis(cfg, tmp_path_factory.mktemp("run") / "run", show_progress=False)
+    assert store.read_json(out / "summary.json")["levers"]["status"] == "ok"  # the diagnosis ran the levers
+    # random models solve nothing: give the rollouts mixed outcomes (inputs of the levers), then look ahead again
+    from opsd_diag.io.models import load_spec
+
+    rollouts = store.read_table(out, "rollouts")
+    known = rollouts["correct"].notna()
+    rollouts.loc[known, "correct"] = [bool((i + j) % 2) for i, j in zip(rollouts.loc[known, "problem_index"],
+                                                                        range(int(known.sum())))]
+    store.write_table(out, "rollouts", rollouts)
+    tok, student = load_spec(cfg.student, "cpu")
+    _, teacher = load_spec(cfg.student.model_copy(update={"model": cfg.teachers[0].model}), "cpu")
+    _, base = load_spec(cfg.base, "cpu")
+    lookahead.for_diagnosis(out, cfg, student, {"teacher": teacher}, base, tok, [])
+    levers.for_diagnosis(out, cfg, student, {"teacher": teacher}, base, tok, [], lookahead)
+    return cfg, out
+
+
+def _naive(model, prompt, completion, tau):
+    ids = torch.tensor([prompt + completion])
+    return torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1:-1].double() / tau, -1)  # [L, V]
+
+
+def test_kept_shares_equal_a_float64_per_rollout_reference(diagnosed):
+    from opsd_diag.io.models import load_spec
+
+    cfg, out = diagnosed
+    lv = store.read_json(out / "summary.json")["levers"]
+    assert lv["status"] == "ok" and (lv["config"], lv["method"]) == ("teacher", "jsd")
+    assert set(lv["settings"]) == set(levers.CANDIDATES)
+    tok, student = load_spec(cfg.student, "cpu")
+    _, teacher = load_spec(cfg.student.model_copy(update={"model": cfg.teachers[0].model}), "cpu")
+    student, teacher = student.double(), teacher.double()
+    step_rows, _ = lookahead.split(store.read_table(out, "rollouts"))
+    tau, beta = cfg.scoring_temperature, cfg.scoring.jsd_beta
+    h, sig, lengths, correct = [], [], [], []
+    with torch.no_grad():
+        for _, r in step_rows.iterrows():
+            c = [int(t) for t in r["completion_ids"]]
+            ls = _naive(student, [int(t) for t in r["prompt_ids.student"]], c, tau)
+            lt = _naive(teacher, [int(t) for t in r["prompt_ids.teacher"]], c, tau)
+            for t in range(len(c)):
+                p, q = ls[t].exp(), lt[t].exp()
+                m = beta * q + (1 - beta) * p
+                jsd = sum(float(beta * q[j] * (lt[t][j] - m[j].log()) + (1 - beta) * p[j] * (ls[t][j] - m[j].log()))
+                          for j in range(len(p)))
+                h.append(-float((p * ls[t]).sum()))
+                sig.append(abs(jsd))
+            lengths.append(len(c))
+            correct.append(None if r["correct"] != r["correct"] else bool(r["correct"]))
+    scores = {"h_s": torch.tensor(h), "signal": torch.tensor(sig)}
+    for name, kw in levers.CANDIDATES.items():
+        if kw.get("kind") == "confident_disagreement":
+            continue  # reads the teacher's top-1 (tested in test_levers.test_token_scores_equal_float64_reference)
+        kept = ref_keep(TokenMaskSpec(**kw).settings(), scores, lengths, correct)
+        want_k = sum(kept) / len(kept)
+        want_s = sum(s for s, k in zip(sig, kept) if k) / sum(sig)
+        got = lv["settings"][name]
+        assert got["kept_share"] == pytest.approx(want_k, abs=1e-12), name
+        assert got["signal_share"] == pytest.approx(want_s, rel=1e-4, abs=1e-7), name
+    assert lv["settings"]["entropy_top50"]["kept_share"] <= 0.5
+
+
+def test_all_tokens_lever_lookahead_is_the_lookahead_and_the_recommendation_is_shown(diagnosed):
+    from opsd_diag.run import Run
+
+    _, out = diagnosed
+    summary = store.read_json(out / "summary.json")
+    plain, lv = summary["lookahead"]["configs"]["teacher"]["jsd"], summary["levers"]
+    for k in ("dll", "kl"):
+        assert lv["settings"]["all"][k]["estimate"] == pytest.approx(plain[k]["estimate"], rel=1e-6, abs=1e-9)
+    assert all(math.isfinite(v["dll"]["estimate"]) for v in lv["settings"].values())
+    best = max(lv["settings"], key=lambda s: lv["settings"][s]["dll"]["estimate"])
+    assert lv["recommendation"]["setting"] == best
+    frame = Run.load(out).levers()
+    assert list(frame["setting"]) == list(levers.CANDIDATES)
+    assert frame.loc[frame["setting"] == best, "recommended"].item()
+    assert frame["kept_share"].tolist() == pytest.approx([lv["settings"][s]["kept_share"] for s in levers.CANDIDATES])
+
+
+def test_report_shows_the_lever_recommendation(diagnosed, capsys):
+    from opsd_diag import cli
+
+    _, out = diagnosed
+    lv = store.read_json(out / "summary.json")["levers"]
+    assert cli.main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("lever recommendation for teacher / jsd"))
+    d = lv["recommendation"]["dll"]
+    assert f"({lv['recommendation']['setting']})" in line and f"[{d['lo']:+.4f}, {d['hi']:+.4f}]" in line
