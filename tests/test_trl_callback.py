@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -157,3 +158,28 @@ def test_a_wrong_setting_fails_at_construction_in_one_line(tmp_path):
     with pytest.raises(OpsdError) as e:
         DiagnosisCallback(from_dict(probe_cfg()), tmp_path, {"steps": 0})
     assert "steps" in str(e.value) and "\n" not in str(e.value).strip()
+
+
+def test_the_report_goes_to_wandb_as_html_with_the_numbers(tmp_path, monkeypatch):
+    """With report_to naming wandb and a W&B run active, the probe's report.html is logged as a wandb.Html
+    beside the numbers (a stand-in module: wandb is not a dependency); without either, nothing is sent."""
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(run=object(), Html=lambda text: ("Html", text),
+                                 log=lambda data, commit=True: calls.append((data, commit)))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    cb = DiagnosisCallback(from_dict(probe_cfg()), tmp_path, 2)
+    report = tmp_path / "report.html"
+    report.write_text("<html>heatmaps</html>")
+    state = types.SimpleNamespace(log_history=[{}])
+    sent = [({"diagnosis/report": ("Html", "<html>heatmaps</html>")}, False)]  # with the step's numbers
+    for report_to, expect in ((["tensorboard"], []), (["wandb"], sent)):
+        cb.pending, cb.report = {"diagnosis/teacher/r_opd": 0.5}, report
+        logs = {"loss": 1.0}
+        cb.on_log(types.SimpleNamespace(report_to=report_to), state, None, logs=logs)
+        assert logs["diagnosis/teacher/r_opd"] == 0.5 and calls == expect and cb.report is None
+    fake.run = None  # no active W&B run: nothing logged
+    cb.pending, cb.report, calls[:] = {"x": 1.0}, report, []
+    cb.on_log(types.SimpleNamespace(report_to=["wandb"]), state, None, logs={})
+    assert calls == []

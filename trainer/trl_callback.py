@@ -20,10 +20,12 @@ through ``callbacks=[...]`` (which puts it after the trackers: the numbers then 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from transformers import TrainerCallback
 
+from opsd_diag import trajectory
 from opsd_diag.config.probe import ProbeSpec
 from opsd_diag.config.spec import DiagnosisConfig, load_config, validate
 from opsd_diag.engine.probe import probe_config
@@ -46,6 +48,7 @@ class DiagnosisCallback(TrainerCallback):
         self.teachers, self.out = teachers, Path(out)
         probe_config(self.cfg, self.spec, teachers)  # a wrong teacher name or setting fails now, not at step N
         self.pending: dict[str, float] = {}  # the last probe's numbers, until the next log
+        self.report: Path | None = None  # the last probe's report.html, until the next log
         self.logged: list[dict[str, float]] = []  # every probe's numbers, as handed to the trackers
 
     def attach(self, trainer):
@@ -63,6 +66,8 @@ class DiagnosisCallback(TrainerCallback):
         values = probes.probe(cfg, self.spec, self.out, step, model, {"source": "transformers", "epoch": state.epoch})
         if values:
             self.pending = values
+            report = self.out / ProbeSpec.step_dir(step) / trajectory.REPORT
+            self.report = report if report.is_file() else None
             control.should_log = True  # the trainer logs at the end of this step: the numbers go with it
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -83,3 +88,14 @@ class DiagnosisCallback(TrainerCallback):
                 state.log_history[-1].update(self.pending)  # trainer_state.json keeps them too
             self.logged.append(self.pending)
             self.pending = {}
+            self._report_to_wandb(args)
+
+    def _report_to_wandb(self, args) -> None:
+        """The probe's HTML report (its token heatmaps) as a W&B HTML panel, logged with the step's numbers; the
+        other trackers (TensorBoard, trackio, MLflow) show no HTML: they get the numbers, the file stays in the
+        probe directory."""
+        report, self.report = self.report, None
+        wandb = sys.modules.get("wandb")  # imported by the trainer's WandbCallback when report_to names it
+        wanted = args.report_to in ("all", "wandb") or "wandb" in (args.report_to or ())
+        if report is not None and wanted and wandb is not None and getattr(wandb, "run", None) is not None:
+            wandb.log({f"{trajectory.PREFIX}/report": wandb.Html(report.read_text())}, commit=False)

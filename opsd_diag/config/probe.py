@@ -3,7 +3,8 @@
 The same section drives ``opsd-train`` and the TRL callback (``trainer.trl_callback``). A probe is an
 ordinary diagnosis run (the config's student replaced by the live policy) on a fixed probe set: the first
 ``problems`` problems of the diagnosis' ``data``; ``engine.probe`` builds its config, ``opsd_diag.trajectory``
-reads the probe runs as a trajectory. ``opsd-train`` writes them under ``probes/`` in its run directory. ``diagnose_every: 50`` is short for ``diagnose_every: {steps: 50}``.
+reads the probe runs as a trajectory. ``opsd-train`` writes them under ``probes/`` in its run directory.
+``diagnose_every: 50`` is short for ``diagnose_every: {steps: 50}``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ class ProbeSpec(BaseModel):
     num_samples: int | None = Field(None, ge=1, le=1024, description="rollouts per probe problem; default sampling's")
     max_completion_length: int | None = Field(None, ge=1, le=32768, description="default: sampling's")
     verdict: bool = Field(True, description="run the ideal-gradient predictor (the v1 verdict) at every probe")
-    budget: int = Field(128, ge=1, le=10_000_000, description="the predictor's continuations per probe (`ideal.budget`)")
+    budget: int = Field(128, ge=1, le=10_000_000,
+                        description="the predictor's continuations per probe (`ideal.budget`)")
     at_start: bool = Field(True, description="probe the initial policy too (step 0, the trajectory's baseline)")
     heatmaps: int = Field(2, ge=0, le=50, description="rollouts per probe written as HTML token heatmaps")
 

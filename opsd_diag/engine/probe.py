@@ -42,7 +42,8 @@ def probe_config(cfg: DiagnosisConfig, spec: ProbeSpec, teachers: list[str] | No
         if spec.verdict else None
     data = dict(cfg.model_dump(mode="python"), teachers=[t.model_dump() for t in keep],
                 data=cfg.data.model_copy(update={"limit": limit}).model_dump(),
-                sampling=sampling.model_dump(), analysis=cfg.analysis.model_copy(update={"pass_k": pass_k}).model_dump(),
+                sampling=sampling.model_dump(),
+                analysis=cfg.analysis.model_copy(update={"pass_k": pass_k}).model_dump(),
                 ideal=ideal and ideal.model_dump(), lookahead=None, training=None, device=device or cfg.device)
     return DiagnosisConfig.model_validate(data)
 
