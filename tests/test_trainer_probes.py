@@ -21,7 +21,13 @@ EVERY = {"steps": 2, "problems": 2, "num_samples": 2, "budget": 4, "heatmaps": 1
 
 
 @pytest.mark.slow
-def test_opsd_train_writes_a_probe_every_n_steps_and_trains_as_without(world, tmp_path):
+def test_opsd_train_writes_a_probe_every_n_steps_and_trains_as_without(world, tmp_path, monkeypatch):
+    from accelerate import Accelerator
+
+    logged = []  # what the run hands its trackers (Accelerator.log), recorded
+    real_log = Accelerator.log
+    monkeypatch.setattr(Accelerator, "log", lambda self, values, step=None, **k: (
+        logged.append((step, dict(values))), real_log(self, values, step=step, **k))[1])
     train = {"method": "opd", "teacher": "teacher", "max_steps": 2}
     plain = write_config(tmp_path / "plain.yaml", world, **train)
     probed = write_config(tmp_path / "probed.yaml", world, **train, diagnose_every=EVERY)
@@ -49,6 +55,12 @@ def test_opsd_train_writes_a_probe_every_n_steps_and_trains_as_without(world, tm
     for col in ("lp_s", "lp_t", "lp_b", "r_opd", "kl_rev", "a_d2"):
         np.testing.assert_allclose(probe.tokens[col].to_numpy(float), direct.tokens[col].to_numpy(float),
                                    rtol=1e-5, atol=1e-6, equal_nan=True)
+    # the trackers got each probe's numbers at its step
+    probes_logged = [(step, v) for step, v in logged if "diagnosis/probe_step" in v]
+    assert [step for step, _ in probes_logged] == [0, 2]
+    for step, values in probes_logged:
+        want = trajectory.scalars(Run.load(run_dir / "probes" / f"step-{step:07d}"))
+        assert {k: v for k, v in values.items() if k != "diagnosis/probe_step"} == want
     # the trajectory has both steps
     frame = trajectory.frame(run_dir / "probes")
     assert sorted(frame["step"].unique()) == [0, 2]
