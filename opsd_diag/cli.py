@@ -116,15 +116,17 @@ def _cmd_export(args) -> None:
         if c not in run.configs:
             raise OpsdError(f"unknown config '{c}': this run has {', '.join(run.configs)}")
     out = Path(args.out) if args.out else Path(f"{run.path.name}-rollout{args.rollout}-{args.signal}.{args.format}")
+    from opsd_diag import jobs
     from opsd_diag.io import safe
 
     _check_output(out, args.format)  # before the heatmap is made: a refusal costs nothing
     data = run.export_heatmap(args.rollout, configs, args.signal, args.format,
                               run.tokenizer() if args.format == "html" else None, scale=args.scale)
-    try:
-        safe.write_file(out, data)
-    except OSError as e:
-        raise OpsdError(f"cannot write {out} ({e.strerror}): choose another --out") from None
+    with jobs.mapped(out, "export"):  # a full disk: one line (an export writes outside any run: no lock)
+        try:
+            safe.write_file(out, data)
+        except OSError as e:
+            raise OpsdError(f"cannot write {out} ({e.strerror}): choose another --out") from None
     print(f"heatmap of rollout {args.rollout} ({', '.join(configs)}, {args.signal}) written to {out}")
 
 
@@ -168,15 +170,12 @@ def _cmd_predict(args) -> None:
         print(f"opsd-diag: {note}", file=sys.stderr)
     prep = prepare(cfg.model_copy(update={"ideal": spec}))  # what the predictor cannot do is refused here
     check_tables(run.rollouts, run.tokens, [t.name for t in cfg.teachers], prep.node_models())  # models vs tables
-    lock = jobs.acquire_lock(run_dir, "opsd-diag predict")  # one writer per run directory
-    try:
+    with jobs.hold(run_dir, "opsd-diag predict", after="predict"):  # one writer per run directory
         if run.summary.ranking:
             print(f"opsd-diag: replacing the verdicts and ranking of {run_dir} with a new predictor run",
                   file=sys.stderr)
         result = run_predictor(run_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), spec,
                                show_progress=True)
-    finally:
-        jobs.release_lock(lock)
     if result.get("status") != "ok":
         print(result.get("reason", "skipped"))
     _print_report(run_dir)

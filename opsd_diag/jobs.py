@@ -13,8 +13,9 @@ is in ``RUN_DIR/status.json``, written by the launcher and by the run itself::
 
 A run holds the run directory's lock (``opsd_diag.lock``: an flock on the folder, its holder named in
 ``.lock``) while it writes: one writer per run directory, taken over from a killed holder. Stop
-signals only a group provably this run's (``ours``). Every file here is opened through ``io.safe``
-(no link followed, no FIFO waited on). docs/design.md.
+signals only a group provably this run's (``ours``). The run's own lifecycle, from the lock to its
+release with the status of how it ended, is ``hold``. Every file here is opened through ``io.safe`` (no
+link followed, no FIFO waited on). docs/design.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,6 +131,71 @@ def fail(run_dir: str | Path, error: str, status: str = "failed") -> None:
 
 
 STOPPED_EARLY = "stopped while loading, before any new work: start it again to continue"
+
+
+# ----------------------------------------------------------------------- the run's lifecycle
+
+# Every command that writes a run directory (opsd-diag run, opsd-train, opsd-diag predict) checks it is free
+# (``check_free``) before its models load, then does its work inside ``hold``: the lock on the main process,
+# the checks repeated once it is held, the work, a full disk turned into one line naming what to rerun, a stop
+# or a failure recorded in status.json, the release. An export writes outside any run: ``mapped`` only.
+
+
+@contextlib.contextmanager
+def mapped(path, after: str | None):
+    """A write that fails for want of space, inodes or descriptors becomes one line naming ``after``, the
+    command to rerun (``errors.AFTER_FULL``); every other error passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        full = safe.resource_error(e, path)
+        if full is None:
+            raise
+        raise full.after(after) from None
+
+
+@contextlib.contextmanager
+def hold(run_dir: str | Path, holder: str, *, main: bool = True, after: str | None = None,
+         stopped: str | None = None, ready: Callable[[], object] | None = None,
+         on_failure: Callable[[], object] | None = None, closing: Callable[[], object] | None = None):
+    """The lock of ``run_dir`` held by ``holder`` (on the main process) for the work inside.
+
+    ``ready``: runs once the lock is held, before the work (its errors are not recorded in the status: the
+    directory may not be this run's); ``stopped``: the status error of a stop, None when this command does not
+    keep ``status.json``; ``on_failure``: cleans up after a failure (the main process, before its status);
+    ``closing``: runs on every process at the end, before the lock is released."""
+    run_dir = Path(run_dir)
+    lock = acquire_lock(run_dir, holder) if main else None
+    try:
+        if main and ready is not None:
+            ready()
+        try:
+            yield
+        except BaseException as e:
+            full = safe.resource_error(e, run_dir) if isinstance(e, Exception) else None  # a full disk: one line
+            full = full and full.after(after)
+            if main and stopped is not None:
+                _record(run_dir, e, full, stopped, on_failure)
+            if full is not None:
+                raise full from None
+            raise
+        finally:
+            if closing is not None:
+                closing()
+    finally:
+        if lock is not None:
+            release_lock(lock)
+
+
+def _record(run_dir: Path, e: BaseException, full, stopped: str, on_failure) -> None:
+    if isinstance(e, KeyboardInterrupt):  # Ctrl-C or a stop (SIGTERM) before a graceful end: what is done stays
+        write_status(run_dir, "stopped", error=stopped)
+        return
+    if on_failure is not None:
+        on_failure()
+    error = str(full or e) if isinstance(full or e, OpsdError) else f"{type(e).__name__}: {e}"
+    with contextlib.suppress(OpsdError, OSError):  # the failure itself is what must reach the user
+        write_status(run_dir, "failed", error=error)
 
 
 def status(run_dir: str | Path) -> dict:

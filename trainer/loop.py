@@ -22,7 +22,6 @@ from accelerate import Accelerator
 
 from opsd_diag import jobs
 from opsd_diag.errors import NonFiniteLogits, OpsdError
-from opsd_diag.io import safe
 from trainer import checkpoint, probes, rundir, sharded
 from opsd_diag.config.training import TrainConfig, trackers
 from trainer.cross_step import cross_micro_batch_backward
@@ -252,36 +251,25 @@ def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], predic
     if st.roles.cross is not None and sharded.fsdp_requested(acc):
         raise OpsdError("a teacher with another tokenizer than the student is not supported with FSDP: train on one "
                         "process or with DDP")
-    lock = jobs.acquire_lock(run_dir, "opsd-train") if acc.is_main_process else None  # one writer per run
-    log_file = None
-    if acc.is_main_process:
+    log_file = []
+
+    def ready() -> None:  # the main process, once it holds the lock (one writer per run)
         rundir.check(run_dir, config_yaml, resume)  # again, now that no other run can write here
         rundir.create(run_dir, config_yaml, argv, prediction)
-        log_file = rundir.attach_log_file(run_dir)
+        log_file.append(rundir.attach_log_file(run_dir))
         checkpoint.clean_temp(run_dir)
         if resume:
             (run_dir / jobs.STOP).unlink(missing_ok=True)  # the STOP that ended the previous segment
-    acc.wait_for_everyone()
-    try:
-        return _train(acc, st, run_dir, ckpt, resumed)
-    except BaseException as e:
-        full = safe.resource_error(e, run_dir) if isinstance(e, Exception) else None  # a full disk: one line
-        full = full and full.after("train --resume")  # which says how to continue this run
-        if acc.is_main_process and isinstance(e, KeyboardInterrupt):  # a stop before the graceful handler
-            jobs.write_status(run_dir, "stopped", error=jobs.STOPPED_EARLY)
-        elif acc.is_main_process:
-            checkpoint.clean_temp(run_dir)  # a checkpoint cut short never stays behind
-            error = str(full or e) if isinstance(full or e, OpsdError) else f"{type(e).__name__}: {e}"
-            with contextlib.suppress(OpsdError, OSError):  # the failure itself is what must reach the user
-                jobs.write_status(run_dir, "failed", error=error)
-        if full is not None:
-            raise full from None
-        raise
-    finally:
+
+    def closing() -> None:
         acc.end_training()
-        rundir.detach_log_file(log_file)
-        if lock is not None:
-            jobs.release_lock(lock)
+        rundir.detach_log_file(log_file[0] if log_file else None)
+
+    with jobs.hold(run_dir, "opsd-train", main=acc.is_main_process, after="train --resume",  # how to continue
+                   stopped=jobs.STOPPED_EARLY, ready=ready, closing=closing,  # a stop before the graceful handler
+                   on_failure=lambda: checkpoint.clean_temp(run_dir)):  # a checkpoint cut short never stays
+        acc.wait_for_everyone()
+        return _train(acc, st, run_dir, ckpt, resumed)
 
 
 def _train(acc: Accelerator, st: Setup, run_dir: Path, ckpt: Path | None, resumed: tuple | None) -> str:

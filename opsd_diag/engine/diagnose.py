@@ -8,7 +8,6 @@ shard index, so the result does not depend on how many processes share the work,
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import sys
 import time
@@ -32,7 +31,7 @@ from opsd_diag.engine.shard_clock import ShardClock
 from opsd_diag.engine.sampling import cut_at_strings, sample_vllm
 from opsd_diag.engine.shard_scoring import NONFINITE_FIX, score_rollouts
 from opsd_diag.errors import NonFiniteLogits, OpsdError
-from opsd_diag.io import safe, store, templates
+from opsd_diag.io import store, templates
 from opsd_diag.io.data import load_problems
 from opsd_diag.config.spec import DiagnosisConfig, to_yaml
 from opsd_diag.engine.setup import Loaded
@@ -228,8 +227,8 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     prep = prepare(cfg, student)  # student: a training run's live policy (engine.probe), else the config's
     store.check_run_dir(out_dir, cfg.model_dump(mode="json"))  # every process checks: a refusal leaves none waiting
     main = state.is_main_process
-    lock = jobs.acquire_lock(out_dir, "opsd-diag run") if main else None
-    try:
+    with jobs.hold(out_dir, "opsd-diag run", main=main, after="run",  # a full disk: a rerun resumes
+                   stopped="interrupted; rerun the same command to resume"):  # finished shards are kept
         if main:
             store.check_run_dir(out_dir, cfg.model_dump(mode="json"))  # again, now that no other run writes here
             store.open_run_dir(out_dir, to_yaml(cfg), manifest(prep, "running", started=started))
@@ -269,19 +268,4 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                                              run_id=store.run_id(out_dir)))
             jobs.write_status(out_dir, "finished", stage="done")
         state.wait_for_everyone()
-    except BaseException as e:
-        full = safe.resource_error(e, out_dir) if isinstance(e, Exception) else None  # a full disk: one line
-        full = full and full.after("run")  # which says that a rerun resumes
-        if main and isinstance(e, KeyboardInterrupt):  # Ctrl-C or a stop (SIGTERM): finished shards are kept
-            jobs.write_status(out_dir, "stopped", error="interrupted; rerun the same command to resume")
-        elif main:
-            with contextlib.suppress(OpsdError, OSError):  # the failure itself is what must reach the user
-                jobs.write_status(out_dir, "failed", error=str(full or e) if isinstance(full or e, OpsdError)
-                                  else f"{type(e).__name__}: {e}")
-        if full is not None:
-            raise full from None
-        raise
-    finally:
-        if lock is not None:
-            jobs.release_lock(lock)
     return out_dir
