@@ -140,3 +140,16 @@ def test_report_shows_the_lever_recommendation(diagnosed, capsys):
     line = next(x for x in text.splitlines() if x.startswith("lever recommendation for teacher / jsd"))
     d = lv["recommendation"]["dll"]
     assert f"({lv['recommendation']['setting']})" in line and f"[{d['lo']:+.4f}, {d['hi']:+.4f}]" in line
+
+
+def test_overview_shows_the_lever_recommendation(diagnosed):
+    from test_app import _app, _ok
+
+    _, out = diagnosed
+    lv = store.read_json(out / "summary.json")["levers"]
+    at = _app(out.parent, out.name)
+    _ok(at)
+    shown = [i.value for i in at.info if "lever recommendation for teacher / jsd" in i.value]
+    from app import common
+
+    assert len(shown) == 1 and common.md(f"({lv['recommendation']['setting']})") in shown[0]  # markdown-escaped

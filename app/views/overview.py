@@ -14,7 +14,7 @@ BADGE = {"helps": ":blue-background[:blue[**helps**]]", "hurts": ":red-backgroun
 COLOUR = {"helps": "background-color: #b9ccff", "hurts": "background-color: #ffc2c2", "unclear": ""}
 
 run = common.require_run()  # a run in progress stops here, before the heavy imports below
-from opsd_diag import decision, prediction  # noqa: E402 (these import opsd_diag.run and the summary model: only
+from opsd_diag import decision, levers, prediction  # noqa: E402 (these import opsd_diag.run and the summary model: only
 from trainer import from_diagnosis  # noqa: E402  once a finished run is shown)
 
 s, f = run.summary, run.facts()
@@ -143,6 +143,8 @@ if pred is not None:
 dec = decision.decide(s, trainable) if s.ranking else None
 if dec is not None:
     decision_panel(dec, secondary=pred is not None)
+for line in levers.text(s.levers):  # the lever recommendation (lookahead.levers), as in `opsd-diag report`
+    st.info(common.md(line))
 
 acc = s.student_accuracy
 cols = st.columns(1 + len(s.pass_at_k))
