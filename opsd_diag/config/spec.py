@@ -240,7 +240,7 @@ class EvalSpec(Strict):
     max_completion_length: int | None = Field(None, ge=1, description="default: the training one")
     regression: DataSpec | None = Field(None, description="frozen regression set: accuracy + NLL of references")
     kl_to_initial: bool = Field(True, description="KL(current || initial policy) on the held-out samples")
-    batch_size: int = Field(32, ge=1, description="rows per generate call")
+    batch_size: int = Field(32, ge=1, description="rows per sampling call (the rollouts' sampler)")
     seed: Seed = Field(0, description="seed of the evaluation samples (the same for every evaluation)")
     at_start: bool = Field(True, description="evaluate the initial student too (the baseline of every curve)")
 
