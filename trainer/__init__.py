@@ -6,17 +6,24 @@ Entry points: ``opsd-train CONFIG [--out DIR] [--resume]`` (``python -m trainer`
 
 Modules, one job each:
 
-- ``config``     the training section resolved: inherited settings filled in, optional packages checked
-- ``losses``     per-token losses of every method, built only from ``opsd_diag.core.signals``
-- ``roles``      the trainable student and its teacher / base / initial partners (frozen, EMA, live, LoRA)
-- ``rollouts``   which problems each step trains on, views, on-policy sampling per generation chunk
-- ``step``       one micro-batch: forward, chunked loss, backward, normalised by the global token count
-- ``evaluate``   held-out pass@1 / pass@k and the forgetting check
+- ``setup``      ``opsd_diag.engine.setup.prepare`` plus what training adds (LoRA, EMA / frozen teacher, the
+                 initial policy, evaluation sets), before the run directory is written
+- ``roles``      the trainable student and its LoRA adapter
+- ``rollouts``   which problems each step trains on, views, on-policy samples per generation chunk
+                 (the rollouts' sampler of ``opsd_diag.engine.samplers``)
+- ``evaluate``   held-out pass@1 / pass@k and the forgetting check, on the same sampler
+- ``cross_step`` ``cross_losses``  one micro-batch against a teacher with another tokenizer, span by span
+- ``sharded``    the trainer under FSDP2
+- ``from_diagnosis``  the training config of one (config, signal) of a finished diagnosis, and its prediction
+- ``levers``     the kept tokens and the teacher's revealed share, step by step (``training.token_mask``,
+                 ``training.context_schedule``)
 - ``checkpoint`` HF-format checkpoints with optimizer, scheduler and RNG state
 - ``rundir``     the run directory: config.yaml, command.txt, metrics.jsonl, checkpoints
-- ``setup``      load and check everything before the run directory is written
 - ``loop``       the training loop on accelerate (logging, evaluation, saving, graceful stop)
 - ``probes``     ``training.diagnose_every``: a probe (a small diagnosis) of the live policy every N steps
 - ``trl_callback`` the same probes inside a TRL / ``transformers.Trainer`` run (``DiagnosisCallback``)
 - ``cli``        ``opsd-train``
+
+The per-token losses (``opsd_diag.core.losses``) and one micro-batch's step (``opsd_diag.engine.train_step``) live in
+the library, where the diagnosis' lookahead steps through them too.
 """
