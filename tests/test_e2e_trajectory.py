@@ -57,17 +57,18 @@ def test_a_trl_run_s_probes_open_as_a_trajectory(served):
         page.set_default_timeout(120_000)
         page.goto(f"{served['url']}/trajectory?probes={served['probes']}")
         page.get_by_role("heading", name="Trajectory", level=1).wait_for()
-        expect(page.get_by_text("2 probes, steps 0 to 2; teacher configs: teacher")).to_be_visible()
+        settle(page, 2.0)  # the whole page drawn (a shared machine may take a while)
+        expect(page.get_by_text("2 probes, steps 0 to 2; teacher configs: teacher")).to_be_visible(timeout=120_000)
         for heading in ("Signals", "Verdicts and predicted gain", "Collapse detectors", "Probe runs"):
-            expect(page.get_by_role("heading", name=heading)).to_be_visible()
-        settle(page, 2.0)
+            expect(page.get_by_role("heading", name=heading)).to_be_visible(timeout=120_000)
         no_exception(page)
         charts = page.locator('[data-testid="stPlotlyChart"]')
-        expect(charts.first).to_be_visible()
+        expect(charts.first).to_be_visible(timeout=120_000)
         assert charts.count() >= 5  # signals, verdicts, predicted gain, and the detectors
-        shot(page, "trajectory-01-signals", page.get_by_role("heading", name="Signals"))
-        shot(page, "trajectory-02-verdicts", page.get_by_role("heading", name="Verdicts and predicted gain"))
-        shot(page, "trajectory-03-collapse", page.get_by_role("heading", name="Collapse detectors"))
+        for name, heading in (("01-signals", "Signals"), ("02-verdicts", "Verdicts and predicted gain"),
+                              ("03-collapse", "Collapse detectors")):
+            page.get_by_role("heading", name=heading).evaluate("e => e.scrollIntoView({block: 'start'})")
+            shot(page, f"trajectory-{name}")
         page.get_by_role("button", name="Open step 2").click()
         page.get_by_role("heading", name="Overview", level=1).wait_for()
         settle(page, 2.0)
