@@ -115,7 +115,7 @@ def _run(tmp_path, cfg: dict, name: str):
     path.write_text(yaml.safe_dump(cfg))
     out = tmp_path / name
     r = subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(path), "--out", str(out), "--quiet"],
-                       cwd=REPO, capture_output=True, text=True, timeout=900)
+                       cwd=REPO, capture_output=True, text=True, timeout=3000)
     assert r.returncode == 0, r.stderr[-3000:]
     return out
 
@@ -138,11 +138,24 @@ def test_checks_fire_on_a_run_built_to_trigger_them(ci_zoo, problems_file, tmp_p
                        text=True, timeout=300)
     assert r.returncode == 0 and "failure checks" in r.stdout
     assert "FIRES  temperature: scored at T=0.5 but the student sampled at T=1" in r.stdout
-    assert "<h2>Failure checks</h2>" in run.report_html(n_heatmaps=0) and "FIRES  truncation" in run.report_html(
-        n_heatmaps=0)
+    page = run.report_html(n_heatmaps=0)
+    assert "<h2>Failure checks</h2>" in page and "FIRES  truncation" in page
+    from streamlit.testing.v1 import AppTest  # the app's Overview shows the same lines
+
+    at = AppTest.from_file(str(REPO / "app" / "main.py"), default_timeout=120)
+    at.session_state["runs_root"], at.session_state["run_dir"] = str(tmp_path), str(out)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    shown = "\n".join(m.value for m in at.markdown)
+    assert "**Failure checks**: " in shown  # each line as markdown-escaped text (app.common.md)
+    from app import common
+
+    temp = next(c for c in run.failure_checks() if c.name == "temperature")
+    assert f":red[**fires**] · **temperature**: {common.md(temp.line)}" in shown
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # about a CPU-minute; the wall time grows with the machine's load
 def test_every_check_is_silent_on_the_bundled_example(tmp_path):
     """The bundled example (sample_data/configs/quickstart.yaml; its predictor and lookahead left out: they read
     the same rollouts and change none of the checks' inputs)."""
