@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import tiny_config
+from conftest import ZOO, tiny_config
 
 from opsd_diag.config.rollouts_file import RolloutsFileSpec
 from opsd_diag.core import sampler_mismatch
@@ -91,8 +91,8 @@ def test_mismatch_statistics_against_a_loop_reference(scale):
 # ------------------------------------------------------------------------------------------ end to end
 
 @pytest.fixture(scope="module")
-def sampled(ci_zoo, tmp_path_factory):
-    """A sampled diagnosis of the tiny random models: the rollouts a vLLM or OpenRLHF dump would hold."""
+def sampled(tmp_path_factory):
+    """A sampled diagnosis of the bundled tiny models: the rollouts a vLLM or OpenRLHF dump would hold."""
     from opsd_diag.config.spec import from_dict
     from opsd_diag.engine.diagnose import run_diagnosis
     from opsd_diag.run import Run
@@ -100,7 +100,7 @@ def sampled(ci_zoo, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("byo")
     data = _write(root / "problems.jsonl", task.generate(5, 3))
-    cfg = tiny_config(ci_zoo, data, sampling={"num_samples": 2, "max_completion_length": 9})
+    cfg = tiny_config(ZOO, data, sampling={"num_samples": 2, "max_completion_length": 24})
     run_diagnosis(from_dict(cfg), root / "sampled", show_progress=False)
     return cfg, Run.load(root / "sampled")
 
@@ -158,7 +158,8 @@ def test_perturbed_log_probs_fire_the_check_with_the_reference_numbers(sampled, 
     file = _vllm_dump(run, tmp_path / "noisy.jsonl", noise=0.5, seed=1)
     given = _diagnose(cfg, file, tmp_path / "noisy")
     m = given.summary.sampler_mismatch
-    assert m["fired"] and next(c for c in given.failure_checks() if c.name == "sampler log-probs").fired
+    check = next(c for c in given.failure_checks() if c.name == "sampler log-probs")
+    assert m["fired"] and check.fired and f"mean |d| {m['mean_abs']:.4f} nats" in check.line
     # the reference: the file's own numbers against the stored lp_s, in explicit loops
     t = given.tokens[given.tokens["config"] == given.configs[0]]
     student, sampler = [], []

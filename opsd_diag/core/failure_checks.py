@@ -167,7 +167,8 @@ def sampler_mismatch(block: dict | None) -> Check | None:
         return Check("sampler log-probs", False, f"n/a ({block.get('status')})", block)
     th = block["thresholds"]
     line = (f"student − sampler log-prob: mean |d| {block['mean_abs']:.4f} nats, {block['share_over']:.1%} of "
-            f"{block['n_tokens']} tokens over {th['token_tol']:g}, max |d| {block['max_abs']:.3f}")
+            f"{block['n_tokens']} tokens over {th['token_tol']:g}, max |d| {block['max_abs']:.3f}; mean |d| by "
+            "position " + ", ".join(f"{b['positions']} {b['mean_abs']:.4f}" for b in block["buckets"]))
     if block["fired"]:
         line += (f" (above {th['mean_abs_max']:g} mean or {th['share_max']:.0%} of tokens: the engine and the "
                  "trainer disagree)")
