@@ -15,7 +15,7 @@ from fixtures_crosstok import build_model_dir, build_other_family, corpus, teach
 from test_cross_diagnose import ref_logprobs
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from opsd_diag.engine import cross
+from opsd_diag.engine import setup
 from opsd_diag.engine.cross_nodes import candidate_logprobs, mapped_topk, plan_rows
 from opsd_diag.engine.cross_scoring import CrossTeacher
 from opsd_diag.engine.diagnose import run_diagnosis
@@ -187,8 +187,8 @@ def test_same_tokenizer_through_the_cross_path_gives_today_numbers(tmp_path, mon
     cfg.pop("base")  # a base of the student's family beside configs forced across is refused
     today = tmp_path / "today"
     run_diagnosis(from_dict(cfg), today, show_progress=False)
-    real = cross.vocab_fingerprint
-    monkeypatch.setattr(cross, "vocab_fingerprint",  # the zoo teacher, of the student's tokenizer, taken across
+    real = setup.vocab_fingerprint  # what the one cross-tokenizer planner (setup.plan_cross) compares
+    monkeypatch.setattr(setup, "vocab_fingerprint",  # the zoo teacher, of the student's tokenizer, taken across
                         lambda tok: "forced" if str(tok.name_or_path).rstrip("/").endswith("teacher") else real(tok))
     forced = tmp_path / "forced"
     run_diagnosis(from_dict(cfg), forced, show_progress=False)
