@@ -19,18 +19,20 @@ def special_ids(tok) -> set[int] | None:
 def for_run(run, tokenizer=None) -> list[fc.Check]:
     """Every check on ``run`` (an ``opsd_diag.run.Run``); ``tokenizer``: the student's, for the template check
     (default ``run.tokenizer()``; without one that check says n/a)."""
-    cfg, s = run.config, run.summary
+    s, m = run.summary, run.manifest
     tokens, rollouts = run.tokens, run.rollouts
     by_config = dict(tuple(tokens.groupby("config", sort=False)))
     # a teacher with another tokenizer is scored per span: its id-by-id divergences are n/a (docs/signals.md)
     cross = {c for c, t in by_config.items() if t["kl_rev"].isna().all()}
     values = {(c, sig): t[sig].to_numpy() for c, t in by_config.items() for sig in fc.LOSS_SIGNALS if sig in t}
     truncated = rollouts["truncated"] if "truncated" in rollouts else ~rollouts["finished"]
-    checks = [fc.dead_signal(values), fc.temperature(cfg.sampling.temperature, cfg.scoring_temperature),
+    temps = [m.get(k) for k in ("sampling_temperature", "scoring_temperature")]  # as the manifest states them
+    checks = [fc.dead_signal(values), fc.temperature(*temps) if all(isinstance(t, (int, float)) for t in temps)
+              else fc.Check("temperature", False, "n/a (the manifest states no temperatures)", {}),
               fc.truncation(truncated.to_numpy(bool), dict(s.context_truncated), rollouts["problem_index"].nunique())]
     special = special_ids(tokenizer if tokenizer is not None else run.tokenizer())
-    if special is None:
-        checks.append(fc.Check("chat template", False, "n/a (the student's tokenizer is not here)", {}))
+    if special is None or "prompt_ids.student" not in rollouts:
+        checks.append(fc.Check("chat template", False, "n/a (the student's tokenizer or prompt ids are not here)", {}))
     else:
         first = rollouts.sort_values("rollout_id").drop_duplicates("problem_index")
         same = [c for c in run.configs if c not in cross and f"prompt_ids.{c}" in first]
