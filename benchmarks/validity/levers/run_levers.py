@@ -38,12 +38,19 @@ def load_plan(path: Path = PLAN) -> dict:
 
 
 def settings_for(plan: dict, world: str) -> list[str]:
-    """The settings run in ``world``: schedules only where the teacher's context shows the solution."""
+    """The settings run in ``world``: schedules only where the teacher's context shows the solution; then the
+    second look's settings in its worlds (amendment 3)."""
     self_teacher = plan["worlds"][world]["config"].startswith("self_")
-    return [s for s, v in plan["settings"].items() if self_teacher or not v.get("needs_solution")]
+    second = plan.get("second_look") or {}
+    return [s for s, v in plan["settings"].items() if self_teacher or not v.get("needs_solution")] + [
+        s for s in second.get("settings", {}) if world in second.get("worlds", [])]
 
 
-def run_config(plan: dict, base: dict, data_dir: Path, setting: str, seed: int) -> dict:
+def setting_of(plan: dict, name: str) -> dict:
+    return plan["settings"][name] if name in plan["settings"] else plan["second_look"]["settings"][name]
+
+
+def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int) -> dict:
     """The best configuration's training config with this plan's budget, evaluation and one lever setting."""
     cfg = json.loads(json.dumps(base))
     tr, ev = plan["training"], plan["evaluation"]
@@ -51,14 +58,14 @@ def run_config(plan: dict, base: dict, data_dir: Path, setting: str, seed: int) 
     training.update({k: tr[k] for k in ("max_steps", "per_device_train_batch_size", "num_generations",
                                          "learning_rate", "warmup_steps", "lr_scheduler_type")})
     training.update(seed=seed, save_total_limit=1, report_to="none",
-                    **{k: v for k, v in plan["settings"][setting].items() if k != "needs_solution"})
+                    **{k: v for k, v in setting_of(plan, name).items() if k != "needs_solution"})
     training["eval"] = {
         "data": {"path": str(data_dir / f"{ev['held_out']['split']}.jsonl"), "limit": ev["held_out"]["limit"]},
         "regression": {"path": str(data_dir / f"{ev['forgetting']['split']}.jsonl"),
                        "limit": ev["forgetting"]["limit"]},
         "num_samples": ev["num_samples"], "pass_k": ev["pass_k"], "temperature": ev["temperature"],
         "max_completion_length": ev["max_completion_length"], "seed": ev["seed"], "batch_size": ev["batch_size"],
-        "kl_to_initial": True, "at_start": setting == "all" and seed == plan["training"]["seeds"][0]}
+        "kl_to_initial": True, "at_start": name == "all" and seed == plan["training"]["seeds"][0]}
     reg = data_dir / f"{ev['forgetting']['split']}.jsonl"
     first = json.loads(reg.read_text().splitlines()[0]) if reg.is_file() else {}
     if not first.get("solution"):  # the trainer's regression NLL reads sft_target; no solution: the answer
@@ -111,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     worlds = args.worlds.split(",") if args.worlds else list(plan["worlds"])
     jobs = [j for w in worlds for j in layout(plan, w, out)]
     # interleave worlds so a late stop leaves every world with its first settings done
-    jobs.sort(key=lambda j: (j[0].split("__s")[1], list(plan["settings"]).index(j[0].split("/")[1].split("__")[0])))
+    order = [*plan["settings"], *(plan.get("second_look") or {}).get("settings", {})]
+    jobs.sort(key=lambda j: (j[0].split("__s")[1], order.index(j[0].split("/")[1].split("__")[0])))
 
     def run(job) -> int:
         name, cfg, run_dir = job

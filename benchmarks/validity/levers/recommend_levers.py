@@ -1,0 +1,55 @@
+"""The diagnosis' lever recommendation (``engine.levers``) on the worlds' stored diagnoses, for the study's rows.
+
+    python benchmarks/validity/levers/recommend_levers.py [--diag-root /work/runs/v2] [--out /work/runs/levers/recommend]
+
+Per world of plan.yaml: the worlds study's diagnosis (``DIAG_ROOT/<world>/diag/main``: its config with its
+lookahead settings, its rollouts), the world's best configuration and the loss its method trains (jsd for
+jsd and opsd_jsd), and ``engine.levers.run``: each candidate mask's kept shares and lookahead, and the
+recommendation (the largest lookahead Δll). Written to ``OUT/<world>.json``; report_levers.py reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from benchmarks.validity.levers.run_levers import load_plan  # noqa: E402
+from opsd_diag.config.spec import load_config  # noqa: E402
+from opsd_diag.core.stats import jsonable  # noqa: E402
+from opsd_diag.engine import levers, lookahead  # noqa: E402
+from opsd_diag.io import store  # noqa: E402
+from opsd_diag.io.models import load_spec  # noqa: E402
+
+LOSS = {"jsd": "jsd", "opsd_jsd": "jsd", "opd": "opd", "opsd_opd": "opd", "opd2": "opd2", "exopd": "exopd"}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--diag-root", type=Path, default=Path("/work/runs/v2"))
+    ap.add_argument("--out", type=Path, default=Path("/work/runs/levers/recommend"))
+    args = ap.parse_args(argv)
+    plan = load_plan()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for world, best in plan["worlds"].items():
+        diag = args.diag_root / world / "diag" / "main"
+        if (args.out / f"{world}.json").is_file():  # resumable
+            continue
+        cfg = load_config(diag / "config.yaml")
+        tok, student = load_spec(cfg.student, "cpu")
+        t = next(x for x in cfg.teachers if x.name == best["config"])
+        teacher = student if t.is_self else load_spec(cfg.student.model_copy(update={"model": t.model}), "cpu")[1]
+        base = load_spec(cfg.base, "cpu")[1] if cfg.base is not None else None
+        result = levers.run(cfg, student, teacher, base, store.read_table(diag, "rollouts"), best["config"],
+                            LOSS[best["method"]], tok.pad_token_id, lookahead)
+        (args.out / f"{world}.json").write_text(json.dumps(jsonable({"diagnosis": str(diag), **result}), indent=1))
+        print(world, (result.get("recommendation") or {}).get("setting"), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
