@@ -80,7 +80,7 @@ def world_rows(plan: dict, root: Path, world: str) -> dict:
             settings[s] = {"status": "not run or not finished"}
             continue
         deltas[s] = {1: np.mean(d1, axis=0), 4: np.mean(d4, axis=0)}
-        settings[s] = {"status": "ok", "seeds": seeds, "d_pass1": boot(deltas[s][1]), "d_pass4": boot(deltas[s][4]),
+        settings[s] = {"status": "ok", "second_look": s not in plan["settings"], "seeds": seeds, "d_pass1": boot(deltas[s][1]), "d_pass4": boot(deltas[s][4]),
                        "d_forgetting": {"estimate": float(np.mean(forget)), "per_seed": forget},
                        "kl_to_initial": {"estimate": float(np.mean(kl)), "per_seed": kl},
                        "kept_share": kept / tokens, "kept_tokens": kept, "tokens": tokens}
@@ -91,7 +91,48 @@ def world_rows(plan: dict, root: Path, world: str) -> dict:
             "n_problems": len(problems), "settings": settings}
 
 
-def answers(plan: dict, worlds: dict, bench: dict | None) -> dict:
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rho (average ranks for ties), NaN below 3 pairs or without spread."""
+    if len(x) < 3:
+        return math.nan
+    rx, ry = (np.argsort(np.argsort(v, kind="stable"), kind="stable").astype(float) for v in (x, y))
+    for r, v in ((rx, np.asarray(x)), (ry, np.asarray(y))):
+        for val in set(v.tolist()):  # average ranks of ties
+            r[v == val] = r[v == val].mean()
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def recommendation(worlds: dict, recs: dict) -> dict:
+    """Question 2: per world, the recommended mask against the realised settings."""
+    rows = []
+    for w, rec in recs.items():
+        st = {k: v for k, v in worlds.get(w, {}).get("settings", {}).items() if v.get("status") == "ok"}
+        if not st:
+            continue
+        best = max(st, key=lambda k: st[k]["d_pass1"]["estimate"])
+        r = (rec.get("recommendation") or {}).get("setting")
+        cands = [k for k in rec.get("settings", {}) if k in st and rec["settings"][k]["dll"].get("estimate") is not None]
+        row = {"world": w, "recommended": r, "best_realised": best, "best_d_pass1": st[best]["d_pass1"]["estimate"],
+               "all_d_pass1": st["all"]["d_pass1"]["estimate"] if "all" in st else None,
+               "recommended_d_pass1": st[r]["d_pass1"]["estimate"] if r in st else None,
+               "candidates_run": cands,
+               "spearman_dll_vs_d_pass1": spearman([rec["settings"][k]["dll"]["estimate"] for k in cands],
+                                                   [st[k]["d_pass1"]["estimate"] for k in cands]),
+               "diagnosis": {k: {q: rec["settings"][k][q] for q in ("kept_share", "signal_share", "dll")}
+                             for k in rec.get("settings", {})}}
+        if row["recommended_d_pass1"] is not None:
+            row["regret_vs_best"] = row["best_d_pass1"] - row["recommended_d_pass1"]
+            row["gain_vs_all"] = row["recommended_d_pass1"] - (row["all_d_pass1"] or 0.0)
+            row["within_0.02"] = row["regret_vs_best"] <= 0.02
+        else:
+            row["within_0.02"] = False
+        rows.append(row)
+    return {"answered": bool(rows), "rows": rows, "worlds_within_0.02": sum(r["within_0.02"] for r in rows)}
+
+
+def answers(plan: dict, worlds: dict, bench: dict | None, recs: dict | None = None) -> dict:
     out = {}
     div = worlds.get("diversity", {}).get("settings", {})
     base = div.get("all", {})
@@ -105,8 +146,9 @@ def answers(plan: dict, worlds: dict, bench: dict | None) -> dict:
             q1.append({"setting": s, "d_pass1": r["d_pass1"]["estimate"], "d_pass1_all": base["d_pass1"]["estimate"],
                        "d_pass4_minus_all": r["vs_all"]["d_pass4"], "meets": ok})
     out["q1_diversity"] = {"rows": q1, "any": any(r["meets"] for r in q1) if q1 else None}
-    out["q2_recommendation"] = {"answered": False, "why": "the diagnosis' lever recommendation (issue 33, item 2) "
-                                "was not built when this report was generated"}
+    out["q2_recommendation"] = recommendation(worlds, recs) if recs else {
+        "answered": False, "why": "the diagnosis' lever recommendation (issue 33, item 2) was not built when this "
+                                  "report was generated"}
     q3 = []
     for w, wr in worlds.items():
         st = wr.get("settings", {})
@@ -131,7 +173,8 @@ def answers(plan: dict, worlds: dict, bench: dict | None) -> dict:
                        "loses_at_most_10pct": bool(g >= 0.9 * g_all) if g_all > 0 else None})
     out["targets"] = {
         "t1_diversity_pass4": out["q1_diversity"]["any"],
-        "t2_recommendation_within_0.02": None,
+        "t2_recommendation_within_0.02": (out["q2_recommendation"].get("worlds_within_0.02", 0) >= 3
+                                          if out["q2_recommendation"]["answered"] else None),
         "t3_masked_gain": t3,
         "t3_masked_gain_met": bool(t3) and all(r["loses_at_most_10pct"] for r in t3),
         "t3_time_ratio": None if bench is None else bench["ratio_sampling_plus_step"],
@@ -146,7 +189,8 @@ def _ci(c: dict) -> str:
 def render(a: dict) -> str:
     L = ["# The lever study (issue 33): results", "",
          "Generated by `benchmarks/validity/levers/report_levers.py` from the runs of `run_levers.py` "
-         "(plan: `plan.yaml`, amendment 1); every number below comes from `levers_analysis.json`.", "",
+         "(plan: `plan.yaml`, amendments 1-3); every number below comes from `levers_analysis.json`. The first "
+         "look (commit 3c22b15) had every row but those marked second look, and no answer to question 2.", "",
          f"Runs: {a['runs']['finished']} of {a['runs']['planned']} finished.", ""]
     for w, wr in a["worlds"].items():
         L += [f"## {w}", ""]
@@ -163,7 +207,7 @@ def render(a: dict) -> str:
                 L.append(f"| {s} | {r['status']} | | | | | | | |")
                 continue
             va = r.get("vs_all")
-            L.append(f"| {s} | {','.join(map(str, r['seeds']))} | {_ci(r['d_pass1'])} | {_ci(r['d_pass4'])} | "
+            L.append(f"| {s}{' (second look)' if r.get('second_look') else ''} | {','.join(map(str, r['seeds']))} | {_ci(r['d_pass1'])} | {_ci(r['d_pass4'])} | "
                      f"{_ci(va['d_pass1']) if va else '—'} | {_ci(va['d_pass4']) if va else '—'} | "
                      f"{r['d_forgetting']['estimate']:+.3f} | {r['kl_to_initial']['estimate']:.4f} | "
                      f"{r['kept_share']:.3f} |")
@@ -177,8 +221,31 @@ def render(a: dict) -> str:
         L += ["", f"Answer: {'yes' if q['q1_diversity']['any'] else 'no'}.", ""]
     else:
         L += ["Not answered: the diversity runs did not finish.", ""]
-    L += ["**2. Does the diagnosis' lever recommendation pick the best realised setting?**", "",
-          f"Not answered: {q['q2_recommendation']['why']}.", "",
+    L += ["**2. Does the diagnosis' lever recommendation pick the best realised setting?**", ""]
+    q2 = q["q2_recommendation"]
+    if not q2["answered"]:
+        L += [f"Not answered: {q2['why']}.", ""]
+    else:
+        L += ["Computed after the first look (plan amendment 3) on the worlds study's stored diagnoses "
+              "(`recommend_levers.py`), the rule (largest lookahead Δll) committed before any result.", "",
+              "| world | recommended | its Δpass@1 | best realised | its Δpass@1 | all's Δpass@1 | regret | "
+              "Spearman(Δll, Δpass@1) over the candidates run |", "|---|---|---|---|---|---|---|---|"]
+        for r in q2["rows"]:
+            rd = "not run" if r["recommended_d_pass1"] is None else f"{r['recommended_d_pass1']:+.3f}"
+            rg = "—" if r.get("regret_vs_best") is None else f"{r['regret_vs_best']:+.3f}"
+            sp = r["spearman_dll_vs_d_pass1"]
+            L.append(f"| {r['world']} | {r['recommended'] or 'none (no finite lookahead Δll)'} | {rd} | "
+                     f"{r['best_realised']} | {r['best_d_pass1']:+.3f} | {r['all_d_pass1']:+.3f} | {rg} | "
+                     f"{'n/a' if sp != sp else f'{sp:+.2f}'} (n = {len(r['candidates_run'])}) |")
+        L += ["", "The diagnosis' lever quantities per candidate (kept share of tokens, of the summed |signal|, "
+              "lookahead Δll):", ""]
+        for r in q2["rows"]:
+            parts = [f"{k} {v['kept_share']:.2f} / {v['signal_share']:.2f} / "
+                     + ("n/a" if v["dll"].get("estimate") is None else f"{v['dll']['estimate']:+.4f}")
+                     for k, v in r["diagnosis"].items()]
+            L.append(f"- {r['world']}: " + "; ".join(parts))
+        L.append("")
+    L += [
           "**3. What share of tokens carries the gain?**", "",
           "| world | setting | kept share | gain share (Δpass@1 / all's) | gain per kept token vs all |", "|---|---|---|---|---|"]
     for r in q["q3_token_share"]:
@@ -186,11 +253,24 @@ def render(a: dict) -> str:
                  f"{r['gain_per_kept_token_vs_all']:+.2f} |")
     t = q["targets"]
     t3 = "; ".join(f"{r['world']} {r['d_pass1_masked']:+.3f} vs {r['d_pass1_all']:+.3f}" for r in t["t3_masked_gain"])
-    L += ["", "A 10–15× larger gain per kept token than all-token training would show as a last column of 10–15.", "",
+    shares = [(r["world"], r["diagnosis"]["entropy_top50"]["signal_share"]) for r in q2.get("rows", [])
+              if "entropy_top50" in r.get("diagnosis", {})]
+    L += ["", "A 10–15× larger gain per kept token than all-token training would show as a last column of 10–15."]
+    if shares:
+        L += ["", "The diagnosis measured the summed |signal| on entropy_top50's kept half at "
+              + ", ".join(f"{w} {v:.3f}" for w, v in shares) + " of the total. Reading (not a measurement): with "
+              "the JSD losses of these rows, the low-entropy half carries almost no signal and AdamW rescales each "
+              "parameter's step by its own gradient scale, so dividing by the kept count instead of every token "
+              "changes little: the masked run trains nearly the model all-token training does."]
+    L += ["",
           "## Targets", "",
           f"- diversity, a setting with Δpass@1 ≥ all's and its Δpass@4 interval above all's: "
           f"{'met' if t['t1_diversity_pass4'] else 'not met'}.",
-          "- recommended setting within 0.02 of the best in ≥ 3 of 4 worlds: not evaluated (no recommendation).",
+          ("- recommended setting within 0.02 of the best in ≥ 3 of 4 worlds: not evaluated (no recommendation)."
+           if t["t2_recommendation_within_0.02"] is None else
+           f"- recommended setting within 0.02 of the best in ≥ 3 of 4 worlds: "
+           f"{'met' if t['t2_recommendation_within_0.02'] else 'not met'} "
+           f"({q['q2_recommendation']['worlds_within_0.02']} of {len(q['q2_recommendation']['rows'])})."),
           f"- a ≤ 50%-token mask (entropy_top50) loses ≤ 10% of all's gain in every world: "
           f"{'met' if t['t3_masked_gain_met'] else 'not met'} "
           f"({t3})."]
@@ -208,16 +288,19 @@ def main(argv=None) -> int:
     ap.add_argument("--from", dest="root", type=Path, default=Path("/work/runs/levers"))
     ap.add_argument("--bench", type=Path, help="bench_step.py's output (default ROOT/bench_step.json)")
     ap.add_argument("--out", type=Path, default=HERE)
+    ap.add_argument("--recommend", type=Path, help="recommend_levers.py's outputs (default ROOT/recommend)")
     args = ap.parse_args(argv)
     plan = load_plan()
     worlds = {w: world_rows(plan, args.root, w) for w in plan["worlds"]}
+    rdir = args.recommend or args.root / "recommend"
+    recs = {w: json.loads((rdir / f"{w}.json").read_text()) for w in plan["worlds"] if (rdir / f"{w}.json").is_file()}
     bench_path = args.bench or args.root / "bench_step.json"
     bench = json.loads(bench_path.read_text()) if bench_path.is_file() else None
     planned = sum(len(settings_for(plan, w)) * len(plan["training"]["seeds"]) for w in plan["worlds"])
     finished = sum(len(r.get("seeds", [])) for wr in worlds.values() for r in wr.get("settings", {}).values())
     analysis = {"plan": "benchmarks/validity/levers/plan.yaml", "runs": {"planned": planned, "finished": finished},
                 "worlds": worlds, "bench": None if bench is None else {k: v for k, v in bench.items() if k != "raw"},
-                "answers": answers(plan, worlds, bench)}
+                "answers": answers(plan, worlds, bench, recs or None)}
     (args.out / "levers_analysis.json").write_text(json.dumps(analysis, indent=1, default=float) + "\n")
     (args.out / "RESULTS.md").write_text(render(analysis))
     print(f"wrote {args.out / 'RESULTS.md'} ({finished} of {planned} runs)")
