@@ -10,6 +10,7 @@ may show a Streamlit exception (``stException``). The browser is never downloade
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -62,6 +63,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def serve_app(root: Path):
+    """``app.serve`` over ``root`` on a free 127.0.0.1 port, from this checkout; its log beside ``root``."""
+    port = _free_port()
+    log = open(root.parent / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--runs-root", str(root), "--port", str(port)],
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.time() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.time() < deadline, (root.parent / "server.log").read_text()
+            time.sleep(0.5)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
 def _prebuilt_runs(root: Path, zoo: Path) -> None:
     """Runs the app lists from its start: ``tiny`` (a real diagnosis of the CI zoo), ``tiny-judged`` (the
     same with one verdict set to helps and the ranking redone, so the decision panel has a recommendation
@@ -108,23 +133,8 @@ def server(env_ok, tmp_path_factory, ci_zoo):
     held_out = root.parent / "held_out.jsonl"
     held_out.write_text("".join(ln + "\n" for ln in (REPO / "sample_data/problems/test.jsonl").read_text()
                                 .splitlines()[:3]))
-    port = _free_port()
-    log = open(root.parent / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--runs-root", str(root), "--port", str(port)],
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.time() + 120
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.time() < deadline, (root.parent / "server.log").read_text()
-            time.sleep(0.5)
-    yield {"url": f"http://127.0.0.1:{port}", "root": root, "held_out": held_out, "log": root.parent / "server.log"}
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=30)
-    log.close()
+    with serve_app(root) as url:
+        yield {"url": url, "root": root, "held_out": held_out, "log": root.parent / "server.log"}
     # every job the app started is ended too (they run in their own process groups)
     for st in root.glob("*/status.json"):
         pgid = json.loads(st.read_text()).get("pgid")

@@ -5,18 +5,9 @@ tests/test_e2e_browser.py (skipped loudly without them, failing in CI)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-import socket
-
 import pytest
-from test_e2e_browser import CHROMIUM, FLAGS, SHOTS, env_ok, no_exception, settle, shot  # noqa: F401 (fixture)
+from test_e2e_browser import CHROMIUM, FLAGS, SHOTS, env_ok, no_exception, serve_app, settle, shot  # noqa: F401 (fixture)
 from test_trl_callback import train_gkd
-
-from opsd_diag import trajectory
 
 pytestmark = pytest.mark.slow
 
@@ -26,25 +17,8 @@ def served(env_ok, tmp_path_factory):  # noqa: F811
     root = tmp_path_factory.mktemp("traj") / "runs"
     root.mkdir()
     probes = train_gkd(root / "gkd")["tmp"] / "probes"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(root.parent / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.serve", "--runs-root", str(root), "--port", str(port)],
-                            cwd=str(trajectory.__file__).rsplit("/opsd_diag/", 1)[0], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ})
-    deadline = time.time() + 120
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.time() < deadline, (root.parent / "server.log").read_text()
-            time.sleep(0.5)
-    yield {"url": f"http://127.0.0.1:{port}", "probes": probes}
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=30)
-    log.close()
+    with serve_app(root) as url:
+        yield {"url": url, "probes": probes}
 
 
 def test_a_trl_run_s_probes_open_as_a_trajectory(served):
