@@ -16,6 +16,7 @@ from opsd_diag import jobs
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
 from opsd_diag.config import training as train_config
+from opsd_diag.config.levers import named_mask
 from trainer import rundir
 
 
@@ -44,13 +45,14 @@ def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_di
                            max_steps: int | None = None, learning_rate: float | None = None,
                            batch_size: int | None = None, seed: int | None = None,
                            eval_data: str | Path | None = None, eval_problems: int | None = None,
-                           eval_samples: int | None = None, trust_remote_code: bool = False) -> list[str]:
+                           eval_samples: int | None = None, token_mask: str | None = None,
+                           trust_remote_code: bool = False) -> list[str]:
     """The argv of ``opsd-train --from-diagnosis RUN --config C --signal S --out DIR [overrides]``."""
     argv = [sys.executable, "-m", "trainer", "--from-diagnosis", str(run_dir), "--config", config, "--signal", signal,
             "--out", str(out_dir), *(["--trust-remote-code"] if trust_remote_code else [])]
     for flag, value in (("--max-steps", max_steps), ("--learning-rate", learning_rate), ("--batch-size", batch_size),
                         ("--seed", seed), ("--eval-data", eval_data), ("--eval-problems", eval_problems),
-                        ("--eval-samples", eval_samples)):
+                        ("--eval-samples", eval_samples), ("--token-mask", token_mask)):
         if value is not None and value != "":
             argv += [flag, str(value)]
     return argv
@@ -72,6 +74,8 @@ def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir:
     ev = eval_overrides(overrides.get("eval_data"), overrides.get("eval_problems"), overrides.get("eval_samples"))
     if ev:
         cfg_over["eval"] = ev
+    if overrides.get("token_mask"):
+        cfg_over["token_mask"] = named_mask(overrides["token_mask"])
     cfg, _, _ = from_diagnosis(run_dir, config, signal, trust_remote_code=trust_remote_code, **cfg_over)
     tc = train_config.resolve_training(cfg, f"training from {run_dir}")
     train_config.check_environment(tc.spec, f"training from {run_dir}")

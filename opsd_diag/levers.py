@@ -7,7 +7,7 @@ import pandas as pd
 
 # Run.levers(): one row per candidate token mask (docs/training.md#the-diagnosis-lever-recommendation)
 COLUMNS = {
-    "setting": "the candidate's name (engine.levers.CANDIDATES)",
+    "setting": "the candidate's name (config.levers.CANDIDATES)",
     "token_mask": "its `training.token_mask` section, as YAML flow text ({} is all tokens)",
     "kept_share": "share of the step half's tokens the mask keeps",
     "signal_share": "share of the summed |signal| (the method's advantage, or its per-token divergence) on them",

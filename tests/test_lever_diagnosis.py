@@ -153,3 +153,30 @@ def test_overview_shows_the_lever_recommendation(diagnosed):
     from app import common
 
     assert len(shown) == 1 and common.md(f"({lv['recommendation']['setting']})") in shown[0]  # markdown-escaped
+
+
+def test_train_form_is_prefilled_with_the_lever_recommendation(diagnosed):
+    """The Train form's token mask starts at the diagnosis' recommendation for (teacher, jsd); the command and the
+    config it shows train with that mask in full, and ``opsd-train --token-mask`` resolves to the same section."""
+    from test_app import _app, _ok
+
+    from opsd_diag.config import training as train_config
+    from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec, named_mask
+    from trainer import cli as train_cli
+
+    cfg, out = diagnosed
+    rec = store.read_json(out / "summary.json")["levers"]["recommendation"]["setting"]
+    at = _app(out.parent, out.name)
+    at.session_state["train_this"] = {"run": str(out), "config": "teacher", "signal": "jsd"}  # "Train this" on jsd
+    at.switch_page("views/train.py").run()
+    _ok(at)
+    assert at.selectbox(key="tt_mask-teacher-jsd").value == rec
+    assert any(f"--token-mask {rec}" in c.value for c in at.code)  # the exact command
+    assert any("Token mask pre-filled with the diagnosis' lever recommendation" in c.value for c in at.caption)
+    # the named mask is a whole section (it replaces a config's own mask), and the CLI takes every name
+    for name, kw in CANDIDATES.items():
+        assert named_mask(name) == TokenMaskSpec(**kw).model_dump()
+        assert train_cli.parser().parse_args(["--token-mask", name]).token_mask == name
+    before = train_config.with_training(cfg, {"token_mask": {"kind": "entropy", "entropy_quantiles": [0.0, 0.5]}}, "t")
+    after = train_config.with_training(before, {"token_mask": named_mask(rec)}, "t")
+    assert after.training.token_mask.model_dump() == named_mask(rec)

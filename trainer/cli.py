@@ -17,6 +17,7 @@ from pathlib import Path
 
 from opsd_diag import jobs
 from opsd_diag.argparser import Parser, check_paths, parse, stop_as_interrupt
+from opsd_diag.config.levers import CANDIDATES, named_mask
 from opsd_diag.errors import OpsdError, ResourceError
 from opsd_diag.io import safe
 
@@ -44,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--eval-data", help="held-out problems (training.eval.data.path), so the run can be scored")
     d.add_argument("--eval-problems", type=int, help="score the first N held-out problems (training.eval.data.limit)")
     d.add_argument("--eval-samples", type=int, help="samples per held-out problem (training.eval.num_samples)")
+    d.add_argument("--token-mask", choices=list(CANDIDATES), help="training.token_mask: one of the masks the "
+                   "diagnosis' lever recommendation looks ahead on (docs/training.md)")
     return p
 
 
@@ -66,6 +69,7 @@ def _load(args):
     overrides = {"max_steps": args.max_steps, "learning_rate": args.learning_rate,
                  "per_device_train_batch_size": args.batch_size, "seed": args.seed}
     overrides["eval"] = eval_overrides(args.eval_data, args.eval_problems, args.eval_samples)
+    overrides["token_mask"] = named_mask(args.token_mask)
     if args.from_diagnosis is None:
         if args.config_file is None:
             raise OpsdError("give a config file, or --from-diagnosis RUN_DIR --config NAME --signal SIGNAL")

@@ -16,6 +16,7 @@ from app import common, estimate, launch, training_figures, workbench
 from app import jobs as app_jobs
 from opsd_diag import jobs, scoreboard
 from opsd_diag.errors import OpsdError
+from opsd_diag.config.levers import CANDIDATES, named_mask
 from opsd_diag.config.spec import DataSpec
 from opsd_diag.io.data import load_problems
 from trainer import from_diagnosis
@@ -53,6 +54,22 @@ def training_cost(run, over: dict, eval_problems: int, eval_steps: int) -> None:
                f"token, {est['eval_sample_s']:.2f} s per held-out sample; the step count is an upper bound (every "
                "completion at full length)." if est["timed_from"] else
                "No finished training run with timed evaluations to time from yet: the time appears after the first.")
+
+
+def token_mask_field(run, config: str, method: str | None) -> str | None:
+    """The token mask to train with, pre-filled with the diagnosis' lever recommendation when it was made for
+    this (config, method) (``lookahead.levers``); None keeps the config's own mask."""
+    lv = run.summary.levers or {}
+    rec = (lv.get("recommendation") or {}).get("setting")
+    here = lv.get("config") == config and lv.get("method") == method and rec in CANDIDATES
+    names = ["(the config's own)", *CANDIDATES]
+    pick = st.selectbox("Token mask (where the signal is placed)", names, index=names.index(rec) if here else 0,
+                        key=f"tt_mask-{config}-{method}",
+                        help="pre-filled with the diagnosis' lever recommendation for this config and method"
+                        if here else "the diagnosis made no lever recommendation for this config and method")
+    if here:
+        st.caption(f"Token mask pre-filled with the diagnosis' lever recommendation: {rec}.")
+    return None if pick == names[0] else pick
 
 
 def from_verdict() -> None:
@@ -103,10 +120,11 @@ def from_verdict() -> None:
                              key="tt_eval_n", help=f"the file holds {n_held} problems" if n_held else None)
     eval_k = e2.number_input("Samples per held-out problem", 1, 1024, int(base_eval.get("num_samples") or 4),
                              key="tt_eval_k", help="pass@1 is their mean; pass@k uses k = min(4, samples)")
+    mask = token_mask_field(run, config, method.get("loss") if method["method"] == "opsd" else method["method"])
     out = st.text_input("Run directory", key="tt_out", placeholder=f"{root}/train-{config}-{signal}-<time> (default)")
     over = {"max_steps": int(steps), "learning_rate": float(lr), "batch_size": int(batch), "seed": int(seed),
             "eval_data": eval_data or None, "eval_problems": int(eval_n) if eval_data else None,
-            "eval_samples": int(eval_k) if eval_data else None}
+            "eval_samples": int(eval_k) if eval_data else None, "token_mask": mask}
     training_cost(run, over, min(int(eval_n), n_held) if eval_data and n_held else 0,
                   int((base or {}).get("eval_steps") or 0))
     with st.expander("The exact command and the config it trains (YAML)"):
@@ -115,7 +133,8 @@ def from_verdict() -> None:
         try:
             cfg = from_diagnosis.training_config(run, config, signal, max_steps=over["max_steps"],
                                                  learning_rate=over["learning_rate"],
-                                                 per_device_train_batch_size=over["batch_size"], seed=over["seed"])
+                                                 per_device_train_batch_size=over["batch_size"], seed=over["seed"],
+                                                 token_mask=named_mask(mask))
             st.code(workbench.config_yaml(cfg), language="yaml")
         except OpsdError as e:
             st.error(common.plain(str(e)))

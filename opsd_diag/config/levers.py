@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from opsd_diag.config.settings import MaskSettings, ScheduleSettings
 
 
-
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
@@ -44,6 +43,18 @@ class TokenMaskSpec(_Section):
         return MaskSettings(kind=self.kind, entropy_quantiles=tuple(self.entropy_quantiles),
                             advantage_top=self.advantage_top, teacher_confidence=self.teacher_confidence,
                             positions=tuple(self.positions), rollouts=self.rollouts)
+
+
+# The named token masks the diagnosis looks ahead on (engine.levers) and ``opsd-train --token-mask`` takes.
+CANDIDATES = {"all": {}, "entropy_top50": {"kind": "entropy", "entropy_quantiles": [0.5, 1.0]},
+              "advantage_top20": {"kind": "advantage", "advantage_top": 0.2},
+              "confident_disagreement": {"kind": "confident_disagreement", "teacher_confidence": 0.5},
+              "correct_only": {"rollouts": "correct"}, "incorrect_only": {"rollouts": "incorrect"}}
+
+
+def named_mask(name: str | None) -> dict | None:
+    """``training.token_mask`` in full for a named candidate (every key set, so it replaces a config's mask)."""
+    return None if name is None else TokenMaskSpec(**CANDIDATES[name]).model_dump()
 
 
 class ContextScheduleSpec(_Section):

@@ -17,18 +17,13 @@ from pathlib import Path
 
 import torch
 
-from opsd_diag.config.levers import TokenMaskSpec
+from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.core import token_mask
 from opsd_diag.core.stats import jsonable
 from opsd_diag.engine.scoring import completion_hidden
 from opsd_diag.engine.train_step import MicroBatch, Roles, auto_chunk_size, partner_hidden, token_scores
 from opsd_diag.io import store
-
-CANDIDATES = {"all": {}, "entropy_top50": {"kind": "entropy", "entropy_quantiles": [0.5, 1.0]},
-              "advantage_top20": {"kind": "advantage", "advantage_top": 0.2},
-              "confident_disagreement": {"kind": "confident_disagreement", "teacher_confidence": 0.5},
-              "correct_only": {"rollouts": "correct"}, "incorrect_only": {"rollouts": "incorrect"}}
 
 
 def target(cfg, summary: dict, methods: tuple[str, ...]) -> tuple[str, str]:
