@@ -426,6 +426,23 @@ def test_open_this_run_opens_the_new_run(server, page):
     no_exception(page)
 
 
+def _draft_saved(root: Path, url: str, wanted: set, timeout: float = 120.0) -> None:
+    """Wait until the tab's draft file (``.drafts/ID.json``, ID from the URL) holds every ``wanted`` value."""
+    from urllib.parse import parse_qs, urlparse
+
+    path = root / ".drafts" / f"{parse_qs(urlparse(url).query)['draft'][0]}.json"
+    deadline = time.time() + timeout
+    while True:
+        try:
+            values = {v for v in json.loads(path.read_text()).values() if isinstance(v, (str, int, float))}
+        except (OSError, ValueError):
+            values = set()
+        if wanted <= values:
+            return
+        assert time.time() < deadline, f"the draft {path} never held {wanted}: {values}"
+        time.sleep(0.3)
+
+
 def test_reload_mid_diagnosis_keeps_progress_and_entries(server, page):
     """Bug 3: a reload during a running diagnosis lost its progress panel and every form entry."""
     from playwright.sync_api import expect
@@ -437,6 +454,7 @@ def test_reload_mid_diagnosis_keeps_progress_and_entries(server, page):
     fill(page, "Samples per prompt", 2)
     fill(page, "Run directory", busy)
     assert "draft=" in page.url and "job=" in page.url
+    _draft_saved(server["root"], page.url, {3, 2, str(busy)})  # a loaded machine may not have rerun yet
     page.reload()
     page.get_by_role("heading", name="New diagnosis").wait_for()
     settle(page, 1.5)
