@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,15 @@ def tiny_config(zoo: Path, data_file: Path, **over) -> dict:
         else:
             cfg[key] = value
     return cfg
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_restored():
+    """A test (or the code it runs in-process: a trainer, a callback) leaves Ctrl+C and SIGTERM as it found them;
+    a handler left behind would make every later stop test in this process pass or fail for the wrong reason."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    left = {signal.Signals(s).name: h for s, h in before.items() if signal.getsignal(s) is not h}
+    for s, h in before.items():
+        signal.signal(s, h)
+    assert not left, f"this test left stop-signal handlers changed: {left}"
