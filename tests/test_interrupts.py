@@ -20,6 +20,15 @@ from opsd_diag.run import Run
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Python's own Ctrl+C handler, whatever started pytest: a shell's background job (``make test &``) inherits
+    SIGINT ignored, and then no stop test here could see a Ctrl+C."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _signal_self(signum: int):
     """A stand-in for a slow step that receives ``signum`` from outside while it works."""
     def slow(*args, **kwargs):
