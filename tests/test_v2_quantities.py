@@ -13,22 +13,14 @@ import statistics
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from conftest import ZOO, tiny_config, write_jsonl
+from test_ideal import one_torch_thread  # noqa: F401 (the shared autouse fixture: one torch thread)
 
 from opsd_diag.core import aggregate, ideal
 from opsd_diag.core import lookahead as maths
 from opsd_diag.engine import lookahead
 from opsd_diag.engine import nodes as N
 from opsd_diag.config.spec import from_dict
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------------------ references
