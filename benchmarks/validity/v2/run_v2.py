@@ -1,13 +1,14 @@
 """Rediagnose the outcome worlds with the lookahead of predictor v2 (plan.yaml here), one world after another.
 
-    python benchmarks/validity/v2/run_v2.py --out DIR [--worlds capacity,style] [--plan default|quick]
+    python benchmarks/validity/v2/run_v2.py --out DIR [--worlds capacity,style] [--plan default|quick] [--look 2]
 
 Each world's diagnosis configs are the worlds study's own (``worlds/run_worlds.py`` lays them out:
 same data, seeds, sampling and scoring, so the same student rollouts), plus this plan's ``lookahead``
 section; the ideal-gradient predictor is left out (its v1 columns, like every realised outcome, are
 read from the committed worlds analysis). Writes ``DIR/<world>/diag/<run>/`` (an ordinary run
 directory) and ``DIR/<world>/lookahead.json`` (the rows' lookahead columns and cost). Resumable:
-rerun the same command and finished diagnoses are skipped.
+rerun the same command and finished diagnoses are skipped. ``--look 2``: the second look's settings
+(plan_look2.yaml: its worlds, and fresh samples in the lookahead, whose pass@1 change is ``lookahead_fresh``).
 """
 
 from __future__ import annotations
@@ -30,16 +31,17 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan.yaml"
+PLAN_LOOK2 = HERE / "plan_look2.yaml"
 # the row's method -> the loss the lookahead steps with (a self-teacher's opsd_* trains that loss, frozen teacher)
 LOSS = {"opd": "opd", "jsd": "jsd", "opd2": "opd2", "exopd": "exopd", "opsd_opd": "opd", "opsd_jsd": "jsd"}
 
 
-def lookahead_section(v2: dict, worlds_plan: dict) -> dict:
+def lookahead_section(v2: dict, worlds_plan: dict, fresh_samples: int = 0) -> dict:
     la = v2["lookahead"]
     tr = worlds_plan["training"]
     return {"methods": ["opd", "jsd", "opd2", "exopd"], "steps": la["steps"],
             "rollouts_per_step": la["rollouts_per_step"], "learning_rate": tr["learning_rate"], "clip": 1.0,
-            "seed": la["seed"]}
+            "seed": la["seed"], **({"fresh_samples": fresh_samples} if fresh_samples else {})}
 
 
 def diag_configs(plan: dict, out: Path, section: dict) -> dict[str, Path]:
@@ -68,10 +70,14 @@ def rows_of(plan: dict, runs: dict[str, Path], world_dir: Path) -> list[dict]:
         run, inner = plan_mod.diag_source(plan, row.config)
         la = json.loads((runs[run] / "summary.json").read_text())["lookahead"]
         r = la["configs"][inner][LOSS[row.method]]
+        fresh = r.get("fresh", {}).get("pass@1", {})
         out.append({"config": row.config, "method": row.method, "loss": LOSS[row.method], "diagnosis_run": run,
                     "lookahead_dv": r["dv"], "lookahead_dll": r["dll"], "lookahead_kl": r["kl"],
                     "trained_tokens": r["trained_tokens"], "partner_scored_tokens": r["partner_scored_tokens"],
                     "measured_tokens": r["measured_tokens"], "n_step_rollouts": la["n_step_rollouts"],
+                    **({"lookahead_fresh": fresh.get("estimate"), "lookahead_fresh_lo": fresh.get("lo"),
+                        "lookahead_fresh_hi": fresh.get("hi"), "fresh_sampled_tokens": r.get("fresh_sampled_tokens"),
+                        "fresh_initial_tokens": la.get("fresh_initial_tokens")} if fresh else {}),
                     "n_measure_rollouts": la["n_measure_rollouts"], "training_run_completions": run_cost})
     return out
 
@@ -81,10 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--worlds", help="comma-separated subset (default: the plan's seven)")
     ap.add_argument("--plan", default="default", choices=("default", "quick"), help="the worlds plan variant")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 2), help="the first look's settings or the second's")
     args = ap.parse_args(argv)
     v2 = yaml.safe_load(PLAN.read_text())
+    look2 = yaml.safe_load(PLAN_LOOK2.read_text()) if args.look == 2 else None
+    fresh = look2["lookahead"]["fresh_samples"] if look2 else 0
     plans = run_worlds.load(args.plan)
-    worlds = args.worlds.split(",") if args.worlds else v2["worlds"]
+    worlds = args.worlds.split(",") if args.worlds else (look2 or v2)["worlds"]
     for name in worlds:
         world_dir = (args.out / name).resolve()
         if (world_dir / "lookahead.json").is_file():
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = run_worlds.resolve(plans, name)
         t0 = time.time()
         runs = {}
-        for run, cfg in diag_configs(plan, world_dir, lookahead_section(v2, plan)).items():
+        for run, cfg in diag_configs(plan, world_dir, lookahead_section(v2, plan, fresh)).items():
             d = world_dir / "diag" / run
             if not runs_io.diag_finished(d):
                 subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(cfg), "--out", str(d), "--quiet"],
