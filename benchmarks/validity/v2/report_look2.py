@@ -1,0 +1,298 @@
+"""Predictor v2's second look, as pre-registered (plan_look2.yaml here): analysis JSON and RESULTS_look2.md.
+
+    python benchmarks/validity/v2/report_look2.py --from DIR --crossed STUDY
+        # DIR: run_v2.py --look 2's output (all eight worlds); STUDY: run_worlds.py --worlds crossed's output
+
+The seven worlds' realised outcomes and v1 columns come from the committed worlds analysis, the added
+world's from its own study (``analyze_worlds.py`` over STUDY, copied to ``look2/crossed_analysis.json``
+so the render is reproducible from committed files). The lookahead rows of every world are copied to
+``look2/lookahead/<world>.json``. The models are the first look's ridge (``opsd_diag.core.predictor``,
+``report_v2.py``'s LOWO, intervals, statistics) on the second look's features: G as it is, every
+feature written ``c(x)`` centred on the mean of its world's rows (after imputing a missing value with
+the training folds' mean). Writes ``look2_analysis.json`` and ``RESULTS_look2.md`` here; the first
+look's files stay as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from opsd_diag.core import predictor as model  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PLAN2 = HERE / "plan_look2.yaml"
+OUT = HERE / "look2"
+FIRST_LOOK = HERE / "lookahead"  # the first look's lookahead rows: the second look must reproduce them
+LOOKAHEAD = ("lookahead_fresh", "lookahead_kl", "lookahead_dv", "lookahead_dll")
+SINGLE = ("accuracy_gap", "score", "verdict_value", "teachability", "mean_jsd", "lookahead_fresh", "lookahead_kl",
+          "lookahead_dv")
+ADDED = "crossed"
+
+
+def world_rows(w: str, plan2: dict) -> list[dict]:
+    """The world's product rows (realised outcomes and v1 columns) from the committed analysis of its study."""
+    src = OUT / "crossed_analysis.json" if w == plan2["added_world"]["name"] else v2.REPO / plan2["outcomes_from"]["seven"]
+    return [r for r in json.loads(src.read_text())["worlds"][w]["rows"] if r.get("kind") == "product"]
+
+
+def load_rows(plan2: dict) -> list[dict]:
+    """Every diagnosed row of the eight worlds with its lookahead columns (``look2/lookahead/<world>.json``)."""
+    rows = []
+    for w in plan2["worlds"]:
+        la = {(r["config"], r["method"]): r for r in json.loads((OUT / "lookahead" / f"{w}.json").read_text())["rows"]}
+        for r in world_rows(w, plan2):
+            x = la[(r["config"], r["method"])]
+            rows.append({"world": w, "config": r["config"], "method": r["method"], "realised": r["realised"],
+                         "diagnosis_run": r["diagnosis_run"], "diagnosis_config": r["diagnosis_config"],
+                         **{k: r.get(k) for k in SINGLE if not k.startswith("lookahead")},
+                         **{k: x[k]["estimate"] for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl")},
+                         "lookahead_fresh": x.get("lookahead_fresh"), "is_jsd": model.LOSS_KIND[r["method"]],
+                         **{o: r[o] for o in v2.OUTCOMES},
+                         "cost": {k: x.get(k) for k in ("trained_tokens", "partner_scored_tokens", "measured_tokens",
+                                                        "fresh_sampled_tokens", "fresh_initial_tokens",
+                                                        "n_measure_rollouts", "training_run_completions")}})
+    return rows
+
+
+def feature(name: str) -> tuple[str, bool]:
+    """``c(x)`` -> (x, centred)."""
+    return (name[2:-1], True) if name.startswith("c(") else (name, False)
+
+
+def design(rows: list[dict], features: list[str], fill: dict[str, float]) -> np.ndarray:
+    """``[n, f]``: raw columns as they are (NaN left to ``model.fit``'s imputation); a centred column is imputed
+    with ``fill`` and then centred on the mean of its world's rows (features only, never outcomes)."""
+    w = np.array([r["world"] for r in rows])
+    cols = []
+    for f in features:
+        name, centred = feature(f)
+        x = np.array([v2._num(r[name]) for r in rows])
+        if centred:
+            x = np.where(np.isfinite(x), x, fill.get(name, 0.0))
+            for world in set(w):
+                x[w == world] -= x[w == world].mean()
+        cols.append(x)
+    return np.stack(cols, axis=1)
+
+
+def fills(rows: list[dict], features: list[str]) -> dict[str, float]:
+    """The fitting rows' mean of each centred feature (the imputation value)."""
+    out = {}
+    for f in features:
+        name, centred = feature(f)
+        if centred:
+            x = np.array([v2._num(r[name]) for r in rows])
+            out[name] = float(np.nanmean(x)) if np.isfinite(x).any() else 0.0
+    return out
+
+
+def lowo(rows: list[dict], features: list[str], outcome: str, alpha: float, inner: bool = True) -> dict:
+    """``report_v2.lowo`` with the second look's design (the centred columns imputed from the training folds)."""
+    worlds = sorted({r["world"] for r in rows})
+    w = np.array([r["world"] for r in rows])
+    y = v2.target(rows, outcome)
+    pred = np.full(len(rows), np.nan)
+    lo, hi = pred.copy(), pred.copy()
+    for held in worlds:
+        train, test = (w != held) & np.isfinite(y), w == held
+        X = design(rows, features, fills([r for r, t in zip(rows, train) if t], features))
+        m = model.fit(X[train], y[train], features, alpha)
+        pred[test] = model.predict(m, X[test])
+        if inner:
+            sub = [r for r, t in zip(rows, train) if t]
+            inner_pred = lowo(sub, features, outcome, alpha, inner=False)["pred"]
+            q_lo, q_hi = model.residual_band(v2.target(sub, outcome) - inner_pred)
+            lo[test], hi[test] = pred[test] + q_lo, pred[test] + q_hi
+    return {"pred": pred, "lo": lo, "hi": hi}
+
+
+def scopes(rows: list[dict], added: str) -> dict[str, np.ndarray]:
+    w = np.array([r["world"] for r in rows])
+    return {"eight": np.ones(len(rows), bool), "seven": w != added, added: w == added}
+
+
+def ranking(x: np.ndarray, rows: list[dict], reps: np.ndarray, boot: dict, g: np.ndarray, added: str) -> dict:
+    """Spearman (cluster bootstrap) and the paired difference against G, per scope (eight, seven, the added world)."""
+    out = {}
+    for scope, k in scopes(rows, added).items():
+        sub = [r for r, keep in zip(rows, k) if keep]
+        out[scope] = {"spearman": v2.rho(x[k], sub, "d_pass1", reps[k], boot),
+                      "vs_accuracy_gap": v2.rho(x[k], sub, "d_pass1", reps[k], boot, other=g[k])}
+    return out
+
+
+def cost(rows: list[dict]) -> dict:
+    """Lookahead tokens per row over one training run's (sampled + scored + trained) tokens; the initial student's
+    measurement and fresh samples are shared by a diagnosis' rows but counted in full for each (an upper bound)."""
+    out = {}
+    for r in rows:
+        c = r["cost"]
+        mean_len = c["measured_tokens"] / max(1, c["n_measure_rollouts"])
+        run = 3 * c["training_run_completions"] * mean_len
+        look = c["trained_tokens"] + c["partner_scored_tokens"] + c["measured_tokens"]
+        fresh = (c["fresh_sampled_tokens"] or 0) + (c["fresh_initial_tokens"] or 0)
+        out.setdefault(r["world"], []).append(((look + fresh) / run, look / run))
+    return {w: {"mean": float(np.mean([a for a, _ in s])), "max": float(np.max([a for a, _ in s])),
+                "max_without_fresh": float(np.max([b for _, b in s]))} for w, s in out.items()}
+
+
+def reproduction(rows: list[dict], study: Path) -> dict:
+    """Largest difference of the recomputed first-look columns (lookahead dv, dll, kl over the seven worlds) from the
+    first look's committed rows, and of the rediagnosed G and mean JSD from the committed worlds analysis."""
+    diff = {k: 0.0 for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl", "accuracy_gap", "mean_jsd")}
+    for r in rows:
+        first = FIRST_LOOK / f"{r['world']}.json"
+        if first.is_file():
+            old = {(x["config"], x["method"]): x for x in json.loads(first.read_text())["rows"]}[(r["config"], r["method"])]
+            for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl"):
+                a, b = v2._num(old[k]["estimate"]), v2._num(r[k])
+                if math.isfinite(a) or math.isfinite(b):
+                    diff[k] = max(diff[k], abs(a - b) if math.isfinite(a) and math.isfinite(b) else math.inf)
+        re = v2.rediagnosed(study / r["world"] / "diag" / r["diagnosis_run"], r["diagnosis_config"])
+        for k in ("accuracy_gap", "mean_jsd"):
+            diff[k] = max(diff[k], abs(v2._num(re[k]) - v2._num(r[k])))
+    return diff
+
+
+def analyse(study: Path) -> dict:
+    plan2 = yaml.safe_load(PLAN2.read_text())
+    rows = load_rows(plan2)
+    added = plan2["added_world"]["name"]
+    m, val = plan2["models"], plan2["validation"]
+    boot = {"n": 2000, "seed": 0}
+    reps = v2.realised_reps(rows, "d_pass1", boot["n"], boot["seed"])
+    g = np.array([v2._num(r["accuracy_gap"]) for r in rows])
+    out = {"plan": "benchmarks/validity/v2/plan_look2.yaml", "added_world": added, "n_rows": len(rows),
+           "n_rows_added": int(sum(r["world"] == added for r in rows)), "delta": val["delta"], "alpha": 1.0,
+           "primary": m["primary"], "tiers": {}, "single": {},
+           "missing": {k: int(sum(not math.isfinite(v2._num(r[k])) for r in rows)) for k in
+                       ("accuracy_gap", "teachability", "mean_jsd", *LOOKAHEAD)}}
+    for tier, features in m["tiers"].items():
+        fold = lowo(rows, features, "d_pass1", out["alpha"])
+        out["tiers"][tier] = {"features": features, **ranking(fold["pred"], rows, reps, boot, g, added),
+                              "per_world": v2.per_world(fold["pred"], rows, "d_pass1"),
+                              "decisions": v2.decisions(fold, rows, val["delta"]),
+                              "method_order": v2.method_order(fold["pred"], rows),
+                              "pred": fold["pred"].tolist(), "lo": fold["lo"].tolist(), "hi": fold["hi"].tolist()}
+    for name in SINGLE:
+        x = np.array([v2._num(r[name]) for r in rows])
+        out["single"][name] = {**ranking(x, rows, reps, boot, g, added), "per_world": v2.per_world(x, rows, "d_pass1"),
+                               "method_order": v2.method_order(x, rows)}
+    feats = m["tiers"][m["primary"]]
+    out["other_outcomes"] = {}
+    for o in ("d_pass4", "d_regression", "kl_to_initial"):
+        fold = lowo(rows, feats, o, out["alpha"], inner=False)
+        out["other_outcomes"][o] = {"spearman": stats.spearman(*v2._finite(fold["pred"], v2.target(rows, o))),
+                                    "per_world": v2.per_world(fold["pred"], rows, o)}
+    out["cost"] = cost(rows)
+    out["reproduction"] = reproduction(rows, study)
+    out["rows"] = [{k: r[k] for k in ("world", "config", "method", "realised")} | {"d_pass1": r["d_pass1"]["estimate"]}
+                   for r in rows]
+    out["ship"] = ship(out)
+    return out
+
+
+def ship(a: dict) -> dict:
+    """The plan's rule: the primary ships only if it beats G pooled over the eight worlds (paired interval above 0)
+    and is at least G on the added world alone."""
+    p, g, added = a["tiers"][a["primary"]], a["single"]["accuracy_gap"], a["added_world"]
+    pooled = p["eight"]["spearman"]["estimate"] > g["eight"]["spearman"]["estimate"] and p["eight"]["vs_accuracy_gap"]["lo"] > 0
+    on_added = p[added]["spearman"]["estimate"] >= g[added]["spearman"]["estimate"]
+    wins = bool(pooled and on_added)
+    d, pa, ga = p["eight"]["vs_accuracy_gap"], p[added]["spearman"]["estimate"], g[added]["spearman"]["estimate"]
+    return {"choice": a["primary"] if wins else "accuracy_gap", "pooled_condition": bool(pooled),
+            "added_world_condition": bool(on_added),
+            "reason": (f"{a['primary']} beats G pooled over the eight worlds (paired {v2.ci(d)}) and on {added} "
+                       f"({v2.fmt(pa)} vs {v2.fmt(ga)})") if wins else
+                      (f"{a['primary']} does not meet the ship rule: pooled over the eight worlds the paired difference "
+                       f"with G is {v2.ci(d)}{'' if pooled else ' (needs to lie above 0)'}; on {added} alone "
+                       f"{v2.fmt(pa)} against G's {v2.fmt(ga)}{'' if on_added else ' (needs to be at least G)'}")}
+
+
+def render(a: dict) -> str:
+    f, ci, added = v2.fmt, v2.ci, a["added_world"]
+    lines = ["# Predictor v2, second look: eight worlds, one of them new", "",
+             f"Generated by `python benchmarks/validity/v2/report_look2.py --from DIR --crossed STUDY` from "
+             f"`look2_analysis.json` (plan: `{a['plan']}`, committed before any result of this look). {a['n_rows']} rows "
+             f"(configuration x method), {a['n_rows_added']} of them on the added world `{added}`, which no model "
+             f"or feature of either look was designed on. The first look (`RESULTS.md`) stays as it was.", "",
+             f"**Ship rule:** {a['ship']['choice']} ships. {a['ship']['reason']}.", "",
+             "## Ranking: Spearman with realised held-out d_pass1 (leave-one-world-out)", "",
+             f"| predictor | eight worlds [95% cluster bootstrap] | the seven (seen) | {added} alone (new) | mean of worlds | "
+             "method order (pairs > 0.10 apart) |", "|---|---|---|---|---|---|"]
+    for kind, table in (("tier", a["tiers"]), ("single", a["single"])):
+        for name, d in table.items():
+            mo = d["method_order"]
+            label = f"**{name}** (ridge: {', '.join(d['features'])})" if kind == "tier" else name
+            lines.append(f"| {label} | {ci(d['eight']['spearman'])} | {ci(d['seven']['spearman'])} | "
+                         f"{ci(d[added]['spearman'])} | {f(d['per_world']['mean'])} | {mo['n_right']}/{mo['n_pairs']} |")
+    lines += ["", "Paired difference against the accuracy gap G (same replicates):", "",
+              f"| model | eight worlds | the seven | {added} alone |", "|---|---|---|---|"]
+    for name, d in [*a["tiers"].items(), *((k, a["single"][k]) for k in ("lookahead_fresh",))]:
+        lines.append(f"| {name} | {ci(d['eight']['vs_accuracy_gap'])} | {ci(d['seven']['vs_accuracy_gap'])} | "
+                     f"{ci(d[added]['vs_accuracy_gap'])} |")
+    worlds = list(a["single"]["accuracy_gap"]["per_world"]["worlds"])
+    cols = [*a["tiers"], "accuracy_gap", "lookahead_fresh", "lookahead_kl"]
+    lines += ["", "## Per left-out world (Spearman)", "", "| world | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for w in worlds:
+        vals = [(a["tiers"].get(c) or a["single"][c])["per_world"]["worlds"][w] for c in cols]
+        lines.append(f"| {w}{' (new)' if w == added else ''} | " + " | ".join(f(x) for x in vals) + " |")
+    lines += ["", f"## Decisions (delta = {a['delta']}: helps when the 95% interval lies above +delta, hurts below -delta)",
+              "", "| model | decisive right | helps precision | hurts precision | unclear | coverage of 95% intervals |",
+              "|---|---|---|---|---|---|"]
+    for tier, d in a["tiers"].items():
+        c = d["decisions"]
+        lines.append(f"| {tier} | {c['n_correct']}/{c['n_decisive']} ({f(c['accuracy'])}) | {f(c['helps_precision'])} | "
+                     f"{f(c['hurts_precision'])} | {c['unclear_share']:.0%} | {c['coverage']:.0%} |")
+    lines += ["", f"## Other outcomes ({a['primary']}'s features, LOWO, pooled Spearman over the eight worlds)", ""]
+    for o, d in a["other_outcomes"].items():
+        lines.append(f"- {o}: {f(d['spearman'])} (mean of worlds {f(d['per_world']['mean'])})")
+    rep = a["reproduction"]
+    lines += ["", "## Reproduction and missing values", "",
+              f"The rediagnosis recomputes the first look's lookahead columns: largest difference from its committed rows "
+              f"dv {rep['lookahead_dv']:.1e}, dll {rep['lookahead_dll']:.1e}, KL {rep['lookahead_kl']:.1e}; G within "
+              f"{rep['accuracy_gap']:.1e} and mean JSD within {rep['mean_jsd']:.1e} of the worlds analysis.", "",
+              "Rows with a missing feature (imputed with the training folds' mean): " +
+              ", ".join(f"{k} {n}" for k, n in a["missing"].items()) + "."]
+    lines += ["", "## Cost of the lookahead (tokens per row over one training run's sampled + scored + trained tokens)",
+              "", "| world | mean | max | max without the fresh samples |", "|---|---|---|---|"]
+    for w, d in a["cost"].items():
+        lines.append(f"| {w} | {d['mean']:.1%} | {d['max']:.1%} | {d['max_without_fresh']:.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--from", dest="study", required=True, type=Path, help="run_v2.py --look 2's output")
+    ap.add_argument("--crossed", type=Path, help="the added world's study (run_worlds.py); its analysis is copied here")
+    args = ap.parse_args(argv)
+    plan2 = yaml.safe_load(PLAN2.read_text())
+    (OUT / "lookahead").mkdir(parents=True, exist_ok=True)
+    if args.crossed:
+        from benchmarks.validity.worlds import analyze_worlds
+        (OUT / "crossed_analysis.json").write_text(json.dumps(v2.stats_jsonable(
+            analyze_worlds.analyse_worlds(args.crossed.resolve())), indent=1, sort_keys=True) + "\n")
+    for w in plan2["worlds"]:
+        shutil.copyfile(args.study / w / "lookahead.json", OUT / "lookahead" / f"{w}.json")
+    a = analyse(args.study.resolve())
+    (HERE / "look2_analysis.json").write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
+    (HERE / "RESULTS_look2.md").write_text(render(json.loads((HERE / "look2_analysis.json").read_text())))
+    print((HERE / "RESULTS_look2.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Predictor v2's second look: the centred design against an explicit loop, its LOWO against the first look's
+where nothing is centred, and the pre-registration order in git."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+
+import numpy as np
+import pytest
+
+from benchmarks.validity.v2 import report_look2, report_v2
+
+
+def _rows(seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for w in ("a", "b", "c", "d"):
+        shift = rng.normal() * 3  # a world-level offset the centred features must not carry
+        for i in range(6):
+            y = rng.normal() * 0.1
+            rows.append({"world": w, "config": f"k{i // 2}", "method": "opd" if i % 2 else "jsd",
+                         "accuracy_gap": y + rng.normal() * 0.05, "x": shift + y + rng.normal() * 0.05,
+                         "z": math.nan if (w == "b" and i == 2) else rng.normal(),
+                         "d_pass1": {"estimate": y, "lo": y - 0.05, "hi": y + 0.05}})
+    return rows
+
+
+def test_centred_design_is_the_world_mean_removed_after_imputation():
+    rows = _rows()
+    fill = {"x": 0.5, "z": -2.0}
+    X = report_look2.design(rows, ["accuracy_gap", "c(x)", "c(z)"], fill)
+    for i, r in enumerate(rows):
+        assert X[i, 0] == r["accuracy_gap"]
+        for j, name in ((1, "x"), (2, "z")):
+            same = [fill[name] if math.isnan(s[name]) else s[name] for s in rows if s["world"] == r["world"]]
+            own = fill[name] if math.isnan(r[name]) else r[name]
+            assert math.isclose(X[i, j], own - sum(same) / len(same), abs_tol=1e-12)
+
+
+def test_fills_are_the_fitting_rows_means_of_centred_features_only():
+    rows = _rows()
+    f = report_look2.fills(rows[:12], ["accuracy_gap", "c(z)"])
+    assert set(f) == {"z"}
+    zs = [r["z"] for r in rows[:12] if not math.isnan(r["z"])]
+    assert math.isclose(f["z"], sum(zs) / len(zs), abs_tol=1e-12)
+
+
+def test_lowo_without_centring_is_the_first_looks():
+    rows = _rows()
+    a = report_look2.lowo(rows, ["accuracy_gap", "x", "z"], "d_pass1", 1.0)
+    b = report_v2.lowo(rows, ["accuracy_gap", "x", "z"], "d_pass1", 1.0)
+    for k in ("pred", "lo", "hi"):
+        np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-12)
+
+
+def test_centring_removes_a_world_offset_that_misleads_the_raw_fit():
+    """x carries the outcome plus a large world-level offset: centred, it predicts across worlds; raw, far worse."""
+    rows = _rows(1)
+    y = report_v2.target(rows, "d_pass1")
+    raw = report_look2.lowo(rows, ["x"], "d_pass1", 1.0, inner=False)["pred"]
+    centred = report_look2.lowo(rows, ["c(x)"], "d_pass1", 1.0, inner=False)["pred"]
+    assert np.mean((centred - y) ** 2) < 0.5 * np.mean((raw - y) ** 2)
+
+
+def test_the_second_looks_plan_was_committed_before_its_analysis():
+    def first(path: str):
+        out = subprocess.run(["git", "log", "--format=%ct", "--diff-filter=A", "--", path], cwd=report_look2.HERE,
+                             capture_output=True, text=True, check=True).stdout.split()
+        return int(out[-1]) if out else None
+    plan = first("plan_look2.yaml")
+    assert plan is not None
+    analysis = first("look2_analysis.json")
+    assert analysis is None or plan <= analysis
+
+
+@pytest.mark.parametrize("feature, expect", [("c(teachability)", ("teachability", True)),
+                                             ("accuracy_gap", ("accuracy_gap", False))])
+def test_feature_names(feature, expect):
+    assert report_look2.feature(feature) == expect
