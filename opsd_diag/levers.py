@@ -16,6 +16,10 @@ COLUMNS = {
     "dll_hi": "its 95% interval, high end",
     "dv": "lookahead success change with the mask (importance-weighted)",
     "kl": "lookahead KL to the initial student per token",
+    "alignment": "the signal's ideal-gradient alignment on the kept tokens: mean cos(g*, d) of the method's objective "
+                 "over the nodes whose token the mask keeps (needs `ideal`; NaN without nodes)",
+    "alignment_lo": "its 95% interval over prompts, low end",
+    "alignment_hi": "its 95% interval, high end",
     "recommended": "the recommendation: the largest dll",
 }
 
@@ -32,10 +36,12 @@ def frame(levers: dict | None) -> pd.DataFrame | None:
     rows = [{"setting": k, "token_mask": _flow(v["token_mask"]), "kept_share": v["kept_share"],
              "signal_share": v["signal_share"], "dll": v["dll"].get("estimate"), "dll_lo": v["dll"].get("lo"),
              "dll_hi": v["dll"].get("hi"), "dv": v["dv"].get("estimate"), "kl": v["kl"].get("estimate"),
+             **{f"alignment{s}": (v.get("alignment") or {}).get(k2) for s, k2 in (("", "estimate"), ("_lo", "lo"),
+                                                                                ("_hi", "hi"))},
              "recommended": k == best} for k, v in levers["settings"].items()]
     out = pd.DataFrame(rows, columns=list(COLUMNS))
-    out[["kept_share", "signal_share", "dll", "dll_lo", "dll_hi", "dv", "kl"]] = out[
-        ["kept_share", "signal_share", "dll", "dll_lo", "dll_hi", "dv", "kl"]].astype(float)
+    numbers = [c for c in COLUMNS if c not in ("setting", "token_mask", "recommended")]
+    out[numbers] = out[numbers].astype(float)
     return out
 
 
@@ -54,6 +60,11 @@ def text(levers: dict | None) -> list[str]:
             f"[{d['lo']:+.4f}, {d['hi']:+.4f}]")
     if a.get("estimate") is not None:
         line += f", all tokens {a['estimate']:+.4f} [{a['lo']:+.4f}, {a['hi']:+.4f}]"
+    kept = (levers["settings"][r["setting"]].get("alignment") or {}).get("estimate")
+    every = (levers["settings"].get("all", {}).get("alignment") or {}).get("estimate")
+    if kept is not None and kept == kept:
+        line += f"; signal alignment on its kept tokens {kept:+.3f}" + (
+            f" (all tokens {every:+.3f})" if every is not None and every == every else "")
     return [line + " (table: Run.levers())"]
 
 

@@ -73,21 +73,17 @@ def _naive(model, prompt, completion, tau):
     return torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1:-1].double() / tau, -1)  # [L, V]
 
 
-def test_kept_shares_equal_a_float64_per_rollout_reference(diagnosed):
+def _reference_scores(cfg, rows):
+    """Float64 student entropy and |JSD| (the jsd method's signal) of every token of ``rows``, lengths, outcomes."""
     from opsd_diag.io.models import load_spec
 
-    cfg, out = diagnosed
-    lv = store.read_json(out / "summary.json")["levers"]
-    assert lv["status"] == "ok" and (lv["config"], lv["method"]) == ("teacher", "jsd")
-    assert set(lv["settings"]) == set(levers.CANDIDATES)
     tok, student = load_spec(cfg.student, "cpu")
     _, teacher = load_spec(cfg.student.model_copy(update={"model": cfg.teachers[0].model}), "cpu")
     student, teacher = student.double(), teacher.double()
-    step_rows, _ = lookahead.split(store.read_table(out, "rollouts"))
     tau, beta = cfg.scoring_temperature, cfg.scoring.jsd_beta
     h, sig, lengths, correct = [], [], [], []
     with torch.no_grad():
-        for _, r in step_rows.iterrows():
+        for _, r in rows.iterrows():
             c = [int(t) for t in r["completion_ids"]]
             ls = _naive(student, [int(t) for t in r["prompt_ids.student"]], c, tau)
             lt = _naive(teacher, [int(t) for t in r["prompt_ids.teacher"]], c, tau)
@@ -100,7 +96,16 @@ def test_kept_shares_equal_a_float64_per_rollout_reference(diagnosed):
                 sig.append(abs(jsd))
             lengths.append(len(c))
             correct.append(None if r["correct"] != r["correct"] else bool(r["correct"]))
-    scores = {"h_s": torch.tensor(h), "signal": torch.tensor(sig)}
+    return {"h_s": torch.tensor(h), "signal": torch.tensor(sig)}, sig, lengths, correct
+
+
+def test_kept_shares_equal_a_float64_per_rollout_reference(diagnosed):
+    cfg, out = diagnosed
+    lv = store.read_json(out / "summary.json")["levers"]
+    assert lv["status"] == "ok" and (lv["config"], lv["method"]) == ("teacher", "jsd")
+    assert set(lv["settings"]) == set(levers.CANDIDATES)
+    step_rows, _ = lookahead.split(store.read_table(out, "rollouts"))
+    scores, sig, lengths, correct = _reference_scores(cfg, step_rows)
     for name, kw in levers.CANDIDATES.items():
         if kw.get("kind") == "confident_disagreement":
             continue  # reads the teacher's top-1 (tested in test_levers.test_token_scores_equal_float64_reference)
@@ -180,3 +185,77 @@ def test_train_form_is_prefilled_with_the_lever_recommendation(diagnosed):
     before = train_config.with_training(cfg, {"token_mask": {"kind": "entropy", "entropy_quantiles": [0.0, 0.5]}}, "t")
     after = train_config.with_training(before, {"token_mask": named_mask(rec)}, "t")
     assert after.training.token_mask.model_dump() == named_mask(rec)
+
+
+def test_node_alignment_equals_an_explicit_loop():
+    import numpy as np
+    import pandas as pd
+
+    rows = pd.DataFrame({"rollout_id": [4, 7, 9], "completion_ids": [[1, 2, 3], [5, 6], [7, 8, 9, 10]]})
+    flags = {"a": torch.tensor([True, False, True, True, False, False, True, True, False]),
+             "b": torch.ones(9, dtype=torch.bool)}
+    nodes = pd.DataFrame({"rollout_id": [4, 4, 7, 9, 9, 9], "pos": [0, 1, 0, 1, 2, 3],
+                          "problem_id": ["p", "p", "q", "r", "r", "r"],
+                          "align_jsd": [0.5, -0.2, float("nan"), 0.9, 0.1, -0.4]})
+    got = levers.node_alignment(nodes, rows, flags, "jsd", 50, 0)
+    offset = {4: 0, 7: 3, 9: 5}
+    for name, f in flags.items():
+        vals = [a for r, p, a in zip(nodes["rollout_id"], nodes["pos"], nodes["align_jsd"])
+                if bool(f[offset[r] + p]) and not math.isnan(a)]
+        assert got[name]["estimate"] == pytest.approx(sum(vals) / len(vals), abs=1e-12)
+        assert got[name]["n_nodes"] == len(vals)
+        assert got[name]["lo"] <= got[name]["estimate"] <= got[name]["hi"]
+
+
+def test_alignment_on_kept_tokens_follows_the_masks_float64_reference(diagnosed, tmp_path, capsys):
+    """Nodes at real positions of the run (alignment values planted): each mask's alignment is the mean over the
+    nodes a float64 per-rollout reference keeps, on rollouts of both halves; shown by Run.levers() and the report."""
+    import shutil
+
+    import numpy as np
+    import pandas as pd
+
+    from opsd_diag.io.models import load_spec
+    from opsd_diag.run import Run
+
+    cfg, src = diagnosed
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    rollouts = store.read_table(out, "rollouts")
+    rng = np.random.default_rng(5)
+    picked = rollouts[rollouts["length"] > 0].iloc[::2]  # every other rollout: both halves
+    nodes = pd.DataFrame([{"node_id": i, "config": "teacher", "rollout_id": int(r.rollout_id), "pos": int(p),
+                           "token_id": int(r.completion_ids[p]), "cand_ids": [int(r.completion_ids[p])],
+                           "problem_id": r.problem_id, "align_jsd": float(rng.uniform(-1, 1))}
+                          for i, (_, r) in enumerate(picked.iterrows()) for p in range(int(r.length))])
+    store.write_table(out, "nodes", nodes)
+    tok, student = load_spec(cfg.student, "cpu")
+    _, teacher = load_spec(cfg.student.model_copy(update={"model": cfg.teachers[0].model}), "cpu")
+    _, base = load_spec(cfg.base, "cpu")
+    levers.for_diagnosis(out, cfg, student, {"teacher": teacher}, base, tok, [], lookahead)
+    lv = store.read_json(out / "summary.json")["levers"]
+    rows = picked.sort_values("rollout_id")
+    scores, _, lengths, correct = _reference_scores(cfg, rows)
+    flat = [(int(r), p) for r, L in zip(rows["rollout_id"], lengths) for p in range(L)]
+    for name, kw in levers.CANDIDATES.items():
+        if kw.get("kind") == "confident_disagreement":
+            continue
+        kept = dict(zip(flat, ref_keep(TokenMaskSpec(**kw).settings(), scores, lengths, correct)))
+        vals = [a for r, p, a in zip(nodes["rollout_id"], nodes["pos"], nodes["align_jsd"]) if kept[(r, p)]]
+        got = lv["settings"][name]["alignment"]
+        if vals:
+            assert got["estimate"] == pytest.approx(sum(vals) / len(vals), abs=1e-12), name
+        else:
+            assert got["estimate"] is None or math.isnan(got["estimate"]), name
+    assert lv["settings"]["all"]["alignment"]["n_nodes"] == len(nodes)
+    frame = Run.load(out).levers()
+    assert frame["alignment"].tolist() == pytest.approx(
+        [math.nan if (e := lv["settings"][s]["alignment"]["estimate"]) is None else e for s in levers.CANDIDATES],
+        nan_ok=True)
+    from opsd_diag import cli
+
+    assert cli.main(["report", str(out)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("lever recommendation"))
+    kept = lv["settings"][lv["recommendation"]["setting"]]["alignment"]["estimate"]
+    every = lv["settings"]["all"]["alignment"]["estimate"]
+    assert kept is None or f"signal alignment on its kept tokens {kept:+.3f} (all tokens {every:+.3f})" in line

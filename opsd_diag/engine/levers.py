@@ -8,19 +8,24 @@ initial student and the teacher (``core.token_mask``: the kept share of tokens a
 then looked ahead on (``engine.lookahead.take_steps`` with the mask: the trainer's step, normalised by the kept
 tokens) and measured on the other half like the lookahead. The recommendation is the candidate with the largest
 lookahead Δll (the correct-minus-incorrect log-likelihood gap change, the lookahead's lower-variance proxy of
-the success change), with its interval.
+the success change), with its interval. Where the diagnosis has ideal-gradient nodes (``ideal``), each candidate
+also gets the signal's alignment on the tokens it keeps: the mean ``cos(g*, d)`` of the method's objective over
+the nodes (of every rollout, both halves) whose token the mask keeps, with an interval over prompts.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import torch
 
 from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.core import token_mask
-from opsd_diag.core.stats import jsonable
+from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable
 from opsd_diag.engine.scoring import completion_hidden
 from opsd_diag.engine.train_step import MicroBatch, Roles, auto_chunk_size, partner_hidden, token_scores
 from opsd_diag.io import store
@@ -58,9 +63,12 @@ def micro_batches(rows, config: str, base_view: str, size: int) -> list[MicroBat
     return out
 
 
+OBJECTIVE = {"opd": "r_opd", "jsd": "jsd", "opd2": "a_d2", "exopd": "a_ex"}  # a loss's signal among the nodes' objectives
+
+
 @torch.no_grad()
-def mask_shares(roles: Roles, mbs: list[MicroBatch], loss, ref, pad_id: int, masks: dict) -> dict[str, tuple]:
-    """Per candidate: (kept share of tokens, kept share of the summed |signal|) over ``mbs``."""
+def kept_flags(roles: Roles, mbs: list[MicroBatch], loss, ref, pad_id: int, masks: dict) -> tuple[dict, torch.Tensor]:
+    """Per candidate the kept flags ``[N]`` over ``mbs``' tokens (rollouts concatenated in order), and |signal| ``[N]``."""
     chunk = auto_chunk_size(roles.student.get_output_embeddings().weight.shape[0])
     kept = {k: [] for k in masks}
     signal = []
@@ -71,8 +79,24 @@ def mask_shares(roles: Roles, mbs: list[MicroBatch], loss, ref, pad_id: int, mas
         signal.append(scores["signal"])
         for k, m in masks.items():
             kept[k].append(token_mask.keep(m, scores, [len(c) for c in mb.completions], mb.correct))
-    sig = torch.cat(signal)
-    return {k: token_mask.shares(torch.cat(v), sig) for k, v in kept.items()}
+    return {k: torch.cat(v) for k, v in kept.items()}, torch.cat(signal)
+
+
+def node_alignment(nodes: pd.DataFrame, rows: pd.DataFrame, flags: dict, objective: str, n_boot: int,
+                   seed: int) -> dict[str, dict]:
+    """Per candidate: the mean alignment ``align_<objective>`` of ``nodes`` (one config's) whose token the mask keeps,
+    ``flags`` being ``kept_flags`` over ``rows`` (the rollouts, in order); interval over prompts."""
+    lengths = [len(c) for c in rows["completion_ids"]]
+    start = dict(zip(rows["rollout_id"].astype(int), np.cumsum([0, *lengths[:-1]])))
+    at = np.array([start[int(r)] + int(p) for r, p in zip(nodes["rollout_id"], nodes["pos"])], dtype=np.int64)  # [M]
+    align = nodes[f"align_{objective}"].to_numpy(dtype=np.float64)  # [M]
+    out = {}
+    for name, f in flags.items():
+        vals = np.where(f.numpy()[at], align, math.nan)
+        known = np.isfinite(vals)
+        out[name] = {**ci_dict(bootstrap_mean_over_prompts(vals, nodes["problem_id"], n_boot, seed),
+                               nodes["problem_id"][known].nunique()), "n_nodes": int(known.sum())}
+    return out
 
 
 def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], la) -> dict:
@@ -85,13 +109,15 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
     if config in cross:
         result = {"status": "skipped", "reason": "a teacher with another tokenizer: no lever lookahead yet"}
     else:
+        nodes = store.read_table(run_dir, "nodes", optional=True)
         result = run(cfg, student, teacher_models[config], base, store.read_table(run_dir, "rollouts"), config, method,
-                     tok.pad_token_id, la)
+                     tok.pad_token_id, la, nodes)
     store.atomic_write_json(path, {**store.read_json(path), "levers": jsonable(result)})
     return result
 
 
-def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id: int, lookahead) -> dict:
+def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id: int, lookahead,
+        nodes: pd.DataFrame | None = None) -> dict:
     s, clip = lookahead.settings(cfg)
     loss = lookahead.loss_settings(cfg, method, clip)
     ref = cfg.scoring.exopd_reference if method == "exopd" else None
@@ -102,8 +128,10 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
     masks = {k: TokenMaskSpec(**v).settings() for k, v in CANDIDATES.items()}
     with_base = base if (method == "opd2" or ref == "base") else None
     roles = Roles(student, None, "external", teacher, base, student)
-    shares = mask_shares(roles, micro_batches(step_rows, config, cfg.scoring.base_view, s.rollouts_per_step), loss,
-                         ref, pad_id, masks)
+    flags, signal = kept_flags(roles, micro_batches(step_rows, config, cfg.scoring.base_view, s.rollouts_per_step),
+                               loss, ref, pad_id, masks)
+    shares = {k: token_mask.shares(v, signal) for k, v in flags.items()}
+    alignment = _alignment(roles, cfg, rollouts, nodes, config, method, loss, ref, pad_id, masks, s.rollouts_per_step)
     initial = lookahead.measure_initial(student, measure_rows, pad_id, s.sampling_temperature)
     out = {}
     for name, m in masks.items():
@@ -113,9 +141,24 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
         measured = lookahead.measure(stepped, initial, pad_id, s.sampling_temperature, cfg.analysis.bootstrap,
                                      cfg.sampling.seed)
         out[name] = {"token_mask": CANDIDATES[name], "kept_share": shares[name][0], "signal_share": shares[name][1],
+                     "alignment": alignment.get(name),
                      **{k: measured[k] for k in ("dv", "dll", "kl")}, **cost}
         del stepped
     return {"status": "ok", "config": config, "method": method, "settings": out, "recommendation": recommend(out)}
+
+
+def _alignment(roles, cfg, rollouts, nodes, config, method, loss, ref, pad_id, masks, size) -> dict:
+    """``node_alignment`` over the rollouts holding ``config``'s nodes ({} without nodes or for a signal no node
+    objective measures)."""
+    objective = OBJECTIVE.get(method)
+    if nodes is None or objective is None or f"align_{objective}" not in nodes:
+        return {}
+    mine = nodes[nodes["config"] == config]
+    rows = rollouts[rollouts["rollout_id"].isin(set(mine["rollout_id"]))].sort_values("rollout_id")
+    if rows.empty:
+        return {}
+    flags, _ = kept_flags(roles, micro_batches(rows, config, cfg.scoring.base_view, size), loss, ref, pad_id, masks)
+    return node_alignment(mine, rows, flags, objective, cfg.analysis.bootstrap, cfg.sampling.seed)
 
 
 def recommend(settings: dict) -> dict | None:
