@@ -154,10 +154,13 @@ def test_overview_shows_the_lever_recommendation(diagnosed):
     lv = store.read_json(out / "summary.json")["levers"]
     at = _app(out.parent, out.name)
     _ok(at)
-    shown = [i.value for i in at.info if "lever recommendation for teacher / jsd" in i.value]
+    shown = [m.value for m in at.markdown if "lever recommendation for teacher / jsd" in m.value]
     from app import common
 
     assert len(shown) == 1 and common.md(f"({lv['recommendation']['setting']})") in shown[0]  # markdown-escaped
+    # inside the decision's box (v2's panel, or the v1 rule's when the run has no v2 prediction)
+    boxes = [[m.value for m in b.markdown] for b in at.container]  # each container's markdown (subtree)
+    assert any(any("lever recommendation" in v for v in b) and any(v.startswith("#### ") for v in b) for b in boxes)
 
 
 def test_train_form_is_prefilled_with_the_lever_recommendation(diagnosed):

@@ -46,6 +46,12 @@ def trainable(config: str, signal: str) -> bool:
     return from_diagnosis.why_not(run.config, config, signal) is None
 
 
+def lever_lines() -> None:
+    """The lever recommendation (``lookahead.levers``), as in `opsd-diag report`, inside the decision's box."""
+    for line in levers.text(s.levers):
+        st.markdown(":material/tune: " + common.md(line))
+
+
 def prediction_panel(p: prediction.Predictions) -> None:
     """Predictor v2's call (prediction.panel: the same text as the reports), in one box at the top."""
     text, rec = prediction.panel(p, trainable), p.recommended(trainable)
@@ -61,6 +67,7 @@ def prediction_panel(p: prediction.Predictions) -> None:
                 st.markdown(common.md(text[k]))
         for k in ("tiers", "calibration") if by_gap else ("ranking", "tiers", "calibration"):
             st.caption(common.md(text[k]))
+        lever_lines()
 
 
 def decision_panel(d: decision.Decision, secondary: bool) -> None:
@@ -112,6 +119,8 @@ def decision_panel(d: decision.Decision, secondary: bool) -> None:
             st.markdown("Cheap baselines pick: " + "; ".join(base) + tail)
         for study in decision.studies().values():
             st.caption(decision.validity_text(study, rec.verdict if rec else None))
+        if not secondary:
+            lever_lines()
 
 
 def verdict_rows(d: decision.Decision) -> None:
@@ -143,8 +152,9 @@ if pred is not None:
 dec = decision.decide(s, trainable) if s.ranking else None
 if dec is not None:
     decision_panel(dec, secondary=pred is not None)
-for line in levers.text(s.levers):  # the lever recommendation (lookahead.levers), as in `opsd-diag report`
-    st.info(common.md(line))
+if pred is None and dec is None:  # no decision box to hold the lever recommendation
+    with st.container(border=True):
+        lever_lines()
 
 acc = s.student_accuracy
 cols = st.columns(1 + len(s.pass_at_k))
