@@ -51,6 +51,11 @@ LOOKAHEAD_COLUMNS = {
                      "measurement prompt by each student, same seeds (`...fresh`, needs `lookahead.fresh_samples`)",
     "pass<k>_fresh_lo": "its 95% interval over prompts, lower end",
     "pass<k>_fresh_hi": "upper end",
+    "forgetting_pass1": "change of pass@1 on the forgetting set from `lookahead.forgetting_samples` samples of every "
+                        "problem by each student, same seeds; negative: forgetting (`...forgetting`, needs "
+                        "`lookahead.forgetting`; the three columns only where it was given)",
+    "forgetting_pass1_lo": "its 95% interval over problems, lower end",
+    "forgetting_pass1_hi": "upper end",
 }
 
 
@@ -106,8 +111,10 @@ def lookahead_frame(s: Summary) -> pd.DataFrame | None:
         return None
     ks = sorted({int(k.removeprefix("pass@")) for c in la.configs for m in la.configs[c]
                  if (r := la.result(c, m)) is not None for k in r.fresh})
+    forgets = la.forgetting_prompts is not None  # the columns of a lookahead that measured a forgetting set
     columns = ["config", "method", "dv", "dv_lo", "dv_hi", "dll", "kl",
-               *(f"pass{k}_fresh{x}" for k in ks for x in ("", "_lo", "_hi"))]
+               *(f"pass{k}_fresh{x}" for k in ks for x in ("", "_lo", "_hi")),
+               *(f"forgetting_pass1{x}" for x in ("", "_lo", "_hi") if forgets)]
     rows = []
     for c, methods in la.configs.items():
         for m in methods:
@@ -120,6 +127,10 @@ def lookahead_frame(s: Summary) -> pd.DataFrame | None:
                 ci = r.fresh.get(f"pass@{k}")
                 row.update({f"pass{k}_fresh": _est(ci), f"pass{k}_fresh_lo": _num(ci and ci.lo),
                             f"pass{k}_fresh_hi": _num(ci and ci.hi)})
+            if forgets:
+                ci = r.forgetting.get("pass@1")
+                row.update({"forgetting_pass1": _est(ci), "forgetting_pass1_lo": _num(ci and ci.lo),
+                            "forgetting_pass1_hi": _num(ci and ci.hi)})
             rows.append(row)
     frame = pd.DataFrame(rows, columns=columns)
     frame[columns[2:]] = frame[columns[2:]].astype(float)

@@ -161,6 +161,8 @@ class LookaheadResult(_Model):
     measured_tokens: int | None = None
     fresh: dict[str, CI] = {}  # "pass@k" -> change of pass@k from fresh samples (lookahead.fresh_samples > 0)
     fresh_sampled_tokens: int | None = None
+    forgetting: dict[str, CI] = {}  # "pass@1" -> its change on lookahead.forgetting's problems (same seeds)
+    forgetting_sampled_tokens: int | None = None
     skipped: str | None = None  # why this method was not looked ahead (e.g. opd2 without a base)
 
 
@@ -175,6 +177,9 @@ class Lookahead(_Model):
     settings: dict = {}
     fresh_prompts: int | None = None  # measurement prompts the fresh samples drew from
     fresh_initial_tokens: int | None = None  # the initial student's fresh samples (once per diagnosis)
+    forgetting_prompts: int | None = None  # lookahead.forgetting's problems with an answer
+    forgetting_initial_tokens: int | None = None  # the initial student's samples of them (once per diagnosis)
+    forgetting_initial_pass1: float | None = None  # its pass@1 there: the level a change is measured from
 
     def result(self, config: str, method: str) -> LookaheadResult | None:
         """The result of (config, loss method), or None when it was not looked ahead (or skipped)."""

@@ -35,9 +35,9 @@ from opsd_diag.io import store, templates
 from opsd_diag.io.data import load_problems
 from opsd_diag.config.spec import DiagnosisConfig, to_yaml
 from opsd_diag.engine.setup import Loaded
-from opsd_diag.io.models import fingerprint, limit_rows
+from opsd_diag.io.models import check_fits, fingerprint, limit_rows
 from opsd_diag.io.thinking import check
-from opsd_diag.io.views import rendered_text, template_notes
+from opsd_diag.io.views import rendered_text, system_tokens, template_notes
 from opsd_diag.config.settings import SamplingSettings, derive_seed
 
 
@@ -48,6 +48,7 @@ class Prepared(Loaded):
     rendered: dict[str, str] = field(default_factory=dict)  # the first problem's views, as text
     notes: list[str] = field(default_factory=list)  # template warnings
     given: list | None = None  # rollouts read from a file (engine.given_rollouts), per problem
+    forgetting: lookahead.ForgettingSet | None = None  # lookahead.forgetting, rendered as the student's view
 
     @property
     def n_shards(self) -> int:
@@ -85,10 +86,45 @@ def for_diagnosis(cfg) -> setup.SetupRoles:
                             check_finite=not cfg.scoring.allow_nonfinite)
 
 
+def forgetting_problems(cfg) -> lookahead.ForgettingSet | None:
+    """``lookahead.forgetting`` read with the diagnosis' loader and checked before any model loads (errors name the
+    key); problems without an answer are left out, a set with none is an error. None: no forgetting set."""
+    la = cfg.lookahead
+    if la is None or not la.enabled or la.forgetting is None:
+        return None
+    try:
+        problems = load_problems(la.forgetting, "lookahead.forgetting")
+    except OpsdError as e:  # the loader's message names the key where it is about one (fields, path), else prefixed
+        raise (e if "lookahead.forgetting" in str(e) else OpsdError(f"lookahead.forgetting.path: {e}")) from None
+    answered = [p for p in problems if p.get("answer") is not None]
+    if not answered:
+        raise OpsdError(f"lookahead.forgetting ({la.forgetting.path}) has no answers, so its pass@1 cannot be "
+                        "measured: map its answer field with fields: {answer: ...}, or leave lookahead.forgetting out")
+    return lookahead.ForgettingSet(answered)
+
+
+def render_forgetting(cfg, fs: lookahead.ForgettingSet | None, loaded) -> lookahead.ForgettingSet | None:
+    """The forgetting problems rendered as the student's view (``engine.setup.render`` with the diagnosis' own
+    student renderer, that of ``loaded``: an ``engine.setup.Loaded``), checked to fit the student with the
+    completion length."""
+    if fs is None:
+        return None
+    system, key = cfg.lookahead.forgetting.system_prompt, "sampling.max_completion_length"
+
+    def fits(prompts):
+        check_fits(loaded.student, f"the student model '{cfg.student.model}'", prompts, fs.problems,
+                   cfg.sampling.max_completion_length, key,
+                   "shorten that prompt or leave it out of lookahead.forgetting",
+                   ("lookahead.forgetting.system_prompt", system_tokens(loaded.renderers[0], fs.problems[0], system)))
+    views, _ = setup.render(cfg, fs.problems, loaded.renderers, system, (), loaded.room, None, fits)
+    return lookahead.ForgettingSet(fs.problems, views.student)
+
+
 def prepare(cfg: DiagnosisConfig, student: torch.nn.Module | None = None) -> Prepared:
     """Load and validate everything (``engine.setup``); no file is written. ``student``: a model in memory that
     replaces the one the config names (a training run's policy: ``engine.probe``)."""
     roles = for_diagnosis(cfg)
+    forgetting = forgetting_problems(cfg)  # read and checked before any model loads
     if student is not None:  # as load_spec would: scored on its tokenizer's rows (io.models.limit_rows)
         roles = replace(roles, load_student=lambda tok: limit_rows(student, len(tok)))
     loaded = setup.prepare(cfg, roles)
@@ -97,6 +133,7 @@ def prepare(cfg: DiagnosisConfig, student: torch.nn.Module | None = None) -> Pre
     prep.fingerprints = {role: fingerprint(m) for role, (_, _, m) in prep.named.items()}
     prep.rendered = rendered_text(prep.views, *prep.renderers)
     prep.notes = template_notes(cfg, prep.tok, prep.teacher_toks)
+    prep.forgetting = render_forgetting(cfg, forgetting, prep)
     for note in prep.notes:
         print(f"warning: {note}", file=sys.stderr)
     return given_rollouts.attach(prep)  # unchanged unless the rollouts come from a file (config rollouts)
@@ -259,7 +296,8 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                 draw = for_role("diagnosis", cfg.sampling.engine)  # the fresh samples: the diagnosis' sampler
                 lookahead.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                         list(prep.cross), problems=prep.problems, sample=lambda m, p, s: _cut(
-                                            prep, draw(m, prep.tok, p, s, prep.stop_ids), prep.tok))
+                                            prep, draw(m, prep.tok, p, s, prep.stop_ids), prep.tok),
+                                        forgetting=prep.forgetting)
                 if cfg.lookahead.levers:  # a lever recommendation (engine.levers)
                     levers.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                          list(prep.cross), lookahead)

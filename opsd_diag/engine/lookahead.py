@@ -9,7 +9,10 @@ incorrect log-likelihood gap, KL to the initial student). It draws no new sample
 student rollouts are the training run's first, on-policy batch. The student itself is never changed.
 With ``lookahead.fresh_samples`` = n > 0 it also samples n completions of every measurement prompt from
 the stepped and from the initial student (the same seeds) and reports the change of pass@1 and of
-pass@k (k of ``analysis.pass_k`` up to n) with intervals over prompts (``fresh``).
+pass@k (k of ``analysis.pass_k`` up to n) with intervals over prompts (``fresh``). With ``lookahead.forgetting``
+(a problem set) it samples ``forgetting_samples`` completions of every forgetting problem, rendered as the student's
+view, from the initial student once and from each stepped one with the same seeds, and reports the pass@1 change
+(``forgetting``): how much a few steps cost on problems the training does not see.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from opsd_diag.config.settings import LossSettings, derive_seed
 
 LOSS_METHODS = ("opd", "jsd", "opd2", "exopd")  # per-token losses a teacher config can be looked ahead with
 FRESH_STREAM = 41  # the fresh samples' seed: derive_seed(lookahead.seed, 41), the same for every student
+FORGETTING_STREAM = 43  # the forgetting samples' seed: derive_seed(lookahead.seed, 43), the same for every student
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,29 +75,43 @@ class Fresh:
     initial_tokens: int = 0
 
 
-def fresh_sampler(rows: pd.DataFrame, problems: list[dict], tok, sample, settings, checker: str,
-                  ks: list[int]) -> Fresh:
-    """``Fresh`` over the measurement rows' prompts; ``sample(model, prompts, settings)`` is the diagnosis' own
-    sampler of a model in memory, each completion checked as the diagnosis checks its rollouts."""
-    first = rows.drop_duplicates("problem_id")
-    prompts = _ids(first["prompt_ids.student"])
-    answers = [str(problems[int(i)]["answer"]) for i in first["problem_index"]]
-
+def prompt_sampler(ids: list, prompts: list[list[int]], answers: list[str], tok, sample, settings, checker: str,
+                   ks: list[int]) -> Fresh:
+    """``Fresh`` over ``prompts`` (student-view ids) with their ``answers``; ``sample(model, prompts, settings)`` is
+    the diagnosis' own sampler of a model in memory, each completion checked as the diagnosis checks its rollouts."""
     def draw(model) -> tuple[np.ndarray, int]:
         comps = sample(model, prompts, settings)
         wins = np.array([[is_correct(answer_text(tok, c.ids), a, checker) for c in cs] for cs, a in zip(comps, answers)],
                         dtype=bool)  # [P, n]
         return wins, sum(len(c.ids) for cs in comps for c in cs)
-    return Fresh(list(first["problem_id"]), draw, sorted({1, *(k for k in ks if k <= settings.num_samples)}))
+    return Fresh(list(ids), draw, sorted({1, *(k for k in ks if k <= settings.num_samples)}))
 
 
-def measure_fresh(stepped, f: Fresh, n_boot: int, seed: int) -> dict:
-    """The stepped student's fresh samples against the initial one's: per k the mean over prompts of the pass@k
-    change (``core.lookahead.pass_change``) with a bootstrap interval over prompts."""
+def fresh_sampler(rows: pd.DataFrame, problems: list[dict], tok, sample, settings, checker: str,
+                  ks: list[int]) -> Fresh:
+    """``prompt_sampler`` over the measurement rows' prompts."""
+    first = rows.drop_duplicates("problem_id")
+    return prompt_sampler(list(first["problem_id"]), _ids(first["prompt_ids.student"]),
+                          [str(problems[int(i)]["answer"]) for i in first["problem_index"]], tok, sample, settings,
+                          checker, ks)
+
+
+def measure_fresh(stepped, f: Fresh, n_boot: int, seed: int, key: str = "fresh") -> dict:
+    """The stepped student's samples against the initial one's: per k the mean over prompts of the pass@k
+    change (``core.lookahead.pass_change``) with a bootstrap interval over prompts; ``key``: ``fresh`` or
+    ``forgetting``."""
     new, tokens = f.draw(stepped)
     out = {f"pass@{k}": ci_dict(bootstrap_mean_over_prompts(maths.pass_change(f.initial, new, k), f.problem_ids,
                                                             n_boot, seed), len(f.problem_ids)) for k in f.ks}
-    return {"fresh": out, "fresh_sampled_tokens": tokens}
+    return {key: out, f"{key}_sampled_tokens": tokens}
+
+
+@dataclass
+class ForgettingSet:
+    """``lookahead.forgetting``'s problems with an answer and their student-view prompt ids (read, rendered and
+    checked by ``engine.diagnose``: ``forgetting_problems``, ``render_forgetting``)."""
+    problems: list[dict]
+    prompts: list[list[int]] = field(default_factory=list)
 
 
 def _ids(column) -> list[list[int]]:
@@ -191,12 +209,14 @@ def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, 
 
 def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: list[str], methods: list[str],
         loss_of, s: LookaheadSettings, *, pad_id: int, exopd_reference: str, base_view: str, n_boot: int,
-        boot_seed: int, skip: dict[str, str] | None = None, fresh: Callable[[pd.DataFrame], Fresh] | None = None) -> dict:
+        boot_seed: int, skip: dict[str, str] | None = None, fresh: Callable[[pd.DataFrame], Fresh] | None = None,
+        forgetting: Fresh | None = None) -> dict:
     """Every (config, method) lookahead of a diagnosis: ``{"configs": {config: {method: result}}, ...}``.
 
     ``loss_of(method)`` gives the method's ``LossSettings``; ``skip``: configs left out, with the reason
     (a teacher with another tokenizer). The initial student is scored on the measurement half once.
-    ``fresh(measurement rows)``: the fresh samples (``fresh_sampler``); the initial student draws them once.
+    ``fresh(measurement rows)``: the fresh samples (``fresh_sampler``); the initial student draws them once, as it
+    does ``forgetting``'s (``prompt_sampler`` over the forgetting set), which every stepped student draws again.
     """
     step_rows, measure_rows = split(rollouts)
     if step_rows.empty or measure_rows.empty:
@@ -206,6 +226,8 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
     f = fresh(measure_rows) if fresh is not None else None
     if f is not None:
         f.initial, f.initial_tokens = f.draw(student)
+    if forgetting is not None:
+        forgetting.initial, forgetting.initial_tokens = forgetting.draw(student)
     out: dict[str, dict] = {}
     for config in configs:
         if config in (skip or {}):
@@ -225,11 +247,16 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
                                        base_view)
             out.setdefault(config, {})[method] = {**measure(stepped, m, pad_id, s.sampling_temperature, n_boot,
                                                             boot_seed), **cost,
-                                                  **(measure_fresh(stepped, f, n_boot, boot_seed) if f else {})}
+                                                  **(measure_fresh(stepped, f, n_boot, boot_seed) if f else {}),
+                                                  **(measure_fresh(stepped, forgetting, n_boot, boot_seed, "forgetting")
+                                                     if forgetting else {})}
             del stepped
     return {"status": "ok", "configs": out, "n_step_rollouts": len(step_rows), "n_measure_rollouts": len(measure_rows),
             "settings": {k: v for k, v in vars(s).items()},
-            **({"fresh_prompts": len(f.problem_ids), "fresh_initial_tokens": f.initial_tokens} if f else {})}
+            **({"fresh_prompts": len(f.problem_ids), "fresh_initial_tokens": f.initial_tokens} if f else {}),
+            **({"forgetting_prompts": len(forgetting.problem_ids),
+                "forgetting_initial_tokens": forgetting.initial_tokens,
+                "forgetting_initial_pass1": float(forgetting.initial.mean(axis=1).mean())} if forgetting else {})}
 
 
 def settings(cfg) -> tuple[LookaheadSettings, float | None]:
@@ -252,15 +279,20 @@ def loss_settings(cfg, method: str, clip: float | None) -> LossSettings:
 
 
 def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], *,
-                  problems: list[dict] | None = None, sample=None) -> dict:
+                  problems: list[dict] | None = None, sample=None, forgetting: ForgettingSet | None = None) -> dict:
     """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``;
-    with ``lookahead.fresh_samples`` > 0, ``sample(model, prompts, settings)`` draws the fresh samples."""
+    with ``lookahead.fresh_samples`` > 0, ``sample(model, prompts, settings)`` draws the fresh samples, and the
+    samples of ``forgetting`` (``engine.diagnose.render_forgetting``'s) where given."""
     s, clip = settings(cfg)
     n = cfg.lookahead.fresh_samples
     fresh = None if not n or sample is None or problems is None else (
         lambda rows: fresh_sampler(rows, problems, tok, sample, cfg.sampling.settings(
             derive_seed(cfg.lookahead.seed, FRESH_STREAM), num_samples=n), cfg.analysis.checker,
             list(cfg.analysis.pass_k or [1, 4])))
+    forget = None if forgetting is None or sample is None else prompt_sampler(
+        [p["id"] for p in forgetting.problems], forgetting.prompts, [str(p["answer"]) for p in forgetting.problems],
+        tok, sample, cfg.sampling.settings(derive_seed(cfg.lookahead.seed, FORGETTING_STREAM),
+                                           num_samples=cfg.lookahead.forgetting_samples), cfg.analysis.checker, [1])
     sc = cfg.scoring
 
     def loss_of(method: str) -> LossSettings:
@@ -270,7 +302,8 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
                  list(cfg.lookahead.methods), loss_of, s, pad_id=tok.pad_token_id,
                  exopd_reference=sc.exopd_reference, base_view=sc.base_view, n_boot=cfg.analysis.bootstrap,
                  boot_seed=cfg.sampling.seed,
-                 skip={c: "a teacher with another tokenizer: no lookahead yet" for c in cross}, fresh=fresh)
+                 skip={c: "a teacher with another tokenizer: no lookahead yet" for c in cross}, fresh=fresh,
+                 forgetting=forget)
     path = Path(run_dir) / "summary.json"
     summary = {**store.read_json(path), "lookahead": jsonable(result)}
     store.atomic_write_json(path, summary)
