@@ -531,6 +531,12 @@ def levers_block() -> str:
     return "\n".join(["| column | meaning |", "|---|---|", *(f"| `{k}` | {_cell(v)} |" for k, v in COLUMNS.items())])
 
 
+def schedule_block() -> str:
+    from opsd_diag.schedule_points import COLUMNS
+
+    return "\n".join(["| column | meaning |", "|---|---|", *(f"| `{k}` | {_cell(v)} |" for k, v in COLUMNS.items())])
+
+
 # metrics.jsonl keys of a `train` record: what each means.
 METRIC_HELP = {
     "kind": "`train` (this record) or `eval`",
@@ -649,7 +655,8 @@ BLOCKS = {
                         "prediction-columns": prediction_columns_block},
     "docs/app.md": {"figures": figures_block},
     "docs/training.md": {"methods": methods_block, "from-diagnosis": from_diagnosis_block,
-                         "metrics": metrics_block, "levers": levers_block},
+                         "metrics": metrics_block, "levers": levers_block,
+                         "schedule": schedule_block},
     "docs/design.md": {"modules": modules_block},
 }
 

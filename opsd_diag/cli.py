@@ -76,6 +76,8 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
         lines.append(prediction_text(pred))
     from opsd_diag.levers import text as lever_lines
     lines += [printable(x) for x in lever_lines(s.levers)]
+    from opsd_diag.schedule_points import text as schedule_lines
+    lines += [printable(x) for x in schedule_lines(s.schedule)]
     verdicts = s.verdict_frame()
     if verdicts is not None:
         lines.append("\nv1 verdicts, ranked by verdict then score (secondary evidence; rule: docs/verdict.md):")

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, store, trust
-from opsd_diag import checks, features, levers, prediction
+from opsd_diag import checks, features, levers, prediction, schedule_points
 from opsd_diag.config.spec import DiagnosisConfig, from_dict
 from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
 from opsd_diag.schema import SIGNAL_COLUMNS
@@ -39,7 +39,7 @@ RECENT = 32  # rollout rows and tooltips kept per run (``Run._recent``): a 4,000
 SUMMARY_TABLES = ("summary", "ci", "accuracy", "entropy_bins", "positions", "verdicts")
 
 
-class Run(levers.LeverView):
+class Run(levers.LeverView, schedule_points.ScheduleView):
     """A finished run directory (see ``Run.load``)."""
 
     def __init__(self, path: Path, manifest: dict, summary: Summary):

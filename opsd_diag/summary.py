@@ -213,6 +213,7 @@ class Summary(_Model):
     verdict_rule: str | None = None
     lookahead: Lookahead | None = None
     levers: dict | None = None  # the lever recommendation (engine.levers; opsd_diag.levers)
+    schedule: dict | None = None  # per schedule point (engine.schedule_points; opsd_diag.schedule_points)
     sampler_mismatch: dict | None = None  # a rollouts file's log-probs vs lp_s (core.sampler_mismatch)
 
     @property

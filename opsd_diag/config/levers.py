@@ -1,11 +1,16 @@
 """The training section's levers: where the signal is placed (``token_mask``) and what the teacher sees when
-(``context_schedule``). The rules themselves are in ``core.token_mask`` and ``core.context_schedule``."""
+(``context_schedule``). The rules themselves are in ``core.token_mask`` and ``core.context_schedule``.
+
+The diagnosis measures the second lever with ``lookahead.schedule_points``: per point f, a copy of each
+self-teacher config that shows the solution, whose view shows only the share f of it (a teacher config's
+``reveal``, cut by ``core.context_schedule.revealed_problem`` as the trainer's schedule cuts it;
+``engine.schedule_points`` adds the copies and reads their results)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from opsd_diag.config.settings import MaskSettings, ScheduleSettings
 
@@ -88,3 +93,31 @@ class LeverLookahead(_Section):
     """``lookahead.levers`` (``config.spec.LookaheadSpec`` inherits it)."""
     levers: bool = Field(False, description="also look ahead on each candidate token mask for the training's "
                                             "(config, method): kept shares and a lever recommendation (engine.levers)")
+    schedule_points: list[float] = Field(
+        default_factory=list, description="shares f of the solution, each strictly between 0 and 1: per point, every "
+        "self-teacher config that shows the solution gets a copy `NAME.revealF` shown only that share (accuracy "
+        "gap, mismatch, lookahead) and a schedule recommendation (engine.schedule_points); []: none")
+
+    @field_validator("schedule_points")
+    @classmethod
+    def _points(cls, v: list[float]) -> list[float]:
+        bad = [f for f in v if not 0.0 < f < 1.0]
+        if bad:
+            raise ValueError(f"{bad[0]} is not a share strictly between 0 and 1 (the whole solution, f = 1, is "
+                             "always in the table: it is the self-teacher config itself)")
+        names = [point_name("", f) for f in v]
+        if len(set(names)) < len(names):
+            raise ValueError(f"{v} repeats a point (points are named to 6 significant digits)")
+        return v
+
+
+class TeacherReveal(BaseModel):
+    """A teacher config's ``reveal`` (a mixin of ``config.spec.TeacherSpec``, kept here for spec.py's size)."""
+    reveal: float = Field(1.0, gt=0.0, le=1.0, description="share f of the solution this view shows: its first "
+                          "⌊f·W + ½⌋ words, as `training.context_schedule` cuts it (`lookahead.schedule_points` "
+                          "makes such configs); 1: the whole solution")
+
+
+def point_name(name: str, f: float) -> str:
+    """The config of ``name`` shown the share ``f`` of the solution (a valid config name)."""
+    return f"{name}.reveal{f:g}"

@@ -19,7 +19,7 @@ from opsd_diag import schema
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe, templates
 from opsd_diag.config.errors import format_error
-from opsd_diag.config.levers import LeverFields, LeverLookahead
+from opsd_diag.config.levers import LeverFields, LeverLookahead, TeacherReveal
 from opsd_diag.config.model_options import ModelOptions, TeacherOptions, check_base, check_self_teacher
 from opsd_diag.config.rollouts_file import RolloutsOption
 from opsd_diag.config.probe import ProbeOption
@@ -85,7 +85,7 @@ class ModelSpec(Strict, ModelOptions):
     allow_download: bool = Field(False, description="fetch a hub id that is not in the local cache")
 
 
-class TeacherSpec(Strict, TeacherOptions):
+class TeacherSpec(Strict, TeacherReveal, TeacherOptions):
     """One teacher configuration: a model (or ``self``: the student's weights) plus a context; its own
     loading and template options are in ``config.model_options``."""
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="config name (letters, digits, `_-.`)")

@@ -12,6 +12,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from opsd_diag.core.context_schedule import SOLUTION_FIELDS
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import templates
 from opsd_diag.config.spec import (
@@ -57,9 +58,6 @@ def resolve_training(cfg: DiagnosisConfig, source: str = "config") -> TrainConfi
                                       "max_completion_length": ev.max_completion_length or spec.max_completion_length})
     check_levers(cfg, training_teacher(cfg), source)
     return TrainConfig(cfg.model_copy(update={"training": spec}), spec, training_teacher(cfg))
-
-
-SOLUTION_FIELDS = ("solution", "partial_solution", "hint")  # the template fields a context_schedule cuts
 
 
 def check_levers(cfg, teacher, source: str) -> None:

@@ -21,6 +21,7 @@ import re
 from opsd_diag.config.settings import ScheduleSettings
 
 KINDS = ("fixed", "decay", "adaptive")
+SOLUTION_FIELDS = ("solution", "partial_solution", "hint")  # the template fields made from the solution: cut
 
 
 def revealed_fraction(s: ScheduleSettings, step: int, running_accuracy: float = 0.0) -> float:

@@ -19,7 +19,7 @@ import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import given_rollouts, levers, lookahead, setup
+from opsd_diag.engine import given_rollouts, levers, lookahead, schedule_points, setup
 from opsd_diag.engine.fast import fused_scoring
 from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.cross_nodes import CrossSide
@@ -72,6 +72,7 @@ def check_problems(cfg) -> list[dict]:
         templates.check_problems(templates.resolve(t.context), problems,
                                  f"teachers.{n} '{t.name}' (context {t.context[:40]!r})", cfg.data.fields,
                                  t.partial_fraction)
+    schedule_points.check_problems(cfg, problems)  # a config shown a share of the solution sees some of it
     if cfg.sampling.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
                         "or use backend: hf")
@@ -251,6 +252,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
     from accelerate import PartialState
     from tqdm.auto import tqdm
 
+    cfg = schedule_points.with_schedule_points(cfg)  # a config per schedule point; the stored config holds them
     state = PartialState()
     if state.num_processes > 1:
         if cfg.device == "auto":
@@ -301,6 +303,8 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                 if cfg.lookahead.levers:  # a lever recommendation (engine.levers)
                     levers.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                          list(prep.cross), lookahead)
+            if cfg.lookahead is not None and cfg.lookahead.schedule_points:  # the schedule table
+                schedule_points.for_diagnosis(out_dir, cfg)
             store.atomic_write_json(out_dir / "manifest.json",
                                     manifest(prep, "finished", seconds=round(time.time() - started, 2),
                                              run_id=store.run_id(out_dir)))

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from opsd_diag.config.model_options import view_template_kwargs
+from opsd_diag.core.context_schedule import revealed_problem
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import chat_template, templates
 from opsd_diag.io.chat_template import has_chat_template
@@ -276,7 +277,9 @@ def system_tokens(r: ViewRenderer, problem: dict, system: str | None) -> int:
 
 def build_views(cfg, problems: list[dict], student: ViewRenderer, teachers: dict[str, ViewRenderer],
                 system: str | None, teacher_specs=None, check_student=None, room: int | None = None) -> Views:
-    """Every view of every problem as ids (``teacher_specs``: the teacher configs to render, default all).
+    """Every view of every problem as ids (``teacher_specs``: the teacher configs to render, default all); a
+    teacher config's ``reveal`` < 1 shows that share of each solution (``core.context_schedule.revealed_problem``,
+    the cut of the trainer's ``context_schedule``, which renders its revealed problems here too).
 
     ``check_student(ids)`` runs on the student views before any teacher view is built, so a question
     too long for a model is reported as such rather than as a teacher context over its limit. ``room``:
@@ -288,7 +291,7 @@ def build_views(cfg, problems: list[dict], student: ViewRenderer, teachers: dict
     t_ids, truncated, limit = {}, {}, prompt_limit(cfg, room)
     for t in cfg.teachers if teacher_specs is None else teacher_specs:
         r = teachers[t.name]
-        views = [teacher_view(r.tok, p, t.context, partial_fraction=t.partial_fraction,
+        views = [teacher_view(r.tok, revealed_problem(p, t.reveal), t.context, partial_fraction=t.partial_fraction,
                               system_prompt=t.system_prompt or system, max_length=limit, room=room, fmt=r.fmt)
                  for p in problems]
         t_ids[t.name] = [v.ids for v in views]

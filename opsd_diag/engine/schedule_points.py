@@ -1,0 +1,132 @@
+"""What the teacher sees, and when (``lookahead.schedule_points``): per share f of the reference solution a
+self-teacher is shown, the accuracy gap, the teacher's mismatch with the student and the lookahead, beside the
+whole solution's, and a schedule recommendation; stored in ``summary.json`` under ``schedule``
+(``opsd_diag.schedule_points`` shows it: ``Run.schedule()`` and the report's line).
+
+Nothing here runs a model. ``with_schedule_points`` adds, per point f and per self-teacher config that shows the
+solution (its context uses ``{solution}``, ``{partial_solution}`` or ``{hint}``), a copy named ``NAME.revealF``
+with ``reveal: F``, after the configs already there (so their seeds, and every number of theirs, stay as they
+were). The ordinary diagnosis then samples, scores and looks ahead on each copy like on any config; its view
+renders every problem through ``core.context_schedule.revealed_problem`` (``io.views.build_views``), the very cut
+the trainer's ``training.context_schedule`` makes. ``table`` then gathers per (source, point, loss method):
+
+- G: the copy's ``teacher_minus_student_accuracy`` with its interval (needs ``sampling.teacher_samples`` > 0);
+- the mismatch: its token-weighted mean JSD and reverse KL to the student over the student's rollouts
+  (its ``ci.jsd`` and ``ci.kl_rev``, intervals over prompts);
+- the lookahead with that loss: Δll with its interval, the success change dv and the KL to the initial student;
+
+the whole solution being the source config itself (f = 1). The recommendation is the row with the largest
+lookahead Δll (the lookahead's lower-variance proxy of the success change, as for the token masks), beside the
+whole solution's with the same loss: the fixed share to train with, ``training.context_schedule: {kind: fixed,
+start: f}``. The lookahead steps a few times at one share, so a decaying or adaptive schedule is not measured
+itself; the points show which shares its course passes through help.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from opsd_diag.config.levers import point_name
+from opsd_diag.core.context_schedule import SOLUTION_FIELDS, reveal
+from opsd_diag.core.stats import jsonable
+from opsd_diag.errors import OpsdError
+from opsd_diag.io import store, templates
+
+BASIS = "largest lookahead Δll (change of the correct-minus-incorrect log-likelihood gap) over points and losses"
+
+
+def schedule_sources(cfg) -> list:
+    """The teacher configs a schedule point copies: self-teachers shown the whole solution."""
+    return [t for t in cfg.teachers if t.is_self and t.reveal == 1.0
+            and templates.placeholders(templates.resolve(t.context)) & set(SOLUTION_FIELDS)]
+
+
+def with_schedule_points(cfg):
+    """``cfg`` with one teacher config per (schedule source, point), after the configs already there.
+
+    Idempotent: a copy already present (the run directory's stored, resolved config) is kept; another config
+    under a copy's name, or points without a source, is one OpsdError."""
+    la = cfg.lookahead
+    if la is None or not la.schedule_points:
+        return cfg
+    sources = schedule_sources(cfg)
+    if not sources:
+        raise OpsdError("lookahead.schedule_points needs a self-teacher config (model: self, shown the whole "
+                        "solution) whose context shows the solution ({solution}, {partial_solution} or {hint}, "
+                        "e.g. context: full_solution): add one to teachers, or remove schedule_points")
+    teachers = list(cfg.teachers)
+    for src in sources:
+        for f in la.schedule_points:
+            copy = src.model_copy(update={"name": point_name(src.name, f), "reveal": f})
+            have = next((t for t in teachers if t.name == copy.name), None)
+            if have is None:
+                teachers.append(copy)
+            elif have != copy:
+                raise OpsdError(f"teachers: lookahead.schedule_points names the copy of '{src.name}' shown {f:g} of "
+                                f"the solution '{copy.name}', and another teacher config has that name: rename it")
+    return cfg.model_copy(update={"teachers": teachers})
+
+
+def check_problems(cfg, problems: list[dict]) -> None:
+    """Every config shown a share of the solution sees at least one word of each solution (an empty one would
+    read as a problem without a solution)."""
+    for n, t in enumerate(cfg.teachers):
+        if t.reveal >= 1.0:
+            continue
+        for p in problems:
+            if p.get("solution") and not reveal(p["solution"], t.reveal):
+                words = len(p["solution"].split())
+                raise OpsdError(f"teachers.{n} '{t.name}' (share {t.reveal:g} of the solution) shows no word of "
+                                f"problem '{p['id']}''s solution ({words} words): use schedule points of at least "
+                                f"{0.5 / words:.3g}, or drop that problem")
+
+
+def _row(summary: dict, la: dict, source: str, share: float, config: str, method: str) -> dict:
+    entry = (summary.get("configs") or {}).get(config) or {}
+    ci = entry.get("ci") or {}
+    r = (la.get(config) or {}).get(method) or {}
+    return {"source": source, "share": share, "config": config, "method": method,
+            "gap": entry.get("teacher_minus_student_accuracy"), "jsd": ci.get("jsd"), "kl_rev": ci.get("kl_rev"),
+            "dll": r.get("dll"), "dv": r.get("dv"), "kl": r.get("kl")}
+
+
+def table(cfg, summary: dict) -> dict:
+    """The ``schedule`` entry of ``summary`` (a diagnosis of ``with_schedule_points(cfg)``): one row per (source,
+    share, loss method), shares ascending with the whole solution (1) last, and the recommendation."""
+    la = summary.get("lookahead") or {}
+    looked = (la.get("configs") or {}) if la.get("status") == "ok" else {}
+    methods = list(cfg.lookahead.methods)
+    points = sorted(cfg.lookahead.schedule_points)
+    rows = [_row(summary, looked, src.name, f, name, m) for src in schedule_sources(cfg)
+            for f, name in [*((f, point_name(src.name, f)) for f in points), (1.0, src.name)] for m in methods]
+    out = {"status": "ok", "points": points, "methods": methods, "rows": rows, "recommendation": recommend(rows)}
+    if not looked:  # why the lookahead columns are empty
+        out["lookahead"] = la.get("reason") or "the lookahead did not run (lookahead.enabled: false)"
+    return out
+
+
+def _finite(d: dict | None) -> bool:
+    return bool(d) and d.get("estimate") is not None and math.isfinite(d["estimate"])
+
+
+def recommend(rows: list[dict]) -> dict | None:
+    """The row with the largest lookahead Δll estimate (the first such row on a tie), with its interval and the whole
+    solution's with the same source and loss; None without a finite Δll."""
+    ok = [r for r in rows if _finite(r["dll"])]
+    if not ok:
+        return None
+    best = max(ok, key=lambda r: r["dll"]["estimate"])
+    full = next((r for r in rows if r["source"] == best["source"] and r["method"] == best["method"]
+                 and r["share"] == 1.0), None)
+    return {"config": best["config"], "source": best["source"], "share": best["share"], "method": best["method"],
+            "context_schedule": {"kind": "fixed", "start": best["share"]}, "dll": best["dll"], "gap": best["gap"],
+            "dll_full": full and full["dll"], "basis": BASIS}
+
+
+def for_diagnosis(run_dir, cfg) -> dict:
+    """The schedule table of a finished diagnosis in ``run_dir`` (after its lookahead), into ``summary.json``."""
+    path = Path(run_dir) / "summary.json"
+    result = jsonable(table(cfg, store.read_json(path)))
+    store.atomic_write_json(path, {**store.read_json(path), "schedule": result})
+    return result

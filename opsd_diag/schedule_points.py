@@ -1,0 +1,77 @@
+"""What the teacher sees, and when, in a diagnosis (``lookahead.schedule_points``, computed by
+``engine.schedule_points``) as a table and as the report's line: ``Run.schedule()`` (``ScheduleView``) and
+``opsd-diag report``."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+# Run.schedule(): one row per (self-teacher config, share of the solution, loss method)
+# (docs/training.md#the-diagnosis-schedule-recommendation)
+COLUMNS = {
+    "source": "the self-teacher config shown the whole solution",
+    "share": "share f of the solution the teacher view shows (its first ⌊f·W + ½⌋ words; 1: the source itself)",
+    "config": "the teacher config of that share (`SOURCE.revealF`; the source for f = 1)",
+    "method": "the loss the lookahead steps with",
+    "gap": "accuracy gap G: the view's sampled accuracy minus the student's (needs `sampling.teacher_samples`)",
+    "gap_lo": "its 95% interval over prompts, low end",
+    "gap_hi": "its 95% interval, high end",
+    "jsd": "the mismatch: mean JSD between the view and the student over the student's rollouts' tokens",
+    "kl_rev": "the mismatch: mean reverse KL(student ‖ view) over the same tokens",
+    "dll": "lookahead Δll: change of the correct-minus-incorrect log-likelihood gap",
+    "dll_lo": "its 95% interval, low end",
+    "dll_hi": "its 95% interval, high end",
+    "dv": "lookahead success change (importance-weighted)",
+    "kl": "lookahead KL to the initial student per token",
+    "recommended": "the recommendation: the largest dll over shares and losses",
+}
+_NUMBERS = ["share", "gap", "gap_lo", "gap_hi", "jsd", "kl_rev", "dll", "dll_lo", "dll_hi", "dv", "kl"]
+
+
+def _get(d: dict | None, key: str = "estimate"):
+    return None if not d else d.get(key)
+
+
+def frame(schedule: dict | None) -> pd.DataFrame | None:
+    """The table of a summary's ``schedule`` entry, or None without one."""
+    if not schedule or schedule.get("status") != "ok":
+        return None
+    best = schedule.get("recommendation") or {}
+    rows = [{"source": r["source"], "share": r["share"], "config": r["config"], "method": r["method"],
+             "gap": _get(r["gap"]), "gap_lo": _get(r["gap"], "lo"), "gap_hi": _get(r["gap"], "hi"),
+             "jsd": _get(r["jsd"]), "kl_rev": _get(r["kl_rev"]), "dll": _get(r["dll"]), "dll_lo": _get(r["dll"], "lo"),
+             "dll_hi": _get(r["dll"], "hi"), "dv": _get(r["dv"]), "kl": _get(r["kl"]),
+             "recommended": (r["config"], r["method"]) == (best.get("config"), best.get("method"))}
+            for r in schedule["rows"]]
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out[_NUMBERS] = out[_NUMBERS].astype(float)  # None -> NaN
+    return out
+
+
+def _ci(d: dict | None) -> str:
+    return "n/a" if _get(d) is None else f"{d['estimate']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]"
+
+
+def text(schedule: dict | None) -> list[str]:
+    """The report's line: the recommended share with its lookahead interval, beside the whole solution's."""
+    if not schedule:
+        return []
+    if schedule.get("status") != "ok":
+        return [f"schedule recommendation: {schedule.get('reason', 'not computed')}"]
+    r = schedule.get("recommendation")
+    if r is None:
+        why = schedule.get("lookahead") or "no share has a finite lookahead Δll"
+        return [f"schedule recommendation: none ({why}) (table: Run.schedule())"]
+    return [f"schedule recommendation for {r['source']} / {r['method']}: show {r['share']:g} of the solution "
+            f"(training.context_schedule {{kind: fixed, start: {r['share']:g}}}): lookahead Δll {_ci(r['dll'])}, "
+            f"whole solution {_ci(r.get('dll_full'))}; accuracy gap there {_ci(r.get('gap'))} "
+            "(table: Run.schedule())"]
+
+
+class ScheduleView:
+    """``Run.schedule()`` (a mixin of ``run.Run``)."""
+
+    def schedule(self) -> pd.DataFrame | None:
+        """One row per (self-teacher config, share of the solution, loss method) of the schedule points
+        (``COLUMNS``), or None without them."""
+        return frame(self.summary.schedule)
