@@ -224,3 +224,18 @@ def test_report_shows_the_schedule_recommendation(diagnosed, capsys):
     d, full = rec["dll"], rec["dll_full"]
     assert len(lines) == 1 and lines[0].startswith(f"schedule recommendation for self_full / jsd: show {rec['share']:g}")
     assert f"[{d['lo']:+.4f}, {d['hi']:+.4f}]" in lines[0] and f"whole solution {full['estimate']:+.4f}" in lines[0]
+
+
+def test_overview_shows_the_schedule_recommendation_in_the_decision_box(diagnosed):
+    from test_app import _app, _ok
+
+    from app import common
+    from opsd_diag import schedule_points as view
+
+    _, out, _ = diagnosed
+    lines = view.text(store.read_json(out / "summary.json")["schedule"])
+    assert lines
+    at = _app(out.parent, out.name)
+    _ok(at)
+    boxes = [[m.value for m in b.markdown] for b in at.container]  # each container's markdown (subtree)
+    assert any(any(common.md(lines[0]) in v for v in b) and any(v.startswith("#### ") for v in b) for b in boxes)

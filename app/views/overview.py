@@ -14,7 +14,7 @@ BADGE = {"helps": ":blue-background[:blue[**helps**]]", "hurts": ":red-backgroun
 COLOUR = {"helps": "background-color: #b9ccff", "hurts": "background-color: #ffc2c2", "unclear": ""}
 
 run = common.require_run()  # a run in progress stops here, before the heavy imports below
-from opsd_diag import decision, levers, prediction  # noqa: E402 (these import opsd_diag.run and the summary model: only
+from opsd_diag import decision, levers, prediction, schedule_points  # noqa: E402 (these import opsd_diag.run and the summary model: only
 from trainer import from_diagnosis  # noqa: E402  once a finished run is shown)
 
 s, f = run.summary, run.facts()
@@ -47,8 +47,9 @@ def trainable(config: str, signal: str) -> bool:
 
 
 def lever_lines() -> None:
-    """The lever recommendation (``lookahead.levers``), as in `opsd-diag report`, inside the decision's box."""
-    for line in levers.text(s.levers):
+    """The lever recommendations (``lookahead.levers``: the token mask; ``lookahead.schedule_points``: how much of
+    the solution the teacher sees), as in `opsd-diag report`, inside the decision's box."""
+    for line in [*levers.text(s.levers), *schedule_points.text(s.schedule)]:
         st.markdown(":material/tune: " + common.md(line))
 
 
@@ -152,7 +153,7 @@ if pred is not None:
 dec = decision.decide(s, trainable) if s.ranking else None
 if dec is not None:
     decision_panel(dec, secondary=pred is not None)
-if pred is None and dec is None:  # no decision box to hold the lever recommendation
+if pred is None and dec is None and (s.levers or s.schedule):  # no decision box to hold the lever recommendations
     with st.container(border=True):
         lever_lines()
 
