@@ -46,13 +46,13 @@ def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_di
                            batch_size: int | None = None, seed: int | None = None,
                            eval_data: str | Path | None = None, eval_problems: int | None = None,
                            eval_samples: int | None = None, token_mask: str | None = None,
-                           trust_remote_code: bool = False) -> list[str]:
+                           reveal: float | None = None, trust_remote_code: bool = False) -> list[str]:
     """The argv of ``opsd-train --from-diagnosis RUN --config C --signal S --out DIR [overrides]``."""
     argv = [sys.executable, "-m", "trainer", "--from-diagnosis", str(run_dir), "--config", config, "--signal", signal,
             "--out", str(out_dir), *(["--trust-remote-code"] if trust_remote_code else [])]
     for flag, value in (("--max-steps", max_steps), ("--learning-rate", learning_rate), ("--batch-size", batch_size),
                         ("--seed", seed), ("--eval-data", eval_data), ("--eval-problems", eval_problems),
-                        ("--eval-samples", eval_samples), ("--token-mask", token_mask)):
+                        ("--eval-samples", eval_samples), ("--token-mask", token_mask), ("--reveal", reveal)):
         if value is not None and value != "":
             argv += [flag, str(value)]
     return argv
@@ -69,13 +69,15 @@ def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir:
     names = {"max_steps": "max_steps", "learning_rate": "learning_rate", "batch_size": "per_device_train_batch_size",
              "seed": "seed"}
     cfg_over = {names[k]: v for k, v in overrides.items() if k in names and v is not None}
-    from trainer.cli import eval_overrides
+    from trainer.cli import eval_overrides, reveal_schedule
 
     ev = eval_overrides(overrides.get("eval_data"), overrides.get("eval_problems"), overrides.get("eval_samples"))
     if ev:
         cfg_over["eval"] = ev
     if overrides.get("token_mask"):
         cfg_over["token_mask"] = named_mask(overrides["token_mask"])
+    if overrides.get("reveal") is not None:
+        cfg_over["context_schedule"] = reveal_schedule(overrides["reveal"])
     cfg, _, _ = from_diagnosis(run_dir, config, signal, trust_remote_code=trust_remote_code, **cfg_over)
     tc = train_config.resolve_training(cfg, f"training from {run_dir}")
     train_config.check_environment(tc.spec, f"training from {run_dir}")

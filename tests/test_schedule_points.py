@@ -239,3 +239,38 @@ def test_overview_shows_the_schedule_recommendation_in_the_decision_box(diagnose
     _ok(at)
     boxes = [[m.value for m in b.markdown] for b in at.container]  # each container's markdown (subtree)
     assert any(any(common.md(lines[0]) in v for v in b) and any(v.startswith("#### ") for v in b) for b in boxes)
+
+
+def test_train_form_is_prefilled_with_the_schedule_recommendation(diagnosed, tmp_path):
+    """The Train form of the recommended (source config, loss) starts at the recommended share; the command it shows
+    carries --reveal SHARE and the config it trains a fixed context schedule at that share; opsd-train --reveal
+    gives the same section and a share outside [0, 1] is one message naming the key."""
+    import shutil
+
+    from test_app import _app, _ok
+
+    from opsd_diag.config import training as train_config
+    from trainer import cli as train_cli
+
+    stored, src, _ = diagnosed
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    summary = store.read_json(out / "summary.json")
+    rec = {**summary["schedule"]["recommendation"], "share": 0.5}  # a share below the whole solution (its row exists)
+    store.atomic_write_json(out / "summary.json", {**summary, "schedule": {**summary["schedule"], "recommendation": rec}})
+    signal = {"opd": "r_opd", "jsd": "jsd"}[rec["method"]]
+    at = _app(out.parent, out.name)
+    at.session_state["train_this"] = {"run": str(out), "config": rec["source"], "signal": signal}
+    at.switch_page("views/train.py").run()
+    _ok(at)
+    key = f"{rec['source']}-{rec['method']}"
+    assert at.checkbox(key=f"tt_reveal_on-{key}").value is True
+    assert at.number_input(key=f"tt_reveal-{key}").value == pytest.approx(0.5)
+    assert any("--reveal 0.5" in c.value for c in at.code)
+    assert any("context_schedule:" in c.value and "start: 0.5" in c.value for c in at.code)
+    assert train_cli.reveal_schedule(train_cli.parser().parse_args(["--reveal", "0.5"]).reveal) == {
+        "kind": "fixed", "start": 0.5}
+    with pytest.raises(OpsdError, match="context_schedule"):
+        train_config.resolve_training(train_config.with_training(
+            stored, {"method": "opsd", "teacher": rec["source"], "context_schedule": train_cli.reveal_schedule(1.5)},
+            "t"), "t")

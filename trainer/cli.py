@@ -47,7 +47,15 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--eval-samples", type=int, help="samples per held-out problem (training.eval.num_samples)")
     d.add_argument("--token-mask", choices=list(CANDIDATES), help="training.token_mask: one of the masks the "
                    "diagnosis' lever recommendation looks ahead on (docs/training.md)")
+    d.add_argument("--reveal", type=float, metavar="SHARE", help="training.context_schedule {kind: fixed, start: "
+                   "SHARE}: the share of the solution a self-teacher sees at every step (the diagnosis' schedule "
+                   "recommendation)")
     return p
+
+
+def reveal_schedule(share: float | None) -> dict | None:
+    """``training.context_schedule`` of --reveal SHARE (None: the config's own schedule)."""
+    return None if share is None else {"kind": "fixed", "start": share}
 
 
 def eval_overrides(data: str | None, problems: int | None, samples: int | None) -> dict | None:
@@ -70,6 +78,7 @@ def _load(args):
                  "per_device_train_batch_size": args.batch_size, "seed": args.seed}
     overrides["eval"] = eval_overrides(args.eval_data, args.eval_problems, args.eval_samples)
     overrides["token_mask"] = named_mask(args.token_mask)
+    overrides["context_schedule"] = reveal_schedule(args.reveal)
     if args.from_diagnosis is None:
         if args.config_file is None:
             raise OpsdError("give a config file, or --from-diagnosis RUN_DIR --config NAME --signal SIGNAL")

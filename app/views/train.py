@@ -20,6 +20,7 @@ from opsd_diag.config.levers import CANDIDATES, named_mask
 from opsd_diag.config.spec import DataSpec
 from opsd_diag.io.data import load_problems
 from trainer import from_diagnosis
+from trainer.cli import reveal_schedule
 
 st.title("Train")
 root = Path(st.session_state.get("runs_root", "runs"))
@@ -72,6 +73,29 @@ def token_mask_field(run, config: str, method: str | None) -> str | None:
     return None if pick == names[0] else pick
 
 
+def reveal_field(run, config: str, method: str | None) -> float | None:
+    """The share of the solution a self-teacher sees (``training.context_schedule`` fixed), pre-filled with the
+    diagnosis' schedule recommendation when it was made for this (config, loss) (``lookahead.schedule_points``);
+    None keeps the config's own schedule. Shown only for a self-teacher shown the solution."""
+    from opsd_diag.engine.schedule_points import schedule_sources
+
+    if config not in {t.name for t in schedule_sources(run.config)}:
+        return None
+    rec = (run.summary.schedule or {}).get("recommendation") or {}
+    here = rec.get("source") == config and rec.get("method") == method and rec.get("share") is not None
+    own = st.checkbox("Show the teacher a share of the solution (training.context_schedule, fixed)", value=here,
+                      key=f"tt_reveal_on-{config}-{method}",
+                      help="pre-filled with the diagnosis' schedule recommendation for this config and loss" if here
+                      else "the diagnosis made no schedule recommendation for this config and loss")
+    if not own:
+        return None
+    share = st.number_input("Share of the solution the teacher sees", 0.0, 1.0, float(rec["share"]) if here else 1.0,
+                            step=0.05, key=f"tt_reveal-{config}-{method}")
+    if here:
+        st.caption(f"Share pre-filled with the diagnosis' schedule recommendation: {rec['share']:g}.")
+    return float(share)
+
+
 def from_verdict() -> None:
     diagnoses = [str(p) for p in jobs.find_runs(root, "diagnosis") if (p / "summary.json").is_file()]
     if wanted and common.canonical(wanted["run"]) not in diagnoses:
@@ -120,11 +144,13 @@ def from_verdict() -> None:
                              key="tt_eval_n", help=f"the file holds {n_held} problems" if n_held else None)
     eval_k = e2.number_input("Samples per held-out problem", 1, 1024, int(base_eval.get("num_samples") or 4),
                              key="tt_eval_k", help="pass@1 is their mean; pass@k uses k = min(4, samples)")
-    mask = token_mask_field(run, config, method.get("loss") if method["method"] == "opsd" else method["method"])
+    loss = method.get("loss") if method["method"] == "opsd" else method["method"]
+    mask = token_mask_field(run, config, loss)
+    reveal = reveal_field(run, config, loss)
     out = st.text_input("Run directory", key="tt_out", placeholder=f"{root}/train-{config}-{signal}-<time> (default)")
     over = {"max_steps": int(steps), "learning_rate": float(lr), "batch_size": int(batch), "seed": int(seed),
             "eval_data": eval_data or None, "eval_problems": int(eval_n) if eval_data else None,
-            "eval_samples": int(eval_k) if eval_data else None, "token_mask": mask}
+            "eval_samples": int(eval_k) if eval_data else None, "token_mask": mask, "reveal": reveal}
     training_cost(run, over, min(int(eval_n), n_held) if eval_data and n_held else 0,
                   int((base or {}).get("eval_steps") or 0))
     with st.expander("The exact command and the config it trains (YAML)"):
@@ -134,7 +160,8 @@ def from_verdict() -> None:
             cfg = from_diagnosis.training_config(run, config, signal, max_steps=over["max_steps"],
                                                  learning_rate=over["learning_rate"],
                                                  per_device_train_batch_size=over["batch_size"], seed=over["seed"],
-                                                 token_mask=named_mask(mask))
+                                                 token_mask=named_mask(mask),
+                                                 context_schedule=reveal_schedule(reveal))
             st.code(workbench.config_yaml(cfg), language="yaml")
         except OpsdError as e:
             st.error(common.plain(str(e)))
