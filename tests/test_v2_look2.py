@@ -78,3 +78,22 @@ def test_the_second_looks_plan_was_committed_before_its_analysis():
                                              ("accuracy_gap", ("accuracy_gap", False))])
 def test_feature_names(feature, expect):
     assert report_look2.feature(feature) == expect
+
+
+def test_results_look2_is_the_render_of_the_committed_analysis():
+    import json
+
+    analysis = json.loads((report_look2.HERE / "look2_analysis.json").read_text())
+    assert (report_look2.HERE / "RESULTS_look2.md").read_text() == report_look2.render(analysis)
+
+
+def test_the_committed_analysis_follows_its_ship_rule():
+    import json
+
+    a = json.loads((report_look2.HERE / "look2_analysis.json").read_text())
+    assert a["ship"] == report_look2.ship(a)
+    p, g = a["tiers"][a["primary"]], a["single"]["accuracy_gap"]
+    wins = (p["eight"]["spearman"]["estimate"] > g["eight"]["spearman"]["estimate"] and
+            p["eight"]["vs_accuracy_gap"]["lo"] > 0 and
+            p[a["added_world"]]["spearman"]["estimate"] >= g[a["added_world"]]["spearman"]["estimate"])
+    assert (a["ship"]["choice"] == a["primary"]) == wins
