@@ -97,3 +97,36 @@ def test_the_committed_analysis_follows_its_ship_rule():
             p["eight"]["vs_accuracy_gap"]["lo"] > 0 and
             p[a["added_world"]]["spearman"]["estimate"] >= g[a["added_world"]]["spearman"]["estimate"])
     assert (a["ship"]["choice"] == a["primary"]) == wins
+
+
+def test_within_is_the_mean_of_per_world_spearman_with_a_stratified_bootstrap():
+    from scipy.stats import spearmanr
+
+    rows = _rows(2)
+    y = report_v2.target(rows, "d_pass1")
+    x = np.array([r["x"] for r in rows])
+    g = np.array([r["accuracy_gap"] for r in rows])
+    reps = report_v2.realised_reps(rows, "d_pass1", 200, 0)
+    got = report_look2.within(x, g, rows, reps, {"n": 200, "seed": 0})
+    worlds = sorted({r["world"] for r in rows})
+    per = lambda v: [spearmanr([v[i] for i, r in enumerate(rows) if r["world"] == w],  # noqa: E731
+                               [y[i] for i, r in enumerate(rows) if r["world"] == w]).statistic for w in worlds]
+    assert got["mean"]["estimate"] == pytest.approx(np.mean(per(x)), abs=1e-12)
+    assert got["accuracy_gap_mean"] == pytest.approx(np.mean(per(g)), abs=1e-12)
+    assert got["vs_accuracy_gap"]["estimate"] == pytest.approx(np.mean(per(x)) - np.mean(per(g)), abs=1e-12)
+    assert got["mean"]["lo"] <= got["mean"]["estimate"] <= got["mean"]["hi"] and got["n_worlds"] == len(worlds)
+    # a perfect predictor with noise-free realised values: every replicate is 1, so is the interval
+    exact = np.tile(y[:, None], (1, 50))
+    perfect = report_look2.within(y, g, rows, exact, {"n": 50, "seed": 1})
+    assert perfect["mean"]["lo"] == pytest.approx(1.0) and perfect["mean"]["hi"] == pytest.approx(1.0)
+
+
+def test_the_third_looks_ship_rule_reads_the_within_world_difference_and_the_added_world():
+    def analysis(lo, on_added):
+        tier = {"within": {"vs_accuracy_gap": {"estimate": 0.1, "lo": lo, "hi": 0.2}},
+                "mixed": {"spearman": {"estimate": on_added}}}
+        return {"look": 3, "scopes": ["nine", "eight", "mixed"], "primary": "v2c", "added_world": "mixed",
+                "tiers": {"v2c": tier}, "single": {"accuracy_gap": {"mixed": {"spearman": {"estimate": 0.5}}}}}
+    assert report_look2.ship(analysis(0.01, 0.6))["choice"] == "v2c"
+    assert report_look2.ship(analysis(-0.01, 0.6))["choice"] == "accuracy_gap"
+    assert report_look2.ship(analysis(0.01, 0.4))["choice"] == "accuracy_gap"

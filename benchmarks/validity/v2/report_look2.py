@@ -1,7 +1,10 @@
-"""Predictor v2's second look, as pre-registered (plan_look2.yaml here): analysis JSON and RESULTS_look2.md.
+"""Predictor v2's second and third looks, as pre-registered (plan_look2.yaml, plan_look3.yaml here): analysis JSON
+and RESULTS_look<N>.md.
 
     python benchmarks/validity/v2/report_look2.py --from DIR --crossed STUDY
         # DIR: run_v2.py --look 2's output (all eight worlds); STUDY: run_worlds.py --worlds crossed's output
+    python benchmarks/validity/v2/report_look2.py --look 3 --from DIR --added STUDY
+        # the third look: DIR also holds mixed (run_v2.py --look 2 --worlds mixed); STUDY: its run_worlds.py output
 
 The seven worlds' realised outcomes and v1 columns come from the committed worlds analysis, the added
 world's from its own study (``analyze_worlds.py`` over STUDY, copied to ``look2/crossed_analysis.json``
@@ -10,7 +13,9 @@ so the render is reproducible from committed files). The lookahead rows of every
 ``report_v2.py``'s LOWO, intervals, statistics) on the second look's features: G as it is, every
 feature written ``c(x)`` centred on the mean of its world's rows (after imputing a missing value with
 the training folds' mean). Writes ``look2_analysis.json`` and ``RESULTS_look2.md`` here; the first
-look's files stay as they are.
+look's files stay as they are. The third look adds the ninth world ``mixed`` (its analysis and lookahead rows in
+``look3/``) and judges its ship rule on the ranking within a diagnosis: the mean over worlds of the per-world
+Spearman, paired with G's, with a stratified cluster bootstrap (``within``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,11 @@ from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN2 = HERE / "plan_look2.yaml"
+PLAN3 = HERE / "plan_look3.yaml"
 OUT = HERE / "look2"
+OUT3 = HERE / "look3"
+ANALYSES = {"crossed": OUT / "crossed_analysis.json", "mixed": OUT3 / "mixed_analysis.json"}  # added worlds' studies
+NUMBERS = {7: "seven", 8: "eight", 9: "nine"}
 FIRST_LOOK = HERE / "lookahead"  # the first look's lookahead rows: the second look must reproduce them
 LOOKAHEAD = ("lookahead_fresh", "lookahead_kl", "lookahead_dv", "lookahead_dll")
 SINGLE = ("accuracy_gap", "score", "verdict_value", "teachability", "mean_jsd", "lookahead_fresh", "lookahead_kl",
@@ -42,18 +51,23 @@ SINGLE = ("accuracy_gap", "score", "verdict_value", "teachability", "mean_jsd", 
 ADDED = "crossed"
 
 
-def world_rows(w: str, plan2: dict) -> list[dict]:
+def world_rows(w: str) -> list[dict]:
     """The world's product rows (realised outcomes and v1 columns) from the committed analysis of its study."""
-    src = OUT / "crossed_analysis.json" if w == plan2["added_world"]["name"] else v2.REPO / plan2["outcomes_from"]["seven"]
+    src = ANALYSES.get(w, v2.REPO / yaml.safe_load(PLAN2.read_text())["outcomes_from"]["seven"])
     return [r for r in json.loads(src.read_text())["worlds"][w]["rows"] if r.get("kind") == "product"]
 
 
-def load_rows(plan2: dict) -> list[dict]:
-    """Every diagnosed row of the eight worlds with its lookahead columns (``look2/lookahead/<world>.json``)."""
+def lookahead_file(w: str) -> Path:
+    """A world's lookahead rows (run_v2.py --look 2): the second look's, or the third's for its added world."""
+    return OUT3 / "lookahead" / f"{w}.json" if (OUT3 / "lookahead" / f"{w}.json").is_file() else OUT / "lookahead" / f"{w}.json"
+
+
+def load_rows(plan: dict) -> list[dict]:
+    """Every diagnosed row of the plan's worlds with its lookahead columns."""
     rows = []
-    for w in plan2["worlds"]:
-        la = {(r["config"], r["method"]): r for r in json.loads((OUT / "lookahead" / f"{w}.json").read_text())["rows"]}
-        for r in world_rows(w, plan2):
+    for w in plan["worlds"]:
+        la = {(r["config"], r["method"]): r for r in json.loads(lookahead_file(w).read_text())["rows"]}
+        for r in world_rows(w):
             x = la[(r["config"], r["method"])]
             rows.append({"world": w, "config": r["config"], "method": r["method"], "realised": r["realised"],
                          "diagnosis_run": r["diagnosis_run"], "diagnosis_config": r["diagnosis_config"],
@@ -120,8 +134,42 @@ def lowo(rows: list[dict], features: list[str], outcome: str, alpha: float, inne
 
 
 def scopes(rows: list[dict], added: str) -> dict[str, np.ndarray]:
+    """All worlds, the earlier ones (seen), the added one: named by their counts (``eight``, ``seven``, ``crossed``)."""
     w = np.array([r["world"] for r in rows])
-    return {"eight": np.ones(len(rows), bool), "seven": w != added, added: w == added}
+    n = len(set(w))
+    return {NUMBERS[n]: np.ones(len(rows), bool), NUMBERS[n - 1]: w != added, added: w == added}
+
+
+def within(x, g, rows: list[dict], reps: np.ndarray, boot: dict, alpha: float = 0.05) -> dict:
+    """The mean over worlds of the per-world Spearman of ``x`` with realised d_pass1, G's, and their paired
+    difference, with a stratified cluster bootstrap: per replicate b, each world's configurations are drawn with
+    replacement (all their rows), the realised values being column b of ``reps`` (rows finite in ``x`` and G)."""
+    x, g = np.asarray(x, float), np.asarray(g, float)
+    y = v2.target(rows, "d_pass1")
+    w = np.array([r["world"] for r in rows])
+    c = np.array([r["config"] for r in rows])
+    keep = np.isfinite(x) & np.isfinite(g) & np.isfinite(y)
+    worlds = sorted(set(w[keep]))
+    members = {k: [np.flatnonzero(keep & (w == k) & (c == cfg)) for cfg in sorted(set(c[keep & (w == k)]))]
+               for k in worlds}
+
+    def means(idx_of, values) -> tuple[float, float]:
+        px = [stats.spearman(x[idx_of[k]], values[idx_of[k]]) for k in worlds]
+        pg = [stats.spearman(g[idx_of[k]], values[idx_of[k]]) for k in worlds]
+        return float(np.nanmean(px)), float(np.nanmean(pg))
+
+    est_x, est_g = means({k: np.concatenate(members[k]) for k in worlds}, y)
+    rng = np.random.default_rng(boot["seed"])
+    diff, rx = np.full(boot["n"], np.nan), np.full(boot["n"], np.nan)
+    for b in range(min(boot["n"], reps.shape[1])):
+        idx = {k: np.concatenate([members[k][i] for i in rng.integers(0, len(members[k]), len(members[k]))])
+               for k in worlds}
+        mx, mg = means(idx, reps[:, b])
+        rx[b], diff[b] = mx, mx - mg
+    lo, hi = stats.percentile_interval(rx, alpha)
+    dlo, dhi = stats.percentile_interval(diff, alpha)
+    return {"mean": {"estimate": est_x, "lo": lo, "hi": hi}, "accuracy_gap_mean": est_g,
+            "vs_accuracy_gap": {"estimate": est_x - est_g, "lo": dlo, "hi": dhi}, "n_worlds": len(worlds)}
 
 
 def ranking(x: np.ndarray, rows: list[dict], reps: np.ndarray, boot: dict, g: np.ndarray, added: str) -> dict:
@@ -167,15 +215,17 @@ def reproduction(rows: list[dict], study: Path) -> dict:
     return diff
 
 
-def analyse(study: Path) -> dict:
+def analyse(study: Path, look: int = 2) -> dict:
     plan2 = yaml.safe_load(PLAN2.read_text())
-    rows = load_rows(plan2)
-    added = plan2["added_world"]["name"]
-    m, val = plan2["models"], plan2["validation"]
+    plan = plan2 if look == 2 else yaml.safe_load(PLAN3.read_text())
+    rows = load_rows(plan)
+    added = plan["added_world"]["name"]
+    m, val = plan2["models"], plan2["validation"]  # the third look keeps the second's model and validation
     boot = {"n": 2000, "seed": 0}
     reps = v2.realised_reps(rows, "d_pass1", boot["n"], boot["seed"])
     g = np.array([v2._num(r["accuracy_gap"]) for r in rows])
-    out = {"plan": "benchmarks/validity/v2/plan_look2.yaml", "added_world": added, "n_rows": len(rows),
+    out = {"plan": f"benchmarks/validity/v2/plan_look{look}.yaml", "look": look, "added_world": added,
+           "scopes": list(scopes(rows, added)), "n_rows": len(rows),
            "n_rows_added": int(sum(r["world"] == added for r in rows)), "delta": val["delta"], "alpha": 1.0,
            "primary": m["primary"], "tiers": {}, "single": {},
            "missing": {k: int(sum(not math.isfinite(v2._num(r[k])) for r in rows)) for k in
@@ -187,6 +237,8 @@ def analyse(study: Path) -> dict:
                               "decisions": v2.decisions(fold, rows, val["delta"]),
                               "method_order": v2.method_order(fold["pred"], rows),
                               "pred": fold["pred"].tolist(), "lo": fold["lo"].tolist(), "hi": fold["hi"].tolist()}
+        if look >= 3:
+            out["tiers"][tier]["within"] = within(fold["pred"], g, rows, reps, boot)
     for name in SINGLE:
         x = np.array([v2._num(r[name]) for r in rows])
         out["single"][name] = {**ranking(x, rows, reps, boot, g, added), "per_world": v2.per_world(x, rows, "d_pass1"),
@@ -202,47 +254,84 @@ def analyse(study: Path) -> dict:
     out["rows"] = [{k: r[k] for k in ("world", "config", "method", "realised")} | {"d_pass1": r["d_pass1"]["estimate"]}
                    for r in rows]
     out["ship"] = ship(out)
+    if look == 2:  # the second look's analysis was committed before these keys existed: its render stays the same
+        for k in ("look", "scopes"):
+            out.pop(k)
     return out
 
 
+def _scopes(a: dict) -> tuple[str, str]:
+    """(all worlds, the earlier ones) of an analysis (the second look's predates the ``scopes`` key)."""
+    return tuple(a.get("scopes", ["eight", "seven"])[:2])
+
+
 def ship(a: dict) -> dict:
-    """The plan's rule: the primary ships only if it beats G pooled over the eight worlds (paired interval above 0)
-    and is at least G on the added world alone."""
+    """The plan's rule. Second look: the primary ships only if it beats G pooled over the eight worlds (paired interval
+    above 0) and is at least G on the added world alone. Third look: the same with the mean within-world Spearman
+    (paired interval above 0) in place of the pooled one."""
     p, g, added = a["tiers"][a["primary"]], a["single"]["accuracy_gap"], a["added_world"]
-    pooled = p["eight"]["spearman"]["estimate"] > g["eight"]["spearman"]["estimate"] and p["eight"]["vs_accuracy_gap"]["lo"] > 0
-    on_added = p[added]["spearman"]["estimate"] >= g[added]["spearman"]["estimate"]
-    wins = bool(pooled and on_added)
-    d, pa, ga = p["eight"]["vs_accuracy_gap"], p[added]["spearman"]["estimate"], g[added]["spearman"]["estimate"]
-    return {"choice": a["primary"] if wins else "accuracy_gap", "pooled_condition": bool(pooled),
-            "added_world_condition": bool(on_added),
-            "reason": (f"{a['primary']} beats G pooled over the eight worlds (paired {v2.ci(d)}) and on {added} "
-                       f"({v2.fmt(pa)} vs {v2.fmt(ga)})") if wins else
-                      (f"{a['primary']} does not meet the ship rule: pooled over the eight worlds the paired difference "
-                       f"with G is {v2.ci(d)}{'' if pooled else ' (needs to lie above 0)'}; on {added} alone "
-                       f"{v2.fmt(pa)} against G's {v2.fmt(ga)}{'' if on_added else ' (needs to be at least G)'}")}
+    pa, ga = p[added]["spearman"]["estimate"], g[added]["spearman"]["estimate"]
+    on_added = pa >= ga
+    if a.get("look", 2) >= 3:
+        d = p["within"]["vs_accuracy_gap"]
+        overall, what = d["lo"] > 0, f"the mean within-world Spearman over the {_scopes(a)[0]} worlds"
+    else:
+        d = p["eight"]["vs_accuracy_gap"]
+        overall = p["eight"]["spearman"]["estimate"] > g["eight"]["spearman"]["estimate"] and d["lo"] > 0
+        what = "pooled over the eight worlds"
+    wins = bool(overall and on_added)
+    out = {"choice": a["primary"] if wins else "accuracy_gap", "pooled_condition": bool(overall),
+           "added_world_condition": bool(on_added),
+           "reason": (f"{a['primary']} beats G {what} (paired {v2.ci(d)}) and on {added} "
+                      f"({v2.fmt(pa)} vs {v2.fmt(ga)})") if wins else
+                     (f"{a['primary']} does not meet the ship rule: {what} the paired difference "
+                      f"with G is {v2.ci(d)}{'' if overall else ' (needs to lie above 0)'}; on {added} alone "
+                      f"{v2.fmt(pa)} against G's {v2.fmt(ga)}{'' if on_added else ' (needs to be at least G)'}")}
+    if a.get("look", 2) >= 3:
+        out["within_condition"] = out.pop("pooled_condition")
+    return out
 
 
 def render(a: dict) -> str:
     f, ci, added = v2.fmt, v2.ci, a["added_world"]
-    lines = ["# Predictor v2, second look: eight worlds, one of them new", "",
-             f"Generated by `python benchmarks/validity/v2/report_look2.py --from DIR --crossed STUDY` from "
-             f"`look2_analysis.json` (plan: `{a['plan']}`, committed before any result of this look). {a['n_rows']} rows "
-             f"(configuration x method), {a['n_rows_added']} of them on the added world `{added}`, which no model "
-             f"or feature of either look was designed on. The first look (`RESULTS.md`) stays as it was.", "",
-             f"**Ship rule:** {a['ship']['choice']} ships. {a['ship']['reason']}.", "",
-             "## Ranking: Spearman with realised held-out d_pass1 (leave-one-world-out)", "",
-             f"| predictor | eight worlds [95% cluster bootstrap] | the seven (seen) | {added} alone (new) | mean of worlds | "
-             "method order (pairs > 0.10 apart) |", "|---|---|---|---|---|---|"]
+    every, seen = _scopes(a)
+    look = a.get("look", 2)
+    if look == 2:
+        lines = ["# Predictor v2, second look: eight worlds, one of them new", "",
+                 f"Generated by `python benchmarks/validity/v2/report_look2.py --from DIR --crossed STUDY` from "
+                 f"`look2_analysis.json` (plan: `{a['plan']}`, committed before any result of this look). {a['n_rows']} "
+                 f"rows (configuration x method), {a['n_rows_added']} of them on the added world `{added}`, which no model "
+                 f"or feature of either look was designed on. The first look (`RESULTS.md`) stays as it was.", ""]
+    else:
+        lines = [f"# Predictor v2, third look: {every} worlds, judged within a diagnosis", "",
+                 f"Generated by `python benchmarks/validity/v2/report_look2.py --look 3 --from DIR --added STUDY` from "
+                 f"`look3_analysis.json` (plan: `{a['plan']}`, committed before any result of this look). {a['n_rows']} "
+                 f"rows (configuration x method), {a['n_rows_added']} of them on the added world `{added}`, built after "
+                 f"the second look. The model is the second look's {a['primary']}, unchanged; the rule is judged on the "
+                 f"ranking within a diagnosis (the mean over worlds of the per-world Spearman). The earlier looks "
+                 f"(`RESULTS.md`, `RESULTS_look2.md`) stay as they were.", "",
+                 f"**Ship rule:** {a['ship']['choice']} ships. {a['ship']['reason']}.", "",
+                 "## Within a diagnosis: mean over worlds of the per-world Spearman (stratified cluster bootstrap)", "",
+                 "| model | mean within-world Spearman | G's | paired difference with G |", "|---|---|---|---|"]
+        for tier, d in a["tiers"].items():
+            x = d["within"]
+            lines.append(f"| {tier} | {ci(x['mean'])} | {f(x['accuracy_gap_mean'])} | {ci(x['vs_accuracy_gap'])} |")
+        lines += [""]
+    if look == 2:
+        lines += [f"**Ship rule:** {a['ship']['choice']} ships. {a['ship']['reason']}.", ""]
+    lines += ["## Ranking: Spearman with realised held-out d_pass1 (leave-one-world-out)", "",
+              f"| predictor | {every} worlds [95% cluster bootstrap] | the {seen} (seen) | {added} alone (new) | mean of "
+              "worlds | method order (pairs > 0.10 apart) |", "|---|---|---|---|---|---|"]
     for kind, table in (("tier", a["tiers"]), ("single", a["single"])):
         for name, d in table.items():
             mo = d["method_order"]
             label = f"**{name}** (ridge: {', '.join(d['features'])})" if kind == "tier" else name
-            lines.append(f"| {label} | {ci(d['eight']['spearman'])} | {ci(d['seven']['spearman'])} | "
+            lines.append(f"| {label} | {ci(d[every]['spearman'])} | {ci(d[seen]['spearman'])} | "
                          f"{ci(d[added]['spearman'])} | {f(d['per_world']['mean'])} | {mo['n_right']}/{mo['n_pairs']} |")
     lines += ["", "Paired difference against the accuracy gap G (same replicates):", "",
-              f"| model | eight worlds | the seven | {added} alone |", "|---|---|---|---|"]
+              f"| model | {every} worlds | the {seen} | {added} alone |", "|---|---|---|---|"]
     for name, d in [*a["tiers"].items(), *((k, a["single"][k]) for k in ("lookahead_fresh",))]:
-        lines.append(f"| {name} | {ci(d['eight']['vs_accuracy_gap'])} | {ci(d['seven']['vs_accuracy_gap'])} | "
+        lines.append(f"| {name} | {ci(d[every]['vs_accuracy_gap'])} | {ci(d[seen]['vs_accuracy_gap'])} | "
                      f"{ci(d[added]['vs_accuracy_gap'])} |")
     worlds = list(a["single"]["accuracy_gap"]["per_world"]["worlds"])
     cols = [*a["tiers"], "accuracy_gap", "lookahead_fresh", "lookahead_kl"]
@@ -257,7 +346,7 @@ def render(a: dict) -> str:
         c = d["decisions"]
         lines.append(f"| {tier} | {c['n_correct']}/{c['n_decisive']} ({f(c['accuracy'])}) | {f(c['helps_precision'])} | "
                      f"{f(c['hurts_precision'])} | {c['unclear_share']:.0%} | {c['coverage']:.0%} |")
-    lines += ["", f"## Other outcomes ({a['primary']}'s features, LOWO, pooled Spearman over the eight worlds)", ""]
+    lines += ["", f"## Other outcomes ({a['primary']}'s features, LOWO, pooled Spearman over the {every} worlds)", ""]
     for o, d in a["other_outcomes"].items():
         lines.append(f"- {o}: {f(d['spearman'])} (mean of worlds {f(d['per_world']['mean'])})")
     rep = a["reproduction"]
@@ -277,20 +366,24 @@ def render(a: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--from", dest="study", required=True, type=Path, help="run_v2.py --look 2's output")
-    ap.add_argument("--crossed", type=Path, help="the added world's study (run_worlds.py); its analysis is copied here")
+    ap.add_argument("--look", type=int, default=2, choices=(2, 3))
+    ap.add_argument("--crossed", "--added", dest="added", type=Path,
+                    help="the look's added world's study (run_worlds.py); its analysis is copied here")
     args = ap.parse_args(argv)
-    plan2 = yaml.safe_load(PLAN2.read_text())
-    (OUT / "lookahead").mkdir(parents=True, exist_ok=True)
-    if args.crossed:
+    plan = yaml.safe_load((PLAN2 if args.look == 2 else PLAN3).read_text())
+    out, name = (OUT, "crossed") if args.look == 2 else (OUT3, plan["added_world"]["name"])
+    (out / "lookahead").mkdir(parents=True, exist_ok=True)
+    if args.added:
         from benchmarks.validity.worlds import analyze_worlds
-        (OUT / "crossed_analysis.json").write_text(json.dumps(v2.stats_jsonable(
-            analyze_worlds.analyse_worlds(args.crossed.resolve())), indent=1, sort_keys=True) + "\n")
-    for w in plan2["worlds"]:
-        shutil.copyfile(args.study / w / "lookahead.json", OUT / "lookahead" / f"{w}.json")
-    a = analyse(args.study.resolve())
-    (HERE / "look2_analysis.json").write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
-    (HERE / "RESULTS_look2.md").write_text(render(json.loads((HERE / "look2_analysis.json").read_text())))
-    print((HERE / "RESULTS_look2.md").read_text())
+        ANALYSES[name].write_text(json.dumps(v2.stats_jsonable(
+            analyze_worlds.analyse_worlds(args.added.resolve())), indent=1, sort_keys=True) + "\n")
+    for w in plan["worlds"] if args.look == 2 else [name]:  # the third look reuses the second's rows of the others
+        shutil.copyfile(args.study / w / "lookahead.json", out / "lookahead" / f"{w}.json")
+    a = analyse(args.study.resolve(), args.look)
+    analysis, results = HERE / f"look{args.look}_analysis.json", HERE / f"RESULTS_look{args.look}.md"
+    analysis.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
+    results.write_text(render(json.loads(analysis.read_text())))
+    print(results.read_text())
     return 0
 
 
