@@ -32,6 +32,21 @@ def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict
             "intercept": float(y0), "alpha": float(alpha)}
 
 
+def centre(X: np.ndarray, centred, fill, groups) -> np.ndarray:
+    """``X`` ``[n, f]`` with each ``centred`` column imputed (NaN -> ``fill``, the fitting rows' mean) and then centred
+    on the mean of its group's rows (a world in the study, the rows of one diagnosis in the product): a feature
+    written ``c(x)``, which acts only relative to the other rows of its diagnosis (benchmarks/validity/v2/
+    plan_look2.yaml). Other columns are returned as they are."""
+    X = np.array(X, dtype=np.float64, copy=True)
+    groups = np.asarray(groups)
+    for j in np.flatnonzero(np.asarray(centred, dtype=bool)):
+        col = np.where(np.isfinite(X[:, j]), X[:, j], fill[j])  # [n]
+        for g in np.unique(groups):
+            col[groups == g] -= col[groups == g].mean()
+        X[:, j] = col
+    return X
+
+
 def _z(X: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
     Z = (X - mean) / sd
     return np.where(np.isfinite(Z), Z, 0.0)  # a missing feature sits at the fitting rows' mean

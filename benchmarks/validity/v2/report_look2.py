@@ -88,18 +88,11 @@ def feature(name: str) -> tuple[str, bool]:
 
 def design(rows: list[dict], features: list[str], fill: dict[str, float]) -> np.ndarray:
     """``[n, f]``: raw columns as they are (NaN left to ``model.fit``'s imputation); a centred column is imputed
-    with ``fill`` and then centred on the mean of its world's rows (features only, never outcomes)."""
-    w = np.array([r["world"] for r in rows])
-    cols = []
-    for f in features:
-        name, centred = feature(f)
-        x = np.array([v2._num(r[name]) for r in rows])
-        if centred:
-            x = np.where(np.isfinite(x), x, fill.get(name, 0.0))
-            for world in set(w):
-                x[w == world] -= x[w == world].mean()
-        cols.append(x)
-    return np.stack(cols, axis=1)
+    with ``fill`` and then centred on the mean of its world's rows (``core.predictor.centre``; features only)."""
+    parsed = [feature(f) for f in features]
+    X = np.array([[v2._num(r[name]) for name, _ in parsed] for r in rows], dtype=np.float64).reshape(len(rows), -1)
+    return model.centre(X, [c for _, c in parsed], [fill.get(name, 0.0) for name, _ in parsed],
+                        [r["world"] for r in rows])
 
 
 def fills(rows: list[dict], features: list[str]) -> dict[str, float]:
