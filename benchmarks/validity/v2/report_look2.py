@@ -309,6 +309,10 @@ def render(a: dict) -> str:
         for tier, d in a["tiers"].items():
             x = d["within"]
             lines.append(f"| {tier} | {ci(x['mean'])} | {f(x['accuracy_gap_mean'])} | {ci(x['vs_accuracy_gap'])} |")
+        lines += ["", "Each replicate redraws the realised values around their estimates (their noise added once more, "
+                  "as in the earlier looks), which attenuates a correlation within one world, whose realised values "
+                  "spread less than the pooled ones: the interval of a mean sits below its estimate. The paired "
+                  "difference, which the rule reads, carries the attenuation on both of its sides."]
         lines += [""]
     if look == 2:
         lines += [f"**Ship rule:** {a['ship']['choice']} ships. {a['ship']['reason']}.", ""]
