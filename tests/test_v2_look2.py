@@ -137,3 +137,21 @@ def test_the_third_looks_ship_rule_reads_the_within_world_difference_and_the_add
     assert report_look2.ship(analysis(0.01, 0.6))["choice"] == "v2c"
     assert report_look2.ship(analysis(-0.01, 0.6))["choice"] == "accuracy_gap"
     assert report_look2.ship(analysis(0.01, 0.4))["choice"] == "accuracy_gap"
+
+
+def test_readme_and_verdict_doc_quote_the_later_looks():
+    import json
+
+    from benchmarks.validity.v2.report_v2 import ci
+
+    root = report_look2.HERE.parents[2]
+    a2 = json.loads((report_look2.HERE / "look2_analysis.json").read_text())
+    a3 = json.loads((report_look2.HERE / "look3_analysis.json").read_text())
+    paired2 = ci(a2["tiers"]["v2c"]["eight"]["vs_accuracy_gap"])
+    within3 = ci(a3["tiers"]["v2c"]["within"]["vs_accuracy_gap"])
+    new3 = (a3["tiers"]["v2c"]["mixed"]["spearman"]["estimate"], a3["single"]["accuracy_gap"]["mixed"]["spearman"]["estimate"])
+    for doc in (root / "README.md", root / "docs" / "verdict.md"):
+        text = " ".join(doc.read_text().split())
+        assert f"paired {paired2}" in text and f"gains {within3}" in text, doc
+        assert f"{new3[0]:+.2f} vs G's {new3[1]:+.2f}" in text, doc
+    assert a2["ship"]["choice"] == a3["ship"]["choice"] == "accuracy_gap"  # both docs say the product ranks by G
