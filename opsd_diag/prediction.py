@@ -15,7 +15,7 @@ tier with every lookahead feature imputed. Pure functions of a ``Summary`` and t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -80,6 +80,7 @@ class Calibration:
     studies: dict  # earlier studies' figures (decision.validity's dicts)
     study: str  # where the study's results are written up
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
+    later_looks: dict = field(default_factory=dict)  # look name -> record of a later look (its ``summary`` quoted)
 
 
 def _shipped_text() -> str | None:
@@ -128,7 +129,9 @@ def _parse(d: dict, source: str) -> Calibration:
                 raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
     return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
-                       {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))})
+                       {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
+                       {k: v for k, v in (d.get("later_looks") or {}).items()
+                        if isinstance(v, dict) and isinstance(v.get("summary"), str)})
 
 
 def _num(x) -> float:
@@ -338,7 +341,9 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: "
                           f"{cal.reason}. G's Spearman with the realised pass@1 change was "
                           f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. v2's "
-                          "predictions below order the methods within a config and are shown as secondary evidence.")
+                          "predictions below order the methods within a config and are shown as secondary evidence."
+                          + ("" if not cal.later_looks else " Later pre-registered looks, each checked on a new world: "
+                             + "; ".join(v["summary"] for _, v in sorted(cal.later_looks.items())) + "."))
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "
                            f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}, {rec.verdict})" if rec else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")

@@ -155,3 +155,18 @@ def test_readme_and_verdict_doc_quote_the_later_looks():
         assert f"paired {paired2}" in text and f"gains {within3}" in text, doc
         assert f"{new3[0]:+.2f} vs G's {new3[1]:+.2f}" in text, doc
     assert a2["ship"]["choice"] == a3["ship"]["choice"] == "accuracy_gap"  # both docs say the product ranks by G
+
+
+def test_the_package_file_records_each_later_look_and_the_panel_quotes_it():
+    import json
+
+    from opsd_diag import prediction
+
+    shipped = json.loads(report_look2.v2.SHIPPED.read_text())
+    for look in (2, 3):
+        a = json.loads((report_look2.HERE / f"look{look}_analysis.json").read_text())
+        assert shipped["later_looks"][f"look{look}"] == report_look2.later_look(a)
+    cal = prediction.load()
+    assert cal.choice == "accuracy_gap" and set(cal.later_looks) == {"look2", "look3"}
+    text = prediction.panel(prediction.Predictions([], cal, "accuracy_gap"))["ranking"]
+    assert all(v["summary"] in text for v in shipped["later_looks"].values())

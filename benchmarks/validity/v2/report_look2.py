@@ -15,7 +15,8 @@ feature written ``c(x)`` centred on the mean of its world's rows (after imputing
 the training folds' mean). Writes ``look2_analysis.json`` and ``RESULTS_look2.md`` here; the first
 look's files stay as they are. The third look adds the ninth world ``mixed`` (its analysis and lookahead rows in
 ``look3/``) and judges its ship rule on the ranking within a diagnosis: the mean over worlds of the per-world
-Spearman, paired with G's, with a stratified cluster bootstrap (``within``).
+Spearman, paired with G's, with a stratified cluster bootstrap (``within``). Each look's outcome is recorded in the
+package's model file (``later_looks``, quoted by the decision panel); a look that ships would also write its model.
 """
 
 from __future__ import annotations
@@ -360,6 +361,28 @@ def render(a: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def later_look(a: dict) -> dict:
+    """What the shipped model file records of this look (the decision panel quotes ``summary``)."""
+    p, g, added = a["tiers"][a["primary"]], a["single"]["accuracy_gap"], a["added_world"]
+    every = _scopes(a)[0]
+    if a.get("look", 2) >= 3:
+        what, d = f"within a diagnosis over {every} worlds", p["within"]["vs_accuracy_gap"]
+    else:
+        what, d = f"pooled over {every} worlds", p[every]["vs_accuracy_gap"]
+    summary = (f"look {a.get('look', 2)} ({a['primary']}): {what} {a['primary']} - G {v2.ci(d)}; on the new world {added} "
+               f"{v2.fmt(p[added]['spearman']['estimate'])} vs G's {v2.fmt(g[added]['spearman']['estimate'])}: "
+               f"{'ships' if a['ship']['choice'] == a['primary'] else 'G stays'}")
+    return {"plan": a["plan"], "study": f"benchmarks/validity/v2/RESULTS_look{a.get('look', 2)}.md",
+            "model": a["primary"], "choice": a["ship"]["choice"], "added_world": added, "summary": summary}
+
+
+def record_in_shipped(a: dict) -> None:
+    """The look's record in the package's model file (``later_looks``), which its other keys leave as they are."""
+    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped.setdefault("later_looks", {})[f"look{a.get('look', 2)}"] = later_look(a)
+    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--from", dest="study", required=True, type=Path, help="run_v2.py --look 2's output")
@@ -380,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     analysis, results = HERE / f"look{args.look}_analysis.json", HERE / f"RESULTS_look{args.look}.md"
     analysis.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
     results.write_text(render(json.loads(analysis.read_text())))
+    record_in_shipped(json.loads(analysis.read_text()))
     print(results.read_text())
     return 0
 

@@ -332,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                             "unclear_share": d["decisions"]["unclear_share"]} for t, d in a["tiers"].items()},
                "accuracy_gap": a["single"]["accuracy_gap"]["spearman"], "studies": earlier_studies(),
                "lookahead_settings": study_lookahead(plan)}
+    if SHIPPED.is_file():  # the later looks' records (report_look2.py) stay
+        shipped["later_looks"] = json.loads(SHIPPED.read_text()).get("later_looks", {})
     SHIPPED.write_text(json.dumps(stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS.md").read_text())
     return 0
