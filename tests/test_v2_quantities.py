@@ -307,8 +307,9 @@ def test_features_frame_reads_every_number_from_the_summary(v2_run):
 def test_fresh_pass_change_equals_samples_drawn_again_by_hand(v2_run):
     """The fresh pass@1 change of (teacher, opd) against the stepped and the initial student sampled again with
     the documented seed, each completion checked, per-prompt means compared in loops."""
+    from test_lookahead_forgetting import stepped_by_hand
+
     from opsd_diag.engine.sampling import sample_hf
-    from opsd_diag.engine.train_step import Roles
     from opsd_diag.io import store
     from opsd_diag.io.thinking import answer_text
     from opsd_diag.io.verify import is_correct
@@ -318,17 +319,7 @@ def test_fresh_pass_change_equals_samples_drawn_again_by_hand(v2_run):
     la = store.read_json(out / "summary.json")["lookahead"]
     _, measure_rows = lookahead.split(store.read_table(out, "rollouts"))
     assert la["fresh_prompts"] == measure_rows["problem_id"].nunique() > 1
-    s, clip = lookahead.settings(cfg)
-    step_rows, _ = lookahead.split(store.read_table(out, "rollouts"))
-    loss = cfg.scoring
-    from opsd_diag.config.settings import LossSettings
-    from opsd_diag.config.spec import centering_k
-
-    settings = LossSettings(method="opd", temperature=cfg.scoring_temperature, beta=loss.jsd_beta,
-                            centering=centering_k(loss.centering), exopd_lambda=loss.exopd_lambda, clip=clip)
-    stepped, _ = lookahead.take_steps(
-        prep.student, lambda t: Roles(t, None, "external", prep.teacher_models["teacher"], None, prep.student),
-        step_rows, "teacher", settings, None, s, prep.tok.pad_token_id)
+    stepped = stepped_by_hand(cfg, prep, out)
     first = measure_rows.drop_duplicates("problem_id")
     prompts = [[int(x) for x in p] for p in first["prompt_ids.student"]]
     answers = [str(prep.problems[int(i)]["answer"]) for i in first["problem_index"]]

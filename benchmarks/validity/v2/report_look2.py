@@ -337,13 +337,7 @@ def render(a: dict) -> str:
     for w in worlds:
         vals = [(a["tiers"].get(c) or a["single"][c])["per_world"]["worlds"][w] for c in cols]
         lines.append(f"| {w}{' (new)' if w == added else ''} | " + " | ".join(f(x) for x in vals) + " |")
-    lines += ["", f"## Decisions (delta = {a['delta']}: helps when the 95% interval lies above +delta, hurts below -delta)",
-              "", "| model | decisive right | helps precision | hurts precision | unclear | coverage of 95% intervals |",
-              "|---|---|---|---|---|---|"]
-    for tier, d in a["tiers"].items():
-        c = d["decisions"]
-        lines.append(f"| {tier} | {c['n_correct']}/{c['n_decisive']} ({f(c['accuracy'])}) | {f(c['helps_precision'])} | "
-                     f"{f(c['hurts_precision'])} | {c['unclear_share']:.0%} | {c['coverage']:.0%} |")
+    lines += v2.decision_table(a)
     lines += ["", f"## Other outcomes ({a['primary']}'s features, LOWO, pooled Spearman over the {every} worlds)", ""]
     for o, d in a["other_outcomes"].items():
         lines.append(f"- {o}: {f(d['spearman'])} (mean of worlds {f(d['per_world']['mean'])})")

@@ -278,13 +278,7 @@ def render(a: dict) -> str:
         vals = [a["tiers"][t]["per_world"]["worlds"][w] for t in a["tiers"]]
         vals += [a["single"][s]["per_world"]["worlds"][w] for s in ("accuracy_gap", "score", "lookahead_dv")]
         lines.append(f"| {w} | " + " | ".join(fmt(x) for x in vals) + " |")
-    lines += ["", f"## Decisions (delta = {a['delta']}: helps when the 95% interval lies above +delta, hurts below -delta)",
-              "", "| model | decisive right | helps precision | hurts precision | unclear | coverage of 95% intervals |",
-              "|---|---|---|---|---|---|"]
-    for tier, d in a["tiers"].items():
-        c = d["decisions"]
-        lines.append(f"| {tier} | {c['n_correct']}/{c['n_decisive']} ({fmt(c['accuracy'])}) | {fmt(c['helps_precision'])} | "
-                     f"{fmt(c['hurts_precision'])} | {c['unclear_share']:.0%} | {c['coverage']:.0%} |")
+    lines += decision_table(a)
     lines += ["", "## Other outcomes (v2's features, LOWO, pooled Spearman)", ""]
     for o, d in a["other_outcomes"].items():
         lines.append(f"- {o}: {fmt(d['spearman'])} (mean of worlds {fmt(d['per_world']['mean'])})")
@@ -308,6 +302,18 @@ def render(a: dict) -> str:
     lines += ["", "## Targets (issue 32), v2", "", "| target | met |", "|---|---|"]
     lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in checks]
     return "\n".join(lines) + "\n"
+
+
+def decision_table(a: dict) -> list[str]:
+    """The decisions section of a look's report: per model the decisive calls, precisions, unclear share, coverage."""
+    lines = ["", f"## Decisions (delta = {a['delta']}: helps when the 95% interval lies above +delta, hurts below -delta)",
+             "", "| model | decisive right | helps precision | hurts precision | unclear | coverage of 95% intervals |",
+             "|---|---|---|---|---|---|"]
+    for tier, d in a["tiers"].items():
+        c = d["decisions"]
+        lines.append(f"| {tier} | {c['n_correct']}/{c['n_decisive']} ({fmt(c['accuracy'])}) | {fmt(c['helps_precision'])} | "
+                     f"{fmt(c['hurts_precision'])} | {c['unclear_share']:.0%} | {c['coverage']:.0%} |")
+    return lines
 
 
 def _ge(x, t) -> bool:
