@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from benchmarks.validity.v2 import report_look2, report_v2
+from benchmarks.validity.v2 import looks, report_look2, report_v2
 
 
 def _rows(seed: int = 0) -> list[dict]:
@@ -29,7 +29,7 @@ def _rows(seed: int = 0) -> list[dict]:
 def test_centred_design_is_the_world_mean_removed_after_imputation():
     rows = _rows()
     fill = {"x": 0.5, "z": -2.0}
-    X = report_look2.design(rows, ["accuracy_gap", "c(x)", "c(z)"], fill)
+    X = looks.design(rows, ["accuracy_gap", "c(x)", "c(z)"], fill)
     for i, r in enumerate(rows):
         assert X[i, 0] == r["accuracy_gap"]
         for j, name in ((1, "x"), (2, "z")):
@@ -40,7 +40,7 @@ def test_centred_design_is_the_world_mean_removed_after_imputation():
 
 def test_fills_are_the_fitting_rows_means_of_centred_features_only():
     rows = _rows()
-    f = report_look2.fills(rows[:12], ["accuracy_gap", "c(z)"])
+    f = looks.fills(rows[:12], ["accuracy_gap", "c(z)"])
     assert set(f) == {"z"}
     zs = [r["z"] for r in rows[:12] if not math.isnan(r["z"])]
     assert math.isclose(f["z"], sum(zs) / len(zs), abs_tol=1e-12)
@@ -48,7 +48,7 @@ def test_fills_are_the_fitting_rows_means_of_centred_features_only():
 
 def test_lowo_without_centring_is_the_first_looks():
     rows = _rows()
-    a = report_look2.lowo(rows, ["accuracy_gap", "x", "z"], "d_pass1", 1.0)
+    a = looks.lowo(rows, ["accuracy_gap", "x", "z"], "d_pass1", 1.0)
     b = report_v2.lowo(rows, ["accuracy_gap", "x", "z"], "d_pass1", 1.0)
     for k in ("pred", "lo", "hi"):
         np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-12)
@@ -58,8 +58,8 @@ def test_centring_removes_a_world_offset_that_misleads_the_raw_fit():
     """x carries the outcome plus a large world-level offset: centred, it predicts across worlds; raw, far worse."""
     rows = _rows(1)
     y = report_v2.target(rows, "d_pass1")
-    raw = report_look2.lowo(rows, ["x"], "d_pass1", 1.0, inner=False)["pred"]
-    centred = report_look2.lowo(rows, ["c(x)"], "d_pass1", 1.0, inner=False)["pred"]
+    raw = looks.lowo(rows, ["x"], "d_pass1", 1.0, inner=False)["pred"]
+    centred = looks.lowo(rows, ["c(x)"], "d_pass1", 1.0, inner=False)["pred"]
     assert np.mean((centred - y) ** 2) < 0.5 * np.mean((raw - y) ** 2)
 
 
@@ -78,7 +78,7 @@ def test_the_second_looks_plan_was_committed_before_its_analysis():
 @pytest.mark.parametrize("feature, expect", [("c(teachability)", ("teachability", True)),
                                              ("accuracy_gap", ("accuracy_gap", False))])
 def test_feature_names(feature, expect):
-    assert report_look2.feature(feature) == expect
+    assert looks.feature(feature) == expect
 
 
 @pytest.mark.parametrize("look", [2, 3])
@@ -114,7 +114,7 @@ def test_within_is_the_mean_of_per_world_spearman_with_a_stratified_bootstrap():
     x = np.array([r["x"] for r in rows])
     g = np.array([r["accuracy_gap"] for r in rows])
     reps = report_v2.realised_reps(rows, "d_pass1", 200, 0)
-    got = report_look2.within(x, g, rows, reps, {"n": 200, "seed": 0})
+    got = looks.within(x, g, rows, reps, {"n": 200, "seed": 0})
     worlds = sorted({r["world"] for r in rows})
     per = lambda v: [spearmanr([v[i] for i, r in enumerate(rows) if r["world"] == w],  # noqa: E731
                                [y[i] for i, r in enumerate(rows) if r["world"] == w]).statistic for w in worlds]
@@ -124,7 +124,7 @@ def test_within_is_the_mean_of_per_world_spearman_with_a_stratified_bootstrap():
     assert got["mean"]["lo"] <= got["mean"]["estimate"] <= got["mean"]["hi"] and got["n_worlds"] == len(worlds)
     # a perfect predictor with noise-free realised values: every replicate is 1, so is the interval
     exact = np.tile(y[:, None], (1, 50))
-    perfect = report_look2.within(y, g, rows, exact, {"n": 50, "seed": 1})
+    perfect = looks.within(y, g, rows, exact, {"n": 50, "seed": 1})
     assert perfect["mean"]["lo"] == pytest.approx(1.0) and perfect["mean"]["hi"] == pytest.approx(1.0)
 
 

@@ -15,13 +15,14 @@ feature written ``c(x)`` centred on the mean of its world's rows (after imputing
 the training folds' mean). Writes ``look2_analysis.json`` and ``RESULTS_look2.md`` here; the first
 look's files stay as they are. The third look adds the ninth world ``mixed`` (its analysis and lookahead rows in
 ``look3/``) and judges its ship rule on the ranking within a diagnosis: the mean over worlds of the per-world
-Spearman, paired with G's, with a stratified cluster bootstrap (``within``). Each look's outcome is recorded in the
+Spearman, paired with G's, with a stratified cluster bootstrap (``looks.within``). Each look's outcome is recorded in the
 package's model file (``later_looks``, quoted by the decision panel); a look that ships would also write its model.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import shutil
@@ -36,6 +37,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.looks import lowo, within  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -49,13 +51,20 @@ FIRST_LOOK = HERE / "lookahead"  # the first look's lookahead rows: the second l
 LOOKAHEAD = ("lookahead_fresh", "lookahead_kl", "lookahead_dv", "lookahead_dll")
 SINGLE = ("accuracy_gap", "score", "verdict_value", "teachability", "mean_jsd", "lookahead_fresh", "lookahead_kl",
           "lookahead_dv")
-ADDED = "crossed"
+
+
+SEVEN = v2.REPO / yaml.safe_load(PLAN2.read_text())["outcomes_from"]["seven"]  # the seven worlds' committed analysis
+
+
+@functools.cache
+def _analysis(path: Path) -> dict:
+    return json.loads(path.read_text())
 
 
 def world_rows(w: str) -> list[dict]:
-    """The world's product rows (realised outcomes and v1 columns) from the committed analysis of its study."""
-    src = ANALYSES.get(w, v2.REPO / yaml.safe_load(PLAN2.read_text())["outcomes_from"]["seven"])
-    return [r for r in json.loads(src.read_text())["worlds"][w]["rows"] if r.get("kind") == "product"]
+    """The world's product rows (realised outcomes and v1 columns) from the committed analysis of its study (each
+    analysis file read once)."""
+    return [r for r in _analysis(ANALYSES.get(w, SEVEN))["worlds"][w]["rows"] if r.get("kind") == "product"]
 
 
 def lookahead_file(w: str) -> Path:
@@ -82,88 +91,11 @@ def load_rows(plan: dict) -> list[dict]:
     return rows
 
 
-def feature(name: str) -> tuple[str, bool]:
-    """``c(x)`` -> (x, centred)."""
-    return (name[2:-1], True) if name.startswith("c(") else (name, False)
-
-
-def design(rows: list[dict], features: list[str], fill: dict[str, float]) -> np.ndarray:
-    """``[n, f]``: raw columns as they are (NaN left to ``model.fit``'s imputation); a centred column is imputed
-    with ``fill`` and then centred on the mean of its world's rows (``core.predictor.centre``; features only)."""
-    parsed = [feature(f) for f in features]
-    X = np.array([[v2._num(r[name]) for name, _ in parsed] for r in rows], dtype=np.float64).reshape(len(rows), -1)
-    return model.centre(X, [c for _, c in parsed], [fill.get(name, 0.0) for name, _ in parsed],
-                        [r["world"] for r in rows])
-
-
-def fills(rows: list[dict], features: list[str]) -> dict[str, float]:
-    """The fitting rows' mean of each centred feature (the imputation value)."""
-    out = {}
-    for f in features:
-        name, centred = feature(f)
-        if centred:
-            x = np.array([v2._num(r[name]) for r in rows])
-            out[name] = float(np.nanmean(x)) if np.isfinite(x).any() else 0.0
-    return out
-
-
-def lowo(rows: list[dict], features: list[str], outcome: str, alpha: float, inner: bool = True) -> dict:
-    """``report_v2.lowo`` with the second look's design (the centred columns imputed from the training folds)."""
-    worlds = sorted({r["world"] for r in rows})
-    w = np.array([r["world"] for r in rows])
-    y = v2.target(rows, outcome)
-    pred = np.full(len(rows), np.nan)
-    lo, hi = pred.copy(), pred.copy()
-    for held in worlds:
-        train, test = (w != held) & np.isfinite(y), w == held
-        X = design(rows, features, fills([r for r, t in zip(rows, train) if t], features))
-        m = model.fit(X[train], y[train], features, alpha)
-        pred[test] = model.predict(m, X[test])
-        if inner:
-            sub = [r for r, t in zip(rows, train) if t]
-            inner_pred = lowo(sub, features, outcome, alpha, inner=False)["pred"]
-            q_lo, q_hi = model.residual_band(v2.target(sub, outcome) - inner_pred)
-            lo[test], hi[test] = pred[test] + q_lo, pred[test] + q_hi
-    return {"pred": pred, "lo": lo, "hi": hi}
-
-
 def scopes(rows: list[dict], added: str) -> dict[str, np.ndarray]:
     """All worlds, the earlier ones (seen), the added one: named by their counts (``eight``, ``seven``, ``crossed``)."""
     w = np.array([r["world"] for r in rows])
     n = len(set(w))
     return {NUMBERS[n]: np.ones(len(rows), bool), NUMBERS[n - 1]: w != added, added: w == added}
-
-
-def within(x, g, rows: list[dict], reps: np.ndarray, boot: dict, alpha: float = 0.05) -> dict:
-    """The mean over worlds of the per-world Spearman of ``x`` with realised d_pass1, G's, and their paired
-    difference, with a stratified cluster bootstrap: per replicate b, each world's configurations are drawn with
-    replacement (all their rows), the realised values being column b of ``reps`` (rows finite in ``x`` and G)."""
-    x, g = np.asarray(x, float), np.asarray(g, float)
-    y = v2.target(rows, "d_pass1")
-    w = np.array([r["world"] for r in rows])
-    c = np.array([r["config"] for r in rows])
-    keep = np.isfinite(x) & np.isfinite(g) & np.isfinite(y)
-    worlds = sorted(set(w[keep]))
-    members = {k: [np.flatnonzero(keep & (w == k) & (c == cfg)) for cfg in sorted(set(c[keep & (w == k)]))]
-               for k in worlds}
-
-    def means(idx_of, values) -> tuple[float, float]:
-        px = [stats.spearman(x[idx_of[k]], values[idx_of[k]]) for k in worlds]
-        pg = [stats.spearman(g[idx_of[k]], values[idx_of[k]]) for k in worlds]
-        return float(np.nanmean(px)), float(np.nanmean(pg))
-
-    est_x, est_g = means({k: np.concatenate(members[k]) for k in worlds}, y)
-    rng = np.random.default_rng(boot["seed"])
-    diff, rx = np.full(boot["n"], np.nan), np.full(boot["n"], np.nan)
-    for b in range(min(boot["n"], reps.shape[1])):
-        idx = {k: np.concatenate([members[k][i] for i in rng.integers(0, len(members[k]), len(members[k]))])
-               for k in worlds}
-        mx, mg = means(idx, reps[:, b])
-        rx[b], diff[b] = mx, mx - mg
-    lo, hi = stats.percentile_interval(rx, alpha)
-    dlo, dhi = stats.percentile_interval(diff, alpha)
-    return {"mean": {"estimate": est_x, "lo": lo, "hi": hi}, "accuracy_gap_mean": est_g,
-            "vs_accuracy_gap": {"estimate": est_x - est_g, "lo": dlo, "hi": dhi}, "n_worlds": len(worlds)}
 
 
 def ranking(x: np.ndarray, rows: list[dict], reps: np.ndarray, boot: dict, g: np.ndarray, added: str) -> dict:
