@@ -583,7 +583,7 @@ def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
 
 def train_keys() -> list[str]:
     """Keys of a ``train`` record of metrics.jsonl, in order, read from trainer/loop.py and STAT_NAMES."""
-    from opsd_diag.engine.train_step import STAT_NAMES
+    from opsd_diag.engine.step_sums import STAT_NAMES
 
     tree = ast.parse((ROOT / "trainer" / "loop.py").read_text())
     step = next(n.value for n in ast.walk(_function(tree, "train_step"))

@@ -15,6 +15,7 @@ from opsd_diag.config.levers import ContextScheduleSpec, TokenMaskSpec
 from opsd_diag.config.spec import from_dict
 from opsd_diag.core import context_schedule as cs
 from opsd_diag.core import token_mask as tm
+from opsd_diag.engine.step_sums import StepSums
 from opsd_diag.engine.train_step import CompletionHidden, MicroBatch, micro_batch_backward, rescale_to_kept
 from opsd_diag.errors import OpsdError
 from trainer import cli
@@ -154,6 +155,10 @@ def _reference_grads(st, mb: MicroBatch, m: tm.MaskSettings, method: str, tau: f
     ("opd", dict(kind="entropy", entropy_quantiles=[0.5, 1.0], rollouts="correct")),
     ("jsd", dict(kind="entropy", entropy_quantiles=[0.0, 0.5])),
     ("jsd", dict(kind="advantage", advantage_top=0.3)),
+    ("opd", dict(kind="all", rollouts="incorrect")),  # known before any model runs: rows dropped, then cut
+    ("jsd", dict(kind="position", positions=[1, 4])),
+    ("opd", dict(kind="position", positions=[2, None], rollouts="correct")),
+    ("jsd", dict(kind="advantage", advantage_top=0.5, rollouts="incorrect")),
 ])
 def test_masked_loss_gradient_equals_float64_reference(world, method, kw):
     tc = config.resolve_training(from_dict(config_dict(world, method=method, beta=0.5, chunk_size=5)))
@@ -174,6 +179,63 @@ def test_masked_loss_gradient_equals_float64_reference(world, method, kw):
     ref = _reference_grads(st, mb, m, method, st.loss.temperature, st.loss.beta)
     for name, p in student.named_parameters():
         torch.testing.assert_close(p.grad, ref[name], rtol=2e-3, atol=2e-6, msg=name)
+
+
+class _Recording(torch.nn.Module):
+    """``CompletionHidden`` that records the completions each forward receives."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner, self.seen = CompletionHidden(model), []
+
+    def forward(self, prompts, completions, pad_id):
+        self.seen.append([list(c) for c in completions])
+        return self.inner(prompts, completions, pad_id)
+
+
+def _tiny_batch(world, method="opd", correct=(True, False, True, None)):
+    tc = config.resolve_training(from_dict(config_dict(world, method=method, chunk_size=5)))
+    st = prepare(tc, torch.device("cpu"))
+    g = torch.Generator().manual_seed(1)
+    rows = list(range(4))
+    comps = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (3, 7, 1, 6)]
+    return st, MicroBatch(0, rows, [st.train.student_prompts[i] for i in rows],
+                          [st.train.teacher_prompts[i] for i in rows], None, comps, [True, False, True, False],
+                          correct=list(correct))
+
+
+def test_a_mask_known_before_the_models_runs_only_its_rows_up_to_their_last_kept_token(world):
+    st, mb = _tiny_batch(world)
+    hidden = _Recording(st.roles.student)
+    sums = micro_batch_backward(hidden, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.chunk_size,
+                                scale=1.0 / mb.n_tokens, mask=mask(kind="position", positions=[0, 2],
+                                                                   rollouts="correct"))
+    assert hidden.seen == [[mb.completions[0][:2], mb.completions[2][:1]]]  # correct rows 0 and 2, cut after t=1
+    assert sums.counts["kept"] == mb.n_tokens and float(sums.stats["kept"]) == 3.0  # counted over every token
+    assert (sums.tokens, sums.rows, sums.finished) == (mb.n_tokens, 4, 2)  # the whole micro-batch's counts
+
+
+def test_a_step_that_keeps_nothing_still_runs_a_zero_backward(world):
+    st, mb = _tiny_batch(world, correct=(False, False, None, False))
+    hidden = _Recording(st.roles.student)
+    st.roles.student.zero_grad(set_to_none=True)
+    sums = micro_batch_backward(hidden, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.chunk_size,
+                                scale=1.0 / mb.n_tokens, mask=mask(kind="all", rollouts="correct"))
+    assert hidden.seen == [[mb.completions[0][:1]]]  # one token: every DDP process must run its backward
+    assert float(sums.stats["kept"]) == 0.0 and float(sums.loss) == 0.0
+    grads = [p.grad for p in st.roles.student.parameters() if p.requires_grad]
+    assert grads and all(gr is not None and not gr.any() for gr in grads)
+
+
+def test_a_non_finite_kept_token_is_located_in_its_rollout():
+    mb = MicroBatch(0, [5, 6], [[1], [1]], None, None, [[7, 7, 7], [7, 7, 7, 7]], [False, False])
+    sums = StepSums()
+    flags = torch.tensor([False, False, True])  # the third of the chunk's kept tokens
+    sums.note(mb, torch.tensor([0, 2, 4]), {"nonfinite": {"student": flags}})
+    assert sums.first_nonfinite() == ("student", mb, 1, 1)  # flat position 4: row 1, completion position 1
+    sums = StepSums()
+    sums.note(mb, 3, {"nonfinite": {"teacher": torch.tensor([False, True])}})  # contiguous from flat 3
+    assert sums.first_nonfinite() == ("teacher", mb, 1, 1)
 
 
 # ------------------------------------------------------------------------------- the schedules

@@ -24,7 +24,8 @@ from opsd_diag.config.settings import LossSettings
 from trainer import cross_losses
 from opsd_diag.engine.train_step import Roles
 from opsd_diag.engine.train_step import MicroBatch
-from opsd_diag.engine.train_step import StepSums, _checked, backward_by_chunks
+from opsd_diag.engine.step_sums import StepSums
+from opsd_diag.engine.train_step import _checked, backward_by_chunks
 
 
 @dataclass(frozen=True)

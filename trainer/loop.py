@@ -29,7 +29,8 @@ from trainer.evaluate import eval_size, evaluate
 from trainer.levers import LeverState
 from trainer.rollouts import make_micro_batch, rank_micro_batches, step_problems
 from trainer.setup import Setup, prepare
-from opsd_diag.engine.train_step import STAT_NAMES, StepSums, micro_batch_backward
+from opsd_diag.engine.step_sums import STAT_NAMES, StepSums
+from opsd_diag.engine.train_step import micro_batch_backward
 
 log = logging.getLogger("opsd-train")
 

@@ -212,7 +212,8 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
                          chunk_size: int, scale: float, ref: str | None = None, autocast=contextlib.nullcontext,
                          sums=None):
     """``opsd_diag.engine.train_step.micro_batch_backward`` for a ``ShardedStudent``: the same loss, sums and gradients."""
-    from opsd_diag.engine.train_step import StepSums, chunk_loss, partner_hidden
+    from opsd_diag.engine.step_sums import StepSums
+    from opsd_diag.engine.train_step import chunk_loss, partner_hidden
 
     sums = sums or StepSums()
     token_ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]

@@ -32,7 +32,8 @@ from opsd_diag.core import lookahead as maths
 from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable
 from opsd_diag.engine.train_step import CompletionHidden, Roles
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
-from opsd_diag.engine.train_step import MicroBatch, StepSums, auto_chunk_size, micro_batch_backward, rescale_to_kept
+from opsd_diag.engine.step_sums import StepSums
+from opsd_diag.engine.train_step import MicroBatch, auto_chunk_size, micro_batch_backward, rescale_to_kept
 from opsd_diag.io import store
 from opsd_diag.io.thinking import answer_text
 from opsd_diag.io.verify import is_correct

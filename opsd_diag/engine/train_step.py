@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from opsd_diag.core import signals, token_mask
 from opsd_diag.core.losses import token_loss
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
+from opsd_diag.engine.step_sums import StepSums
 from opsd_diag.errors import OpsdError
 from opsd_diag.config.settings import LossSettings
 
@@ -132,51 +133,6 @@ def auto_chunk_size(vocab_size: int) -> int:
     return max(128, LOGITS_BUDGET // max(1, vocab_size))
 
 
-# per-token statistic -> its name in metrics.jsonl (means over the step's generated tokens)
-STAT_NAMES = {"r_opd": "r_opd", "k1": "kl_k1", "k3": "kl_k3", "h_s": "entropy_student", "h_t": "entropy_teacher",
-              "gate": "gate_fraction", "clipped": "clipped_ratio", "nll": "nll",
-              "uld": "uld", "left_out": "left_out_ratio",  # these two: a teacher with another tokenizer
-              "kept": "kept_ratio", "correct": "rollout_accuracy"}  # training.token_mask; rollouts' outcomes
-
-
-@dataclass
-class StepSums:
-    """Raw sums over tokens (divided by counts only after the all-reduce).
-
-    Sums stay 0-d device tensors until the step ends, so a GPU never waits on a per-chunk ``.item()``.
-    """
-    loss: Tensor | float = 0.0
-    tokens: int = 0
-    rows: int = 0
-    finished: int = 0
-    stats: dict[str, Tensor] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    nonfinite: list = field(default_factory=list)  # (micro-batch, chunk start, {role: [n] bool}) per chunk
-
-    def add_stats(self, stats: dict[str, Tensor]) -> None:
-        for k, v in stats.items():
-            if k in STAT_NAMES:
-                self.stats[k] = self.stats.get(k, 0.0) + v.detach().double().sum()
-                self.counts[k] = self.counts.get(k, 0) + v.numel()
-
-    def note(self, mb: MicroBatch, lo: int, stats: dict) -> None:
-        """Keep a chunk's non-finite flags (device tensors: read only when the step's loss is not finite)."""
-        self.nonfinite.append((mb, lo, stats["nonfinite"]))
-
-    def first_nonfinite(self) -> tuple[str, MicroBatch, int, int] | None:
-        """(role, micro-batch, row, completion position) of the first position whose logits were NaN or inf."""
-        for mb, lo, flags in self.nonfinite:
-            for role, bad in flags.items():
-                hit = bad.nonzero()
-                if hit.numel():
-                    flat = lo + int(hit[0, 0])
-                    for row, c in enumerate(mb.completions):
-                        if flat < len(c):
-                            return role, mb, row, flat
-                        flat -= len(c)
-        return None
-
-
 def _checked(h: Tensor, n: int, role: str) -> Tensor:
     if h.shape[0] != n:  # pitfall 6: a missing position is an error, never a zero log-prob
         raise OpsdError(f"the {role} view produced {h.shape[0]} scored positions instead of {n}")
@@ -212,13 +168,13 @@ def _partner_logits(pair, sl: slice, ctx) -> Tensor | None:
 
 
 def chunk_loss(student_logits: Tensor, ids: Tensor, sl: slice, s: LossSettings, partners: tuple, ref: str | None,
-               autocast, kept: Tensor | None = None) -> tuple[Tensor, dict]:
+               autocast) -> tuple[Tensor, dict]:
     """(summed loss, per-token statistics) of one chunk: the partners' logits at ``sl`` and the method's loss.
 
     ``partners`` is ``partner_hidden``'s (teacher, base, reference) triple; ``ref`` names the ExOPD
     reference (``student``: the initial student, ``base``) or None. Shared by the one-process/DDP
-    step below and the sharded (FSDP) step of ``trainer.sharded``. ``kept``: the chunk's kept tokens
-    (``training.token_mask``; None: every token), the only ones summed.
+    step below and the sharded (FSDP) step of ``trainer.sharded``. Every token of the chunk is summed (a
+    token mask selects the tokens before: ``micro_batch_backward``).
     """
     h_t, h_b, h_r = partners
     teacher_logits = _partner_logits(h_t, sl, autocast)  # [n, V] or None
@@ -230,7 +186,7 @@ def chunk_loss(student_logits: Tensor, ids: Tensor, sl: slice, s: LossSettings, 
     loss_base = base_logits if s.needs_base or ref == "base" else None  # a mask's base does not enter the loss
     per_token, stats = token_loss(student_logits, ids, s, teacher_logits=teacher_logits, base_logits=loss_base,
                                   ref_logprob=ref_lp)
-    keep = torch.ones_like(ids, dtype=torch.bool) if kept is None else kept.to(ids.device)  # [n]
+    keep = torch.ones_like(ids, dtype=torch.bool)  # [n]
     total, _ = signals.masked_sum_and_count(per_token, keep)
     stats["kept"] = keep.float()
     stats["_signal"] = stats.get("advantage", per_token).detach()  # what the advantage mask ranks
@@ -255,34 +211,100 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
     ``hidden_model`` is the (possibly DDP-wrapped) ``CompletionHidden``; ``scale`` is ``world / N_global``.
     ``ref`` names the ExOPD reference (``student``: the initial student, ``base``) or None. ``mask``: the
     tokens kept (``core.token_mask``; None: all); the step rescales to the kept count (``rescale_to_kept``).
+
+    A masked step costs less than an all-token one where it can: a mask known before any model runs (rollouts,
+    positions) drops the rollouts with no kept token and cuts each after its last kept one (a causal model's
+    later positions change nothing before them); every mask then runs the LM heads, the loss and their
+    backward on the kept tokens alone, so the per-token statistics are means over the kept tokens.
     """
-    n = mb.n_tokens
     sums = sums or StepSums()
-    h_s = _checked(hidden_model(mb.student_prompts, mb.completions, pad_id), n, "student")  # [N, H] grad
-    partners = partner_hidden(roles, mb, s, pad_id, ref, base=mask is not None and mask.needs_base)
-    kept = None if mask is None or mask.keeps_all else kept_tokens(roles, mb, h_s, s, partners, ref, chunk_size,
-                                                                   autocast, mask)
     if mb.correct is not None:
         sums.add_stats({"correct": torch.tensor([float(c) for c in mb.correct if c is not None])})
-    return backward_by_chunks(roles, mb, h_s, chunk_size, scale, autocast, sums,
-                              lambda logits, ids, sl: chunk_loss(logits, ids, sl, s, partners, ref, autocast,
-                                                                 None if kept is None else kept[sl]))
+    masked = mask is not None and not mask.keeps_all
+    run, kept = mb, None
+    if masked and not mask.needs_scores:
+        kept = token_mask.keep(mask, None, [len(c) for c in mb.completions], mb.correct)  # [N]
+        sums.add_stats({"kept": kept.float()})
+        run, kept = trimmed(mb, kept)
+    h_s = _checked(hidden_model(run.student_prompts, run.completions, pad_id), run.n_tokens, "student")  # [n, H]
+    partners = partner_hidden(roles, run, s, pad_id, ref, base=masked and mask.needs_base)
+    if not masked:
+        return backward_by_chunks(roles, mb, h_s, chunk_size, scale, autocast, sums,
+                                  lambda logits, ids, sl: chunk_loss(logits, ids, sl, s, partners, ref, autocast))
+    if mask.needs_scores:
+        kept = kept_tokens(roles, run, h_s, s, partners, ref, chunk_size, autocast, mask)
+        sums.add_stats({"kept": kept.float()})
+    index = kept.nonzero().squeeze(1).to(h_s.device)  # [K] the kept tokens' flat positions in ``run``
+    on_kept = tuple(None if p is None else (p[0], p[1].index_select(0, index)) for p in partners)
+
+    def loss_of_chunk(logits, ids, sl):
+        total, stats = chunk_loss(logits, ids, sl, s, on_kept, ref, autocast)
+        stats.pop("kept")  # counted over every token above
+        return total, stats
+    return backward_by_chunks(roles, run, h_s, chunk_size, scale, autocast, sums, loss_of_chunk, index=index,
+                              counted=mb)
+
+
+def trimmed(mb: MicroBatch, kept: Tensor) -> tuple[MicroBatch, Tensor]:
+    """(the rows of ``mb`` with a kept token, each cut after its last kept token; their kept flags).
+
+    With nothing kept, the first non-empty row's first token, kept by none: the step still runs a forward and a
+    (zero) backward, as every process of a DDP step must."""
+    rows, flags = [], []
+    for r, f in enumerate(torch.split(kept, [len(c) for c in mb.completions])):
+        hit = f.nonzero()
+        if hit.numel():
+            end = int(hit[-1, 0]) + 1
+            rows.append((r, end))
+            flags.append(f[:end])
+    if not rows:
+        first = next((r for r, c in enumerate(mb.completions) if c), None)
+        if first is None:
+            return mb, kept
+        rows, flags = [(first, 1)], [torch.zeros(1, dtype=torch.bool, device=kept.device)]
+
+    def pick(xs):
+        return None if xs is None else [xs[r] for r, _ in rows]
+    sub = MicroBatch(mb.index, pick(mb.problem_idx), pick(mb.student_prompts), pick(mb.teacher_prompts),
+                     pick(mb.base_prompts), [mb.completions[r][:end] for r, end in rows], pick(mb.finished),
+                     pick(mb.correct))
+    return sub, torch.cat(flags)
 
 
 @torch.no_grad()
 def kept_tokens(roles: Roles, mb: MicroBatch, h_s: Tensor, s: LossSettings, partners: tuple, ref: str | None,
                 chunk_size: int, autocast, mask: token_mask.MaskSettings) -> Tensor:
-    """The micro-batch's kept tokens ``[N]`` bool: a scored mask first runs the loss without gradient, chunk by
-    chunk (the same ``chunk_loss``), to read each token's scores."""
-    scores = token_scores(roles, mb, h_s, s, partners, ref, chunk_size, autocast) if mask.needs_scores else None
+    """The micro-batch's kept tokens ``[N]`` bool of a scored mask: it first reads each token's scores without
+    gradient, chunk by chunk: an entropy mask the student's head alone, the others the loss (``chunk_loss``)."""
+    if mask.kind == "entropy":
+        scores = {"h_s": student_entropy(roles, mb, h_s, s, chunk_size, autocast)}
+    else:
+        scores = token_scores(roles, mb, h_s, s, partners, ref, chunk_size, autocast)
     return token_mask.keep(mask, scores, [len(c) for c in mb.completions], mb.correct)
+
+
+def _flat_ids(mb: MicroBatch) -> Tensor:
+    return torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
+
+
+@torch.no_grad()
+def student_entropy(roles: Roles, mb: MicroBatch, h_s: Tensor, s: LossSettings, chunk_size: int,
+                    autocast=contextlib.nullcontext) -> Tensor:
+    """The student's entropy at every token ``[N]`` (what an entropy mask ranks), chunk by chunk."""
+    ids_all, parts = _flat_ids(mb), []
+    for lo in range(0, mb.n_tokens, chunk_size):
+        sl = slice(lo, min(mb.n_tokens, lo + chunk_size))
+        with autocast():
+            logits = lm_logits(roles.student, h_s[sl].detach())  # [n, V]
+        parts.append(signals.distribution(logits.float(), ids_all[sl].to(h_s.device), s.temperature).h)
+    return torch.cat(parts) if parts else torch.zeros(0, device=h_s.device)
 
 
 @torch.no_grad()
 def token_scores(roles: Roles, mb: MicroBatch, h_s: Tensor, s: LossSettings, partners: tuple, ref: str | None,
                  chunk_size: int, autocast=contextlib.nullcontext) -> dict[str, Tensor] | None:
     """``core.token_mask.token_scores`` of every token of the micro-batch, concatenated over chunks."""
-    ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
+    ids_all = _flat_ids(mb)
     parts = []
     for lo in range(0, mb.n_tokens, chunk_size):
         sl = slice(lo, min(mb.n_tokens, lo + chunk_size))
@@ -305,11 +327,18 @@ def rescale_to_kept(params, kept_ratio: float | None) -> None:
 
 
 def backward_by_chunks(roles: Roles, mb: MicroBatch, h_s: Tensor, chunk_size: int, scale: float, autocast,
-                       sums: StepSums, loss_of_chunk) -> StepSums:
+                       sums: StepSums, loss_of_chunk, index: Tensor | None = None,
+                       counted: MicroBatch | None = None) -> StepSums:
     """The student's LM head chunk by chunk on ``h_s`` ``[N, H]``, ``loss_of_chunk(logits, ids, slice)`` ->
-    (summed loss, statistics), then one backward through the decoder. Shared by every loss path."""
-    n = mb.n_tokens
-    token_ids_all = torch.tensor([t for c in mb.completions for t in c], dtype=torch.long)  # [N]
+    (summed loss, statistics), then one backward through the decoder. Shared by every loss path.
+
+    ``index`` ``[K]``: only these flat positions of ``mb`` (a token mask's kept tokens; the slices then run over
+    them); ``counted``: the micro-batch the step's token, row and finished counts are of (default ``mb``)."""
+    token_ids_all = _flat_ids(mb)  # [N]
+    if index is not None:
+        token_ids_all = token_ids_all[index.cpu()]
+        h_s = h_s.index_select(0, index)  # [K, H], still in the decoder's graph
+    n = h_s.shape[0]
     # the student's LM head runs per chunk below; its weights get their gradient with the decoder's
     head_params = [p for p in roles.student.get_output_embeddings().parameters() if p.requires_grad]
     grad_h = torch.zeros_like(h_s, dtype=torch.float32)  # [N, H]
@@ -327,12 +356,13 @@ def backward_by_chunks(roles: Roles, mb: MicroBatch, h_s: Tensor, chunk_size: in
         for acc, g in zip(grad_head, grads[1:]):
             acc += g
         sums.loss = sums.loss + total.detach().double()
-        sums.tokens += ids.numel()  # every position of a completion is a generated token
         sums.add_stats(stats)
-        sums.note(mb, lo, stats)
+        sums.note(mb, lo if index is None else index[sl], stats)
     # One backward through the decoder; the head's weight gradient joins as a root so a tied
     # embedding/head weight gets its single, summed gradient (one DDP hook per parameter).
     torch.autograd.backward([h_s, *head_params], [grad_h.to(h_s.dtype), *grad_head])
-    sums.rows += len(mb.completions)
-    sums.finished += sum(mb.finished)
+    counted = counted or mb
+    sums.tokens += counted.n_tokens  # every position of a completion is a generated token
+    sums.rows += len(counted.completions)
+    sums.finished += sum(counted.finished)
     return sums

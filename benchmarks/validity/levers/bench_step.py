@@ -4,10 +4,12 @@
 
 CONFIG is a lever-study training config (run_levers.py writes them). Each repeat samples one micro-batch
 from the student (the trainer's ``make_micro_batch``), then runs the trainer's micro-batch step on it with
-``all`` and with ``entropy_top50`` alternately (the order alternating between repeats), each followed by
-``rescale_to_kept`` and the optimizer step on a copy, timed with ``perf_counter``. Written: the median
-seconds of sampling and of each step, and the ratios masked / all of the step alone and of sampling +
-step (what a training step costs).
+``all``, ``entropy_top50`` (the target's <= 50% mask), ``advantage_top20`` and ``correct_only`` in turn (the order
+reversed every other repeat; the rollouts' outcomes are checked as the trainer does), each followed by
+``rescale_to_kept`` and the optimizer step on a copy, timed with ``perf_counter``; then ``decoders_only``: the
+decoders' forwards and the student's backward without any LM head or loss, the floor of a mask that reads the
+student's logits (it must run the whole decoder). Written: the median seconds of sampling and of each step, and
+per mask the ratios masked / all of the step alone and of sampling + step (what a training step costs).
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ if __package__ in (None, ""):
 
 from opsd_diag.config import training as config  # noqa: E402
 from opsd_diag.config.levers import TokenMaskSpec  # noqa: E402
-from opsd_diag.engine.train_step import CompletionHidden, micro_batch_backward, rescale_to_kept  # noqa: E402
+from opsd_diag.engine.train_step import (CompletionHidden, micro_batch_backward, partner_hidden,  # noqa: E402
+                                         rescale_to_kept)
 from trainer.rollouts import make_micro_batch, step_problems  # noqa: E402
 from trainer.setup import prepare  # noqa: E402
 
 MASKS = {"all": TokenMaskSpec().settings(),
-         "entropy_top50": TokenMaskSpec(kind="entropy", entropy_quantiles=[0.5, 1.0]).settings()}
+         "entropy_top50": TokenMaskSpec(kind="entropy", entropy_quantiles=[0.5, 1.0]).settings(),  # the target's
+         "advantage_top20": TokenMaskSpec(kind="advantage", advantage_top=0.2).settings(),
+         "correct_only": TokenMaskSpec(kind="all", rollouts="correct").settings()}  # known before the models run
 
 
 def step_seconds(st, mb, mask) -> tuple[float, float]:
@@ -52,6 +57,22 @@ def step_seconds(st, mb, mask) -> tuple[float, float]:
     return time.perf_counter() - t0, kept
 
 
+def decoders_seconds(st, mb) -> float:
+    """Seconds of the part of a step no mask that reads the student's logits can skip: the decoders' forwards
+    (student with grad, partners without) and the student decoder's backward, no LM head, no loss."""
+    student = copy.deepcopy(st.roles.student).train()
+    roles = copy.copy(st.roles)
+    roles.student = student
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5)
+    t0 = time.perf_counter()
+    h = CompletionHidden(student)(mb.student_prompts, mb.completions, st.pad_id)  # [N, H]
+    partner_hidden(roles, mb, st.loss, st.pad_id, st.reference)
+    h.backward(torch.full_like(h, 1e-3))
+    opt.step()
+    return time.perf_counter() - t0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True)
@@ -62,25 +83,27 @@ def main(argv=None) -> int:
     tc = config.load(args.config)
     st = prepare(tc, torch.device("cpu"))
     spec = tc.spec
-    times = {k: [] for k in MASKS}
+    times = {k: [] for k in [*MASKS, "decoders_only"]}
     kept = {k: [] for k in MASKS}
     sampling = []
     for r in range(args.repeats):
         idx = step_problems(len(st.train.problems), r, spec.per_device_train_batch_size, spec.seed)
         t0 = time.perf_counter()
         with torch.no_grad():
-            mb = make_micro_batch(st.roles.student, st.tok, st.train, 0, idx, r, spec, st.stop_ids)
+            mb = make_micro_batch(st.roles.student, st.tok, st.train, 0, idx, r, spec, st.stop_ids,
+                                  checker=(tc.cfg.analysis.checker, tc.cfg.analysis.truncated))
         sampling.append(time.perf_counter() - t0)
         for name in (list(MASKS) if r % 2 == 0 else list(MASKS)[::-1]):
             s, k = step_seconds(st, mb, MASKS[name])
             times[name].append(s)
             kept[name].append(k)
+        times["decoders_only"].append(decoders_seconds(st, mb))
     med = {k: statistics.median(v) for k, v in times.items()}
     samp = statistics.median(sampling)
     out = {"config": str(args.config), "repeats": args.repeats, "threads": torch.get_num_threads(),
            "sampling_s": samp, "step_s": med, "kept_share": {k: statistics.mean(v) for k, v in kept.items()},
-           "ratio_step": med["entropy_top50"] / med["all"],
-           "ratio_sampling_plus_step": (samp + med["entropy_top50"]) / (samp + med["all"]),
+           "ratio_step": {k: med[k] / med["all"] for k in times if k != "all"},
+           "ratio_sampling_plus_step": {k: (samp + med[k]) / (samp + med["all"]) for k in MASKS if k != "all"},
            "raw": {"sampling_s": sampling, "step_s": times}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
