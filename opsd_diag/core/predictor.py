@@ -5,7 +5,10 @@ fitting rows' mean and SD (a missing value is imputed with that mean, i.e. z = 0
 not penalised, and a prediction is the intercept plus one additive contribution per feature, which
 is what the product shows as "why". The interval is the prediction plus the 2.5% and 97.5%
 quantiles of out-of-fold residuals; the verdict follows from the interval and a practical
-threshold delta. Pure functions of arrays and dicts: the study fits, the package applies.
+threshold delta. The fourth look (benchmarks/validity/v2/plan_look4.yaml) also classifies a row's realised class
+directly: two penalised logistic regressions on the same standardised features give P(improves) and
+P(degrades), and a class verdict follows from a probability threshold. Pure functions of arrays and dicts: the
+study fits, the package applies.
 """
 
 from __future__ import annotations
@@ -30,6 +33,51 @@ def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict
     coef = np.linalg.solve(Z.T @ Z + alpha * np.eye(Z.shape[1]), Z.T @ (y - y0))  # [f]
     return {"features": list(features), "mean": mean.tolist(), "sd": sd.tolist(), "coef": coef.tolist(),
             "intercept": float(y0), "alpha": float(alpha)}
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, features: list[str], lam: float, tol: float = 1e-10,
+                 max_iter: int = 100) -> dict:
+    """P(y = 1) as a logistic regression of ``y`` ``[n]`` (0/1) on ``X`` ``[n, f]`` standardised as ``fit`` does, with an
+    L2 penalty ``lam`` on the coefficients (not the intercept); Newton's method until the largest step is below
+    ``tol``. The model is data of ``fit``'s form (``contributions`` reads it; the contributions are on the log-odds)."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    mean = np.nanmean(X, axis=0)  # [f]
+    mean = np.where(np.isfinite(mean), mean, 0.0)
+    sd = np.nanstd(X, axis=0)  # [f]
+    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+    A = np.c_[np.ones(len(X)), _z(X, mean, sd)]  # [n, 1 + f]
+    penalty = lam * np.eye(A.shape[1])
+    penalty[0, 0] = 0.0
+    b = np.zeros(A.shape[1])
+    for _ in range(max_iter):
+        p = _sigmoid(A @ b)  # [n]
+        step = np.linalg.solve(A.T @ (A * (p * (1 - p))[:, None]) + penalty, A.T @ (p - y) + penalty @ b)
+        b -= step
+        if np.max(np.abs(step)) < tol:
+            break
+    return {"features": list(features), "mean": mean.tolist(), "sd": sd.tolist(), "coef": b[1:].tolist(),
+            "intercept": float(b[0]), "lam": float(lam), "link": "logit"}
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # = 1 / (1 + e^-x), without overflow
+
+
+def probability(model: dict, X: np.ndarray) -> np.ndarray:
+    """``[n]`` P(y = 1) of a ``fit_logistic`` model."""
+    return _sigmoid(predict(model, X))
+
+
+def class_verdict(p_improves: float, p_degrades: float, threshold: float, helps: bool = True) -> str:
+    """hurts when P(degrades) >= threshold, helps when P(improves) >= threshold (and ``helps`` is issued at all),
+    unclear otherwise, and when both reach it."""
+    up, down = p_improves >= threshold, p_degrades >= threshold
+    if down and not up:
+        return "hurts"
+    if up and not down and helps:
+        return "helps"
+    return "unclear"
 
 
 def centre(X: np.ndarray, centred, fill, groups) -> np.ndarray:

@@ -86,3 +86,23 @@ def within(x, g, rows: list[dict], reps: np.ndarray, boot: dict, alpha: float = 
     dlo, dhi = stats.percentile_interval(diff, alpha)
     return {"mean": {"estimate": est_x, "lo": lo, "hi": hi}, "accuracy_gap_mean": est_g,
             "vs_accuracy_gap": {"estimate": est_x - est_g, "lo": dlo, "hi": dhi}, "n_worlds": len(worlds)}
+
+
+def realised_classes(rows: list[dict]) -> np.ndarray:
+    """Each row's realised class (improves / no clear change / degrades) from its d_pass1 interval."""
+    return np.array([stats.realised_class(v2._num(r["d_pass1"]["lo"]), v2._num(r["d_pass1"]["hi"])) for r in rows])
+
+
+def lowo_classes(rows: list[dict], features: list[str], lam: float) -> dict[str, np.ndarray]:
+    """Leave-one-world-out P(improves) and P(degrades) (plan_look4.yaml): per held-out world, one penalised logistic
+    regression per class on the other worlds' rows, with ``lowo``'s design (centred columns imputed from them)."""
+    w = np.array([r["world"] for r in rows])
+    cls = realised_classes(rows)
+    out = {k: np.full(len(rows), np.nan) for k in ("improves", "degrades")}
+    for held in sorted(set(w)):
+        train, test = w != held, w == held
+        X = design(rows, features, fills([r for r, t in zip(rows, train) if t], features))
+        for k in out:
+            m = model.fit_logistic(X[train], (cls[train] == k).astype(float), features, lam)
+            out[k][test] = model.probability(m, X[test])
+    return out

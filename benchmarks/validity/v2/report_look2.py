@@ -43,10 +43,13 @@ from opsd_diag.core import predictor as model  # noqa: E402
 HERE = Path(__file__).resolve().parent
 PLAN2 = HERE / "plan_look2.yaml"
 PLAN3 = HERE / "plan_look3.yaml"
+PLANS = {2: PLAN2, 3: PLAN3, 4: HERE / "plan_look4.yaml"}
 OUT = HERE / "look2"
 OUT3 = HERE / "look3"
-ANALYSES = {"crossed": OUT / "crossed_analysis.json", "mixed": OUT3 / "mixed_analysis.json"}  # added worlds' studies
-NUMBERS = {7: "seven", 8: "eight", 9: "nine"}
+OUT4 = HERE / "look4"
+ANALYSES = {"crossed": OUT / "crossed_analysis.json", "mixed": OUT3 / "mixed_analysis.json",
+            "relay": OUT4 / "relay_analysis.json"}  # the added worlds' studies
+NUMBERS = {7: "seven", 8: "eight", 9: "nine", 10: "ten"}
 FIRST_LOOK = HERE / "lookahead"  # the first look's lookahead rows: the second look must reproduce them
 LOOKAHEAD = ("lookahead_fresh", "lookahead_kl", "lookahead_dv", "lookahead_dll")
 SINGLE = ("accuracy_gap", "score", "verdict_value", "teachability", "mean_jsd", "lookahead_fresh", "lookahead_kl",
@@ -68,8 +71,9 @@ def world_rows(w: str) -> list[dict]:
 
 
 def lookahead_file(w: str) -> Path:
-    """A world's lookahead rows (run_v2.py --look 2): the second look's, or the third's for its added world."""
-    return OUT3 / "lookahead" / f"{w}.json" if (OUT3 / "lookahead" / f"{w}.json").is_file() else OUT / "lookahead" / f"{w}.json"
+    """A world's lookahead rows (run_v2.py --look 2): the second look's, or a later look's for its added world."""
+    return next((d / "lookahead" / f"{w}.json" for d in (OUT4, OUT3) if (d / "lookahead" / f"{w}.json").is_file()),
+                OUT / "lookahead" / f"{w}.json")
 
 
 def load_rows(plan: dict) -> list[dict]:
@@ -143,7 +147,7 @@ def reproduction(rows: list[dict], study: Path) -> dict:
 
 def analyse(study: Path, look: int = 2) -> dict:
     plan2 = yaml.safe_load(PLAN2.read_text())
-    plan = plan2 if look == 2 else yaml.safe_load(PLAN3.read_text())
+    plan = yaml.safe_load(PLANS[look].read_text())
     rows = load_rows(plan)
     added = plan["added_world"]["name"]
     m, val = plan2["models"], plan2["validation"]  # the third look keeps the second's model and validation
