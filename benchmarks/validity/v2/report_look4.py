@@ -30,7 +30,7 @@ if __package__ in (None, ""):
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import lowo_classes, realised_classes  # noqa: E402
+from benchmarks.validity.v2.looks import design, fills, lowo_classes, realised_classes  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -171,6 +171,16 @@ def render(a: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fitted_verdict_model(rows: list[dict], features: list[str], threshold: float, helps: bool) -> dict:
+    """Both class models fitted on every row of the look's worlds: what the product applies where the look ships
+    (``prediction.classified``), with the imputation values of its centred features."""
+    fill = fills(rows, features)
+    X, cls = design(rows, features, fill), realised_classes(rows)
+    return {"features": features, "fills": fill, "threshold": threshold, "helps": helps,
+            **{k: model.fit_logistic(X, (cls == k).astype(float), features, LAM) for k in ("improves", "degrades")},
+            "plan": "benchmarks/validity/v2/plan_look4.yaml", "study": "benchmarks/validity/v2/RESULTS_look4.md"}
+
+
 def later_look(a: dict) -> dict:
     d = a["verdicts"]["v2c_classes"]
     summary = (f"look 4 (verdict as classifiers of the realised class): pooled over {look2.NUMBERS[a['n_worlds']]} worlds "
@@ -200,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     results.write_text(render(json.loads(analysis.read_text())))
     shipped = json.loads(v2.SHIPPED.read_text())
     shipped.setdefault("later_looks", {})["look4"] = later_look(json.loads(analysis.read_text()))
+    shipped.pop("verdict_model", None)
+    if a["ship"]["choice"] == "v2c_classes":
+        shipped["verdict_model"] = fitted_verdict_model(look2.load_rows(plan()), feature_sets()["v2c_classes"],
+                                                        a["threshold"], a["ship"]["helps_issued"])
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print(results.read_text())
     return 0
