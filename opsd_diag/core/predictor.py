@@ -22,12 +22,8 @@ LOSS_KIND = {"opd": 0.0, "opd2": 0.0, "exopd": 0.0, "opsd_opd": 0.0, "jsd": 1.0,
 
 def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict:
     """Ridge fit of ``y`` ``[n]`` on ``X`` ``[n, f]`` (NaN imputed by the column mean); returns the model as data."""
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    mean = np.nanmean(X, axis=0)  # [f]
-    mean = np.where(np.isfinite(mean), mean, 0.0)
-    sd = np.nanstd(X, axis=0)  # [f]
-    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    mean, sd = _scale(X)
     Z = _z(X, mean, sd)  # [n, f]
     y0 = y.mean()
     coef = np.linalg.solve(Z.T @ Z + alpha * np.eye(Z.shape[1]), Z.T @ (y - y0))  # [f]
@@ -40,12 +36,8 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, features: list[str], lam: float, 
     """P(y = 1) as a logistic regression of ``y`` ``[n]`` (0/1) on ``X`` ``[n, f]`` standardised as ``fit`` does, with an
     L2 penalty ``lam`` on the coefficients (not the intercept); Newton's method until the largest step is below
     ``tol``. The model is data of ``fit``'s form (``contributions`` reads it; the contributions are on the log-odds)."""
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    mean = np.nanmean(X, axis=0)  # [f]
-    mean = np.where(np.isfinite(mean), mean, 0.0)
-    sd = np.nanstd(X, axis=0)  # [f]
-    sd = np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    mean, sd = _scale(X)
     A = np.c_[np.ones(len(X)), _z(X, mean, sd)]  # [n, 1 + f]
     penalty = lam * np.eye(A.shape[1])
     penalty[0, 0] = 0.0
@@ -93,6 +85,13 @@ def centre(X: np.ndarray, centred, fill, groups) -> np.ndarray:
             col[groups == g] -= col[groups == g].mean()
         X[:, j] = col
     return X
+
+
+def _scale(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fitting rows' column mean and SD ``[f]`` (NaN ignored; an all-NaN column 0 and 1, a constant one SD 1)."""
+    mean = np.nanmean(X, axis=0)
+    sd = np.nanstd(X, axis=0)
+    return np.where(np.isfinite(mean), mean, 0.0), np.where(np.isfinite(sd) & (sd > 0), sd, 1.0)
 
 
 def _z(X: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:

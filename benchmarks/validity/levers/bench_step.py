@@ -40,13 +40,19 @@ MASKS = {"all": TokenMaskSpec().settings(),
          "correct_only": TokenMaskSpec(kind="all", rollouts="correct").settings()}  # known before the models run
 
 
-def step_seconds(st, mb, mask) -> tuple[float, float]:
-    """(seconds of one step on ``mb`` with ``mask``, kept share), on a copy of the student."""
+def fresh_copy(st):
+    """(a trainable copy of the student, roles holding it, its parameters, an AdamW on them): every timed step
+    starts from the same weights."""
     student = copy.deepcopy(st.roles.student).train()
     roles = copy.copy(st.roles)
     roles.student = student
     params = [p for p in student.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-5)
+    return student, roles, params, torch.optim.AdamW(params, lr=1e-5)
+
+
+def step_seconds(st, mb, mask) -> tuple[float, float]:
+    """(seconds of one step on ``mb`` with ``mask``, kept share), on a copy of the student."""
+    student, roles, params, opt = fresh_copy(st)
     t0 = time.perf_counter()
     sums = micro_batch_backward(CompletionHidden(student), roles, mb, st.loss, pad_id=st.pad_id,
                                 chunk_size=st.chunk_size, scale=1.0 / mb.n_tokens, ref=st.reference, mask=mask)
@@ -60,11 +66,7 @@ def step_seconds(st, mb, mask) -> tuple[float, float]:
 def decoders_seconds(st, mb) -> float:
     """Seconds of the part of a step no mask that reads the student's logits can skip: the decoders' forwards
     (student with grad, partners without) and the student decoder's backward, no LM head, no loss."""
-    student = copy.deepcopy(st.roles.student).train()
-    roles = copy.copy(st.roles)
-    roles.student = student
-    params = [p for p in student.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-5)
+    student, roles, _, opt = fresh_copy(st)
     t0 = time.perf_counter()
     h = CompletionHidden(student)(mb.student_prompts, mb.completions, st.pad_id)  # [N, H]
     partner_hidden(roles, mb, st.loss, st.pad_id, st.reference)
