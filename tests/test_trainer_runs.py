@@ -49,6 +49,32 @@ def test_two_process_gloo_ddp_equals_one_process_with_the_same_global_batch(worl
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("rollouts", ["incorrect", "correct"])
+def test_two_process_ddp_with_a_token_mask_equals_one_process(world, tmp_path, rollouts):
+    """A mask known before the models run drops rows and cuts each after its last kept token; where a process'
+    micro-batch keeps nothing (the tiny world's student solves nothing: ``correct`` keeps no row) it still runs
+    its zero backward, so DDP neither hangs nor changes the step."""
+    mask = {"kind": "position", "positions": [0, 6], "rollouts": rollouts}
+    kw = dict(method="jsd", max_steps=3, per_device_train_batch_size=2, generation_batch_size=2, token_mask=mask)
+    single = write_config(tmp_path / "single.yaml", world, gradient_accumulation_steps=2, **kw)
+    ddp = write_config(tmp_path / "ddp.yaml", world, **kw)
+    done = subprocess.run(jobs.training_command(ddp, tmp_path / "ddp", num_processes=2), env={**os.environ, **ENV},
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert cli.main([str(single), "--out", str(tmp_path / "single")]) == 0
+    a, b = read_metrics(tmp_path / "single"), read_metrics(tmp_path / "ddp")
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for x, y in zip(a, b):
+        assert (x["tokens"], x["kept_tokens"]) == (y["tokens"], y["kept_tokens"])
+        if rollouts == "correct":
+            assert x["kept_tokens"] == 0 and x["grad_norm"] == y["grad_norm"] == 0.0
+        else:
+            assert 0.0 < x["kept_ratio"] < 1.0
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-4, abs=1e-6)
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4, abs=1e-7)
+
+
+@pytest.mark.slow
 def test_kill_9_then_resume_ends_like_an_uninterrupted_run(world, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", world, method="opd", max_steps=8, save_steps=2, num_generations=2,
                        lr_scheduler_type="cosine", warmup_steps=2)
