@@ -340,8 +340,9 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
     # ------------------------------------------------------------------------------ export
     def table_names(self) -> list[str]:
         """The exportable tables: the summary's in long form, then the stored ones."""
+        present = {"lookahead": self.lookahead_frame, "levers": self.levers, "schedule": self.schedule}
         return [*SUMMARY_TABLES[:5], "features", *(["verdicts"] if self.summary.ranking else []),
-                *(["lookahead"] if self.lookahead_frame() is not None else []),
+                *(n for n, f in present.items() if f() is not None),
                 *(["predictions"] if self.predictions() is not None else []), *TABLES]
 
     def export_table(self, name: str) -> pd.DataFrame:
@@ -350,13 +351,12 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
         derived = {"summary": s.headline_frame, "ci": s.ci_frame, "accuracy": s.accuracy_frame,
                    "entropy_bins": s.entropy_frame, "positions": s.position_frame, "verdicts": s.verdict_frame,
                    "predictions": lambda: self.predictions().frame(), "features": self.features,
-                   "lookahead": self.lookahead_frame}
+                   "lookahead": self.lookahead_frame, "levers": self.levers, "schedule": self.schedule}
         if name in derived and name in self.table_names():
             return derived[name]()
         return self.table(name)
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        """Every exportable table: the summary's in long form plus the stored ones."""
+    def tables(self) -> dict[str, pd.DataFrame]:  # every exportable table: the summary's, then the stored ones
         return {name: self.export_table(name) for name in self.table_names()}
 
     def export(self, out_dir: str | Path, *, table_format: str = "csv", figure_format: str = "html",

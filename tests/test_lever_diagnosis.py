@@ -262,3 +262,18 @@ def test_alignment_on_kept_tokens_follows_the_masks_float64_reference(diagnosed,
     kept = lv["settings"][lv["recommendation"]["setting"]]["alignment"]["estimate"]
     every = lv["settings"]["all"]["alignment"]["estimate"]
     assert kept is None or f"signal alignment on its kept tokens {kept:+.3f} (all tokens {every:+.3f})" in line
+
+
+def test_export_writes_the_lever_table(diagnosed, tmp_path):
+    import pandas as pd
+
+    from opsd_diag.run import Run
+
+    _, out = diagnosed
+    run = Run.load(out)
+    assert "levers" in run.table_names()
+    files = run.export(tmp_path / "export", table_format="csv", figure_format="html")
+    assert tmp_path / "export" / "levers.csv" in files
+    got = pd.read_csv(tmp_path / "export" / "levers.csv")
+    assert list(got["setting"]) == list(run.levers()["setting"])
+    assert got["kept_share"].tolist() == pytest.approx(run.levers()["kept_share"].tolist())

@@ -274,3 +274,18 @@ def test_train_form_is_prefilled_with_the_schedule_recommendation(diagnosed, tmp
         train_config.resolve_training(train_config.with_training(
             stored, {"method": "opsd", "teacher": rec["source"], "context_schedule": train_cli.reveal_schedule(1.5)},
             "t"), "t")
+
+
+def test_export_writes_the_schedule_table(diagnosed, tmp_path):
+    import pandas as pd
+
+    from opsd_diag.run import Run
+
+    _, out, _ = diagnosed
+    run = Run.load(out)
+    assert "schedule" in run.table_names()
+    pd.testing.assert_frame_equal(run.export_table("schedule"), run.schedule())
+    run.export(tmp_path / "export", table_format="parquet", figure_format="html")
+    got = pd.read_parquet(tmp_path / "export" / "schedule.parquet")
+    assert list(got["config"]) == list(run.schedule()["config"])
+    assert got["share"].tolist() == run.schedule()["share"].tolist()
