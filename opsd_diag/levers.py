@@ -20,6 +20,10 @@ COLUMNS = {
                  "over the nodes whose token the mask keeps (needs `ideal`; NaN without nodes)",
     "alignment_lo": "its 95% interval over prompts, low end",
     "alignment_hi": "its 95% interval, high end",
+    "forgetting_pass1": "change of pass@1 on the forgetting set after the steps with the mask (needs "
+                        "`lookahead.forgetting`; NaN without it), as the lookahead's `forgetting_pass1`",
+    "forgetting_pass1_lo": "its 95% interval over problems, low end",
+    "forgetting_pass1_hi": "its 95% interval, high end",
     "recommended": "the recommendation: the largest dll",
 }
 
@@ -38,6 +42,8 @@ def frame(levers: dict | None) -> pd.DataFrame | None:
              "dll_hi": v["dll"].get("hi"), "dv": v["dv"].get("estimate"), "kl": v["kl"].get("estimate"),
              **{f"alignment{s}": (v.get("alignment") or {}).get(k2) for s, k2 in (("", "estimate"), ("_lo", "lo"),
                                                                                 ("_hi", "hi"))},
+             **{f"forgetting_pass1{s}": ((v.get("forgetting") or {}).get("pass@1") or {}).get(k2)
+                for s, k2 in (("", "estimate"), ("_lo", "lo"), ("_hi", "hi"))},
              "recommended": k == best} for k, v in levers["settings"].items()]
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     numbers = [c for c in COLUMNS if c not in ("setting", "token_mask", "recommended")]

@@ -41,7 +41,7 @@ def forgetting_run(tmp_path_factory):
     cfg = from_dict(tiny_config(ZOO, data, sampling={"num_samples": 4, "max_completion_length": 24,
                                                      "teacher_samples": 1},
                                 lookahead={"methods": ["opd"], "steps": 2, "rollouts_per_step": 4,
-                                           "learning_rate": 3e-3, "forgetting_samples": 3,
+                                           "learning_rate": 3e-3, "forgetting_samples": 3, "levers": True,
                                            "forgetting": {"path": str(forget), "system_prompt": SYSTEM}}))
     run_diagnosis(cfg, root / "run", show_progress=False)
     return cfg, prepare(cfg), root / "run"
@@ -226,3 +226,51 @@ def test_a_forgetting_prompt_too_long_for_the_student_is_named(tmp_path):
     with pytest.raises(OpsdError, match=r"problem 'long': its prompt is \d+ tokens for the student model .*leave "
                                         r"it out of lookahead\.forgetting, or lower sampling\.max_completion_length"):
         prepare(cfg)
+
+
+def test_the_lever_lookahead_measures_the_forgetting_set(forgetting_run):
+    """engine.levers with the forgetting set's sampler: all-token training's change is the lookahead's (the same
+    steps, the same seeds), and a masked candidate's equals its stepped student sampled again by hand."""
+    from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
+    from opsd_diag.engine import levers
+    from opsd_diag.engine.sampling import sample_hf
+    from opsd_diag.engine.train_step import Roles
+    from opsd_diag.io import store
+    from opsd_diag.levers import frame
+
+    cfg, prep, out = forgetting_run
+    forget = lookahead.forgetting_sampler(cfg, prep.tok, lambda m, p, s: sample_hf(m, prep.tok, p, s, prep.stop_ids),
+                                          prep.forgetting)
+    res = levers.run(cfg, prep.student, prep.teacher_models["teacher"], prep.base, store.read_table(out, "rollouts"),
+                     "teacher", "opd", prep.tok.pad_token_id, lookahead, None, forget)
+    plain = json.loads((out / "summary.json").read_text())["lookahead"]["configs"]["teacher"]["opd"]["forgetting"]
+    got_all = res["settings"]["all"]["forgetting"]["pass@1"]
+    assert [got_all[k] for k in ("estimate", "lo", "hi")] == pytest.approx(
+        [plain["pass@1"][k] for k in ("estimate", "lo", "hi")], abs=1e-12)
+    problems = [p for p in forgetting_rows() if p.get("answer") is not None]
+    answers = [p["answer"] for p in problems]
+    s, clip = lookahead.settings(cfg)
+    step_rows, _ = lookahead.split(store.read_table(out, "rollouts"))
+    mask = TokenMaskSpec(**CANDIDATES["entropy_top50"]).settings()
+    stepped, _ = lookahead.take_steps(
+        prep.student, lambda t: Roles(t, None, "external", prep.teacher_models["teacher"], None, prep.student),
+        step_rows, "teacher", lookahead.loss_settings(cfg, "opd", clip), None, s, prep.tok.pad_token_id, mask=mask)
+    old, _ = hand_wins(prep.student, prep, prep.forgetting.prompts, answers, cfg, 3)
+    new, new_tokens = hand_wins(stepped, prep, prep.forgetting.prompts, answers, cfg, 3)
+    assert new != old  # the masked steps moved the samples: the comparison is not trivially 0
+    per = {p["id"]: [sum(n) / 3 - sum(o) / 3] for p, o, n in zip(problems, old, new)}
+    want = ref_mean_ci(per, cfg.analysis.bootstrap, cfg.sampling.seed)
+    r = res["settings"]["entropy_top50"]
+    assert [r["forgetting"]["pass@1"][k] for k in ("estimate", "lo", "hi")] == pytest.approx(want, abs=1e-9)
+    assert r["forgetting_sampled_tokens"] == new_tokens
+    table = frame(res).set_index("setting")
+    assert table.loc["entropy_top50", ["forgetting_pass1", "forgetting_pass1_lo", "forgetting_pass1_hi"]].tolist() == \
+        pytest.approx(want, abs=1e-9)
+    stored = json.loads((out / "summary.json").read_text())["levers"]  # the diagnosis measured it too
+    assert all(v["forgetting"]["pass@1"]["n_prompts"] == 5 for v in stored["settings"].values())
+    if (stored["config"], stored["method"]) == ("teacher", "opd"):
+        assert stored["settings"]["entropy_top50"]["forgetting"]["pass@1"]["estimate"] == pytest.approx(want[0])
+    without = levers.run(cfg, prep.student, prep.teacher_models["teacher"], prep.base,
+                         store.read_table(out, "rollouts"), "teacher", "opd", prep.tok.pad_token_id, lookahead)
+    assert all("forgetting" not in v for v in without["settings"].values())
+    assert frame(without)["forgetting_pass1"].isna().all()

@@ -296,13 +296,16 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
             if cfg.lookahead is not None and cfg.lookahead.enabled:
                 jobs.write_status(out_dir, stage="lookahead")
                 draw = for_role("diagnosis", cfg.sampling.engine)  # the fresh samples: the diagnosis' sampler
+
+                def sample(m, p, s):
+                    return _cut(prep, draw(m, prep.tok, p, s, prep.stop_ids), prep.tok)
                 lookahead.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
-                                        list(prep.cross), problems=prep.problems, sample=lambda m, p, s: _cut(
-                                            prep, draw(m, prep.tok, p, s, prep.stop_ids), prep.tok),
+                                        list(prep.cross), problems=prep.problems, sample=sample,
                                         forgetting=prep.forgetting)
                 if cfg.lookahead.levers:  # a lever recommendation (engine.levers)
                     levers.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
-                                         list(prep.cross), lookahead)
+                                         list(prep.cross), lookahead,
+                                         forgetting=lookahead.forgetting_sampler(cfg, prep.tok, sample, prep.forgetting))
             if cfg.lookahead is not None and cfg.lookahead.schedule_points:  # the schedule table
                 schedule_points.for_diagnosis(out_dir, cfg)
             store.atomic_write_json(out_dir / "manifest.json",

@@ -8,7 +8,9 @@ initial student and the teacher (``core.token_mask``: the kept share of tokens a
 then looked ahead on (``engine.lookahead.take_steps`` with the mask: the trainer's step, normalised by the kept
 tokens) and measured on the other half like the lookahead. The recommendation is the candidate with the largest
 lookahead Δll (the correct-minus-incorrect log-likelihood gap change, the lookahead's lower-variance proxy of
-the success change), with its interval. Where the diagnosis has ideal-gradient nodes (``ideal``), each candidate
+the success change), with its interval. With ``lookahead.forgetting``, each candidate's stepped student also samples
+the forgetting set again (the lookahead's seeds and measure): its pass@1 change. Where the diagnosis has ideal-gradient
+nodes (``ideal``), each candidate
 also gets the signal's alignment on the tokens it keeps: the mean ``cos(g*, d)`` of the method's objective over
 the nodes (of every rollout, both halves) whose token the mask keeps, with an interval over prompts.
 """
@@ -99,10 +101,12 @@ def node_alignment(nodes: pd.DataFrame, rows: pd.DataFrame, flags: dict, objecti
     return out
 
 
-def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], la) -> dict:
+def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], la,
+                  forgetting=None) -> dict:
     """The levers of a finished diagnosis in ``run_dir`` (after its lookahead), into ``summary.json``. ``la``:
     the lookahead's module (``engine.lookahead``), passed in by the diagnosis (which imports both), so this
-    module's imports stay within the depth limit."""
+    module's imports stay within the depth limit. ``forgetting``: the forgetting set's sampler
+    (``la.forgetting_sampler``; None without ``lookahead.forgetting``), measured after each candidate's steps."""
     path = Path(run_dir) / "summary.json"
     summary = store.read_json(path)
     config, method = target(cfg, summary, la.LOSS_METHODS)
@@ -111,13 +115,13 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
     else:
         nodes = store.read_table(run_dir, "nodes", optional=True)
         result = run(cfg, student, teacher_models[config], base, store.read_table(run_dir, "rollouts"), config, method,
-                     tok.pad_token_id, la, nodes)
+                     tok.pad_token_id, la, nodes, forgetting)
     store.atomic_write_json(path, {**store.read_json(path), "levers": jsonable(result)})
     return result
 
 
 def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id: int, lookahead,
-        nodes: pd.DataFrame | None = None) -> dict:
+        nodes: pd.DataFrame | None = None, forgetting=None) -> dict:
     s, clip = lookahead.settings(cfg)
     loss = lookahead.loss_settings(cfg, method, clip)
     ref = cfg.scoring.exopd_reference if method == "exopd" else None
@@ -133,16 +137,18 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
     shares = {k: token_mask.shares(v, signal) for k, v in flags.items()}
     alignment = _alignment(roles, cfg, rollouts, nodes, config, method, loss, ref, pad_id, masks, s.rollouts_per_step)
     initial = lookahead.measure_initial(student, measure_rows, pad_id, s.sampling_temperature)
+    if forgetting is not None:  # the initial student's samples of the forgetting set, once
+        forgetting.initial, forgetting.initial_tokens = forgetting.draw(student)
+    n_boot, seed = cfg.analysis.bootstrap, cfg.sampling.seed
     out = {}
     for name, m in masks.items():
         stepped, cost = lookahead.take_steps(
             student, lambda trainable: Roles(trainable, None, "external", teacher, with_base, student), step_rows,
             config, loss, ref, s, pad_id, cfg.scoring.base_view, mask=m)
-        measured = lookahead.measure(stepped, initial, pad_id, s.sampling_temperature, cfg.analysis.bootstrap,
-                                     cfg.sampling.seed)
+        measured = lookahead.measure(stepped, initial, pad_id, s.sampling_temperature, n_boot, seed)
         out[name] = {"token_mask": CANDIDATES[name], "kept_share": shares[name][0], "signal_share": shares[name][1],
-                     "alignment": alignment.get(name),
-                     **{k: measured[k] for k in ("dv", "dll", "kl")}, **cost}
+                     "alignment": alignment.get(name), **{k: measured[k] for k in ("dv", "dll", "kl")}, **cost,
+                     **(lookahead.measure_fresh(stepped, forgetting, n_boot, seed, "forgetting") if forgetting else {})}
         del stepped
     return {"status": "ok", "config": config, "method": method, "settings": out, "recommendation": recommend(out)}
 

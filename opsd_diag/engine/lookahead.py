@@ -279,6 +279,17 @@ def loss_settings(cfg, method: str, clip: float | None) -> LossSettings:
                         clip=None if method == "jsd" else clip)
 
 
+def forgetting_sampler(cfg, tok, sample, forgetting: ForgettingSet | None) -> Fresh | None:
+    """``prompt_sampler`` over the forgetting set (``lookahead.forgetting_samples`` per problem, its own seed
+    stream), or None without a set or a sampler; shared by the lookahead and the lever lookahead (``engine.levers``)."""
+    if forgetting is None or sample is None:
+        return None
+    return prompt_sampler(
+        [p["id"] for p in forgetting.problems], forgetting.prompts, [str(p["answer"]) for p in forgetting.problems],
+        tok, sample, cfg.sampling.settings(derive_seed(cfg.lookahead.seed, FORGETTING_STREAM),
+                                           num_samples=cfg.lookahead.forgetting_samples), cfg.analysis.checker, [1])
+
+
 def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], *,
                   problems: list[dict] | None = None, sample=None, forgetting: ForgettingSet | None = None) -> dict:
     """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``;
@@ -290,10 +301,7 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
         lambda rows: fresh_sampler(rows, problems, tok, sample, cfg.sampling.settings(
             derive_seed(cfg.lookahead.seed, FRESH_STREAM), num_samples=n), cfg.analysis.checker,
             list(cfg.analysis.pass_k or [1, 4])))
-    forget = None if forgetting is None or sample is None else prompt_sampler(
-        [p["id"] for p in forgetting.problems], forgetting.prompts, [str(p["answer"]) for p in forgetting.problems],
-        tok, sample, cfg.sampling.settings(derive_seed(cfg.lookahead.seed, FORGETTING_STREAM),
-                                           num_samples=cfg.lookahead.forgetting_samples), cfg.analysis.checker, [1])
+    forget = forgetting_sampler(cfg, tok, sample, forgetting)
     sc = cfg.scoring
 
     def loss_of(method: str) -> LossSettings:
