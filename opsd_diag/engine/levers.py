@@ -9,10 +9,10 @@ then looked ahead on (``engine.lookahead.take_steps`` with the mask: the trainer
 tokens) and measured on the other half like the lookahead. The recommendation is the candidate with the largest
 lookahead Δll (the correct-minus-incorrect log-likelihood gap change, the lookahead's lower-variance proxy of
 the success change), with its interval. With ``lookahead.forgetting``, each candidate's stepped student also samples
-the forgetting set again (the lookahead's seeds and measure): its pass@1 change. Where the diagnosis has ideal-gradient
-nodes (``ideal``), each candidate
-also gets the signal's alignment on the tokens it keeps: the mean ``cos(g*, d)`` of the method's objective over
-the nodes (of every rollout, both halves) whose token the mask keeps, with an interval over prompts.
+the forgetting set again (the lookahead's seeds and measure): its pass@1 change. Where the diagnosis has
+ideal-gradient nodes (``ideal``), each candidate also gets the signal's alignment on the tokens it keeps: the mean
+``cos(g*, d)`` of the method's objective over the nodes (of every rollout, both halves) whose token the mask keeps,
+with an interval over prompts.
 """
 
 from __future__ import annotations
