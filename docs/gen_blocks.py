@@ -172,9 +172,11 @@ def levers_block() -> str:
 
 
 def schedule_block() -> str:
-    from opsd_diag.schedule_points import COLUMNS
+    from opsd_diag.schedule_points import COLUMNS, COURSE_COLUMNS
 
-    return "\n".join(["| column | meaning |", "|---|---|", *(f"| `{k}` | {cell(v)} |" for k, v in COLUMNS.items())])
+    return "\n".join(["| column | meaning |", "|---|---|", *(f"| `{k}` | {cell(v)} |" for k, v in COLUMNS.items()),
+                      "", "`Run.schedule_courses()`, one row per (source, loss method, course):", "",
+                      "| column | meaning |", "|---|---|", *(f"| `{k}` | {cell(v)} |" for k, v in COURSE_COLUMNS.items())])
 
 
 # metrics.jsonl keys of a `train` record: what each means.

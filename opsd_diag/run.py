@@ -101,11 +101,8 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
             self._tables[name] = store.read_table(self.path, name, optional=name in ("nodes", "acting_nodes"))
         return self._tables[name]
 
-    rollouts = property(lambda self: self.table("rollouts"))
-    tokens = property(lambda self: self.table("tokens"))
-    topk = property(lambda self: self.table("topk"))
-    teacher_rollouts = property(lambda self: self.table("teacher_rollouts"))
-    nodes = property(lambda self: self.table("nodes"))
+    rollouts, tokens, topk, teacher_rollouts, nodes = (  # the stored tables by name, read on first access
+        property(lambda self, n=n: self.table(n)) for n in ("rollouts", "tokens", "topk", "teacher_rollouts", "nodes"))
     acting_nodes = property(lambda self: self.table("acting_nodes"))  # nodes where training acts (ideal.acting_budget)
 
     def facts(self) -> dict:
@@ -340,18 +337,20 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
     # ------------------------------------------------------------------------------ export
     def table_names(self) -> list[str]:
         """The exportable tables: the summary's in long form, then the stored ones."""
-        present = {"lookahead": self.lookahead_frame, "levers": self.levers, "schedule": self.schedule}
         return [*SUMMARY_TABLES[:5], "features", *(["verdicts"] if self.summary.ranking else []),
-                *(n for n, f in present.items() if f() is not None),
+                *(n for n, f in self._sections().items() if f() is not None),
                 *(["predictions"] if self.predictions() is not None else []), *TABLES]
+
+    def _sections(self) -> dict:  # the tables of optional summary sections: name -> reader (None without it)
+        return {"lookahead": self.lookahead_frame, "levers": self.levers, "schedule": self.schedule,
+                "schedule_courses": self.schedule_courses}
 
     def export_table(self, name: str) -> pd.DataFrame:
         """One exportable table by name (only that one is read)."""
         s = self.summary
         derived = {"summary": s.headline_frame, "ci": s.ci_frame, "accuracy": s.accuracy_frame,
                    "entropy_bins": s.entropy_frame, "positions": s.position_frame, "verdicts": s.verdict_frame,
-                   "predictions": lambda: self.predictions().frame(), "features": self.features,
-                   "lookahead": self.lookahead_frame, "levers": self.levers, "schedule": self.schedule}
+                   "predictions": lambda: self.predictions().frame(), "features": self.features, **self._sections()}
         if name in derived and name in self.table_names():
             return derived[name]()
         return self.table(name)

@@ -27,6 +27,21 @@ COLUMNS = {
 }
 _NUMBERS = ["share", "gap", "gap_lo", "gap_hi", "jsd", "kl_rev", "dll", "dll_lo", "dll_hi", "dv", "kl"]
 
+# Run.schedule_courses(): one row per (self-teacher config, loss method, course) (engine.schedule_courses)
+COURSE_COLUMNS = {
+    "source": "the self-teacher config shown the whole solution",
+    "method": "the loss the lookahead steps with",
+    "course": "reveal_decay, reveal_adaptive (the candidates), or training (the training section's own schedule)",
+    "context_schedule": "its `training.context_schedule` section, as YAML flow text",
+    "shares": "the share the trainer's schedule gives at each lookahead step, compressed onto the lookahead's steps",
+    "views": "the diagnosed share that served each step (the nearest schedule point; 1: the source)",
+    "dll": "lookahead Δll with that course",
+    "dll_lo": "its 95% interval, low end",
+    "dll_hi": "its 95% interval, high end",
+    "dv": "lookahead success change (importance-weighted)",
+    "kl": "lookahead KL to the initial student per token",
+}
+
 
 def _get(d: dict | None, key: str = "estimate"):
     return None if not d else d.get(key)
@@ -48,6 +63,24 @@ def frame(schedule: dict | None) -> pd.DataFrame | None:
     return out
 
 
+def _flow(d: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" if isinstance(v, float) else f"{k}: {v}" for k, v in d.items()) + "}"
+
+
+def courses_frame(schedule: dict | None) -> pd.DataFrame | None:
+    """The courses of a summary's ``schedule`` entry, or None without them."""
+    if not schedule or schedule.get("status") != "ok" or not schedule.get("courses"):
+        return None
+    rows = [{"source": c["source"], "method": c["method"], "course": c["course"],
+             "context_schedule": _flow(c["context_schedule"]), "shares": ", ".join(f"{x:.3g}" for x in c["shares"]),
+             "views": ", ".join(f"{x:g}" for x in c["views"]), "dll": _get(c["dll"]), "dll_lo": _get(c["dll"], "lo"),
+             "dll_hi": _get(c["dll"], "hi"), "dv": _get(c["dv"]), "kl": _get(c["kl"])} for c in schedule["courses"]]
+    out = pd.DataFrame(rows, columns=list(COURSE_COLUMNS))
+    numbers = ["dll", "dll_lo", "dll_hi", "dv", "kl"]
+    out[numbers] = out[numbers].astype(float)
+    return out
+
+
 def _ci(d: dict | None) -> str:
     return "n/a" if _get(d) is None else f"{d['estimate']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]"
 
@@ -62,10 +95,16 @@ def text(schedule: dict | None) -> list[str]:
     if r is None:
         why = schedule.get("lookahead") or "no share has a finite lookahead Δll"
         return [f"schedule recommendation: none ({why}) (table: Run.schedule())"]
-    return [f"schedule recommendation for {r['source']} / {r['method']}: show {r['share']:g} of the solution "
-            f"(training.context_schedule {{kind: fixed, start: {r['share']:g}}}): lookahead Δll {_ci(r['dll'])}, "
-            f"whole solution {_ci(r.get('dll_full'))}; accuracy gap there {_ci(r.get('gap'))} "
-            "(table: Run.schedule())"]
+    lines = [f"schedule recommendation for {r['source']} / {r['method']}: show {r['share']:g} of the solution "
+             f"(training.context_schedule {{kind: fixed, start: {r['share']:g}}}): lookahead Δll {_ci(r['dll'])}, "
+             f"whole solution {_ci(r.get('dll_full'))}; accuracy gap there {_ci(r.get('gap'))} "
+             "(table: Run.schedule())"]
+    courses = [c for c in schedule.get("courses") or [] if (c["source"], c["method"]) == (r["source"], r["method"])]
+    if courses:
+        lines.append("schedule courses, same loss: " + "; ".join(
+            f"{c['course']} {_flow(c['context_schedule'])} Δll {_ci(c['dll'])}" for c in courses)
+            + " (table: Run.schedule_courses())")
+    return lines
 
 
 class ScheduleView:
@@ -75,3 +114,8 @@ class ScheduleView:
         """One row per (self-teacher config, share of the solution, loss method) of the schedule points
         (``COLUMNS``), or None without them."""
         return frame(self.summary.schedule)
+
+    def schedule_courses(self) -> pd.DataFrame | None:
+        """One row per (self-teacher config, loss method, decaying or adaptive course) looked ahead
+        (``COURSE_COLUMNS``), or None without them."""
+        return courses_frame(self.summary.schedule)

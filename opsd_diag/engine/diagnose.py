@@ -19,7 +19,7 @@ import torch
 
 from opsd_diag import jobs
 from opsd_diag.core import aggregate
-from opsd_diag.engine import given_rollouts, levers, lookahead, schedule_points, setup
+from opsd_diag.engine import given_rollouts, levers, lookahead, schedule_courses, schedule_points, setup
 from opsd_diag.engine.fast import fused_scoring
 from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.cross_nodes import CrossSide
@@ -293,6 +293,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                 jobs.write_status(out_dir, stage="predictor")
                 run_predictor(out_dir, cfg, prep.problems, prep.node_models(), prep.sampler(), cfg.ideal,
                               show_progress=show_progress, status=lambda **f: jobs.write_status(out_dir, **f))
+            courses = None  # the schedule courses' lookahead (with schedule points and a lookahead)
             if cfg.lookahead is not None and cfg.lookahead.enabled:
                 jobs.write_status(out_dir, stage="lookahead")
                 draw = for_role("diagnosis", cfg.sampling.engine)  # the fresh samples: the diagnosis' sampler
@@ -306,8 +307,12 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                     levers.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                          list(prep.cross), lookahead,
                                          forgetting=lookahead.forgetting_sampler(cfg, prep.tok, sample, prep.forgetting))
+                if cfg.lookahead.schedule_points:  # the decaying and adaptive courses themselves
+                    courses = schedule_courses.run(cfg, schedule_points.schedule_sources(cfg), prep.student,
+                                                   prep.teacher_models, prep.base, store.read_table(out_dir, "rollouts"),
+                                                   prep.tok.pad_token_id, lookahead)
             if cfg.lookahead is not None and cfg.lookahead.schedule_points:  # the schedule table
-                schedule_points.for_diagnosis(out_dir, cfg)
+                schedule_points.for_diagnosis(out_dir, cfg, courses)
             store.atomic_write_json(out_dir / "manifest.json",
                                     manifest(prep, "finished", seconds=round(time.time() - started, 2),
                                              run_id=store.run_id(out_dir)))

@@ -148,11 +148,14 @@ def _per_row(full: torch.Tensor, rows: pd.DataFrame) -> list[torch.Tensor]:
 
 
 def take_steps(student, roles_for, rows: pd.DataFrame, config: str, loss: LossSettings, ref: str | None,
-               s: LookaheadSettings, pad_id: int, base_view: str = "student", mask=None) -> tuple[torch.nn.Module, dict]:
+               s: LookaheadSettings, pad_id: int, base_view: str = "student", mask=None,
+               view_of=None) -> tuple[torch.nn.Module, dict]:
     """A stepped float32 copy of ``student`` and the counts of what the steps cost.
 
     ``roles_for(trainable)`` gives the ``Roles`` around the copy (its teacher, base and initial student);
-    ``mask``: a ``training.token_mask`` (``engine.levers``), the loss normalised by its kept tokens as in training.
+    ``mask``: a ``training.token_mask`` (``engine.levers``), the loss normalised by its kept tokens as in training;
+    ``view_of(step, batch rows)``: the config whose teacher view that step trains on (a schedule's course,
+    ``engine.schedule_points``; None: ``config`` at every step).
     """
     trainable = copy.deepcopy(student).float().train().requires_grad_(True)
     roles: Roles = roles_for(trainable)
@@ -166,7 +169,8 @@ def take_steps(student, roles_for, rows: pd.DataFrame, config: str, loss: LossSe
     for step in range(s.steps):
         idx = [order[(step * s.rollouts_per_step + i) % len(order)] for i in range(s.rollouts_per_step)]
         batch = rows.iloc[idx]
-        student_prompts, teacher_prompts = _ids(batch["prompt_ids.student"]), _ids(batch[f"prompt_ids.{config}"])
+        view = config if view_of is None else view_of(step, batch)
+        student_prompts, teacher_prompts = _ids(batch["prompt_ids.student"]), _ids(batch[f"prompt_ids.{view}"])
         mb = MicroBatch(step, [int(i) for i in batch["problem_index"]], student_prompts, teacher_prompts,
                         teacher_prompts if base_view == "teacher" else student_prompts,
                         _ids(batch["completion_ids"]), [bool(f) for f in batch["finished"]],

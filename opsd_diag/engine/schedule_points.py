@@ -19,7 +19,8 @@ the whole solution being the source config itself (f = 1). The recommendation is
 lookahead Δll (the lookahead's lower-variance proxy of the success change, as for the token masks), beside the
 whole solution's with the same loss: the fixed share to train with, ``training.context_schedule: {kind: fixed,
 start: f}``. The lookahead steps a few times at one share, so a decaying or adaptive schedule is not measured
-itself; the points show which shares its course passes through help.
+itself here; ``engine.schedule_courses`` looks ahead on the courses, and their rows are stored beside the points'
+(``courses``).
 """
 
 from __future__ import annotations
@@ -91,16 +92,18 @@ def _row(summary: dict, la: dict, source: str, share: float, config: str, method
             "dll": r.get("dll"), "dv": r.get("dv"), "kl": r.get("kl")}
 
 
-def table(cfg, summary: dict) -> dict:
+def table(cfg, summary: dict, courses: list[dict] | None = None) -> dict:
     """The ``schedule`` entry of ``summary`` (a diagnosis of ``with_schedule_points(cfg)``): one row per (source,
-    share, loss method), shares ascending with the whole solution (1) last, and the recommendation."""
+    share, loss method), shares ascending with the whole solution (1) last, and the recommendation; ``courses``:
+    the decaying and adaptive courses looked ahead (``engine.schedule_courses``), stored beside them."""
     la = summary.get("lookahead") or {}
     looked = (la.get("configs") or {}) if la.get("status") == "ok" else {}
     methods = list(cfg.lookahead.methods)
     points = sorted(cfg.lookahead.schedule_points)
     rows = [_row(summary, looked, src.name, f, name, m) for src in schedule_sources(cfg)
             for f, name in [*((f, point_name(src.name, f)) for f in points), (1.0, src.name)] for m in methods]
-    out = {"status": "ok", "points": points, "methods": methods, "rows": rows, "recommendation": recommend(rows)}
+    out = {"status": "ok", "points": points, "methods": methods, "rows": rows, "recommendation": recommend(rows),
+           **({"courses": courses} if courses is not None else {})}
     if not looked:  # why the lookahead columns are empty
         out["lookahead"] = la.get("reason") or "the lookahead did not run (lookahead.enabled: false)"
     return out
@@ -124,9 +127,9 @@ def recommend(rows: list[dict]) -> dict | None:
             "dll_full": full and full["dll"], "basis": BASIS}
 
 
-def for_diagnosis(run_dir, cfg) -> dict:
+def for_diagnosis(run_dir, cfg, courses: list[dict] | None = None) -> dict:
     """The schedule table of a finished diagnosis in ``run_dir`` (after its lookahead), into ``summary.json``."""
     path = Path(run_dir) / "summary.json"
-    result = jsonable(table(cfg, store.read_json(path)))
+    result = jsonable(table(cfg, store.read_json(path), courses))
     store.atomic_write_json(path, {**store.read_json(path), "schedule": result})
     return result
