@@ -99,3 +99,20 @@ def test_a_diagnosis_with_schedule_points_stores_its_courses(world, tmp_path):
     sched = store.read_json(out / "summary.json")["schedule"]
     assert [c["course"] for c in sched["courses"]] == ["reveal_decay", "reveal_adaptive"]
     assert all(set(c["views"]) <= {0.5, 1.0} for c in sched["courses"])
+
+
+def test_the_training_sections_own_course_spans_its_max_steps():
+    from types import SimpleNamespace
+
+    from opsd_diag.config.levers import ContextScheduleSpec
+
+    def cfg(kind):
+        tr = SimpleNamespace(context_schedule=ContextScheduleSpec(kind=kind, start=1.0, end=0.5, decay_steps=20),
+                             max_steps=40)
+        return SimpleNamespace(lookahead=SimpleNamespace(steps=4), training=tr)
+    section, span = schedule_courses.courses_of(cfg("decay"))["training"]
+    assert span == 40 and section["decay_steps"] == 20
+    # training steps 0, 10, 20, 30 of a decay over 20 steps from 1 to 0.5
+    assert [schedule_courses.course_share(section, span, 4, i, 0.0) for i in range(4)] == pytest.approx(
+        [1.0, 0.75, 0.5, 0.5])
+    assert "training" not in schedule_courses.courses_of(cfg("fixed"))  # a fixed share is a point, not a course
