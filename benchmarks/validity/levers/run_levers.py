@@ -1,6 +1,6 @@
 """Run the pre-registered lever study (plan.yaml here): each world's best configuration, every lever setting.
 
-    python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b]
+    python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b] [--look 3]
 
 Per world, the worlds harness lays out the data and the training configs (``run_worlds.layout_world``:
 nothing is run); the best configuration's config gets this plan's budget, evaluation and one lever
@@ -37,17 +37,34 @@ def load_plan(path: Path = PLAN) -> dict:
     return yaml.safe_load(Path(path).read_text())
 
 
+def worlds_of(plan: dict, look: int = 1) -> dict:
+    """{world: its best (config, method)}: the first looks' four worlds, or the third look's (amendment 4)."""
+    return plan["third_look"]["worlds"] if look == 3 else plan["worlds"]
+
+
+def best_of(plan: dict, world: str) -> dict:
+    return {**(plan.get("third_look") or {}).get("worlds", {}), **plan["worlds"]}[world]
+
+
 def settings_for(plan: dict, world: str) -> list[str]:
     """The settings run in ``world``: schedules only where the teacher's context shows the solution; then the
-    second look's settings in its worlds (amendment 3)."""
-    self_teacher = plan["worlds"][world]["config"].startswith("self_")
+    second look's settings in its worlds (amendment 3); in a third-look world, every candidate mask (amendment 4)."""
+    self_teacher = best_of(plan, world)["config"].startswith("self_")
     second = plan.get("second_look") or {}
+    third = plan.get("third_look") or {}
+    extra = second.get("settings", {}) if world in second.get("worlds", []) else {}
+    if world in third.get("worlds", {}):
+        extra = {**second.get("settings", {}), **third.get("settings", {})}
     return [s for s, v in plan["settings"].items() if self_teacher or not v.get("needs_solution")] + [
-        s for s in second.get("settings", {}) if world in second.get("worlds", [])]
+        s for s in extra if s not in plan["settings"]]
 
 
 def setting_of(plan: dict, name: str) -> dict:
-    return plan["settings"][name] if name in plan["settings"] else plan["second_look"]["settings"][name]
+    for part in (plan["settings"], (plan.get("second_look") or {}).get("settings", {}),
+                 (plan.get("third_look") or {}).get("settings", {})):
+        if name in part:
+            return part[name]
+    raise KeyError(name)
 
 
 def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int) -> dict:
@@ -87,7 +104,7 @@ def layout(plan: dict, world: str, out: Path) -> list[tuple[str, Path, Path]]:
     wdir = out / world
     if not (wdir / "data" / "train.jsonl").is_file():
         run_worlds.layout_world(wplan, wdir)
-    best = plan["worlds"][world]
+    best = best_of(plan, world)
     base = yaml.safe_load((wdir / "configs" / "train" / f"{best['config']}__{best['method']}__s0.yaml").read_text())
     jobs = []
     for setting in settings_for(plan, world):
@@ -105,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3), help="3: the third look's worlds (amendment 4)")
     args = ap.parse_args(argv)
     plan = load_plan()
     out = (args.out or Path(plan["out"])).resolve()
@@ -115,10 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         log.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
         log.flush()
 
-    worlds = args.worlds.split(",") if args.worlds else list(plan["worlds"])
+    worlds = args.worlds.split(",") if args.worlds else list(worlds_of(plan, args.look))
     jobs = [j for w in worlds for j in layout(plan, w, out)]
     # interleave worlds so a late stop leaves every world with its first settings done
-    order = [*plan["settings"], *(plan.get("second_look") or {}).get("settings", {})]
+    order = list(dict.fromkeys([*plan["settings"], *(plan.get("second_look") or {}).get("settings", {}),
+                                *(plan.get("third_look") or {}).get("settings", {})]))
     jobs.sort(key=lambda j: (j[0].split("__s")[1], order.index(j[0].split("/")[1].split("__")[0])))
 
     def run(job) -> int:
