@@ -14,6 +14,10 @@ COLUMNS = {
     "dll": "lookahead Δll with the mask: change of the correct-minus-incorrect log-likelihood gap",
     "dll_lo": "its 95% interval, low end",
     "dll_hi": "its 95% interval, high end",
+    "dll_vs_all": "dll minus all-token training's, prompt by prompt (the mean over the measurement prompts where "
+                  "both are finite)",
+    "dll_vs_all_lo": "its 95% interval over those prompts, low end",
+    "dll_vs_all_hi": "its 95% interval, high end",
     "dv": "lookahead success change with the mask (importance-weighted)",
     "kl": "lookahead KL to the initial student per token",
     "alignment": "the signal's ideal-gradient alignment on the kept tokens: mean cos(g*, d) of the method's objective "
@@ -24,8 +28,14 @@ COLUMNS = {
                         "`lookahead.forgetting`; NaN without it), as the lookahead's `forgetting_pass1`",
     "forgetting_pass1_lo": "its 95% interval over problems, low end",
     "forgetting_pass1_hi": "its 95% interval, high end",
-    "recommended": "the recommendation: the largest dll",
+    "recommended": "the recommendation: the largest dll_vs_all whose interval lies above 0, else all tokens",
 }
+
+
+def _ci(d: dict) -> str:
+    if d.get("estimate") is None or d["estimate"] != d["estimate"]:
+        return "n/a"
+    return f"{d['estimate']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]"
 
 
 def _flow(d: dict) -> str:
@@ -39,7 +49,10 @@ def frame(levers: dict | None) -> pd.DataFrame | None:
     best = (levers.get("recommendation") or {}).get("setting")
     rows = [{"setting": k, "token_mask": _flow(v["token_mask"]), "kept_share": v["kept_share"],
              "signal_share": v["signal_share"], "dll": v["dll"].get("estimate"), "dll_lo": v["dll"].get("lo"),
-             "dll_hi": v["dll"].get("hi"), "dv": v["dv"].get("estimate"), "kl": v["kl"].get("estimate"),
+             "dll_hi": v["dll"].get("hi"),
+             **{f"dll_vs_all{s}": (v.get("dll_vs_all") or {}).get(k2) for s, k2 in (("", "estimate"), ("_lo", "lo"),
+                                                                                  ("_hi", "hi"))},
+             "dv": v["dv"].get("estimate"), "kl": v["kl"].get("estimate"),
              **{f"alignment{s}": (v.get("alignment") or {}).get(k2) for s, k2 in (("", "estimate"), ("_lo", "lo"),
                                                                                 ("_hi", "hi"))},
              **{f"forgetting_pass1{s}": ((v.get("forgetting") or {}).get("pass@1") or {}).get(k2)
@@ -60,12 +73,15 @@ def text(levers: dict | None) -> list[str]:
     r = levers.get("recommendation")
     if r is None:
         return ["lever recommendation: none (no candidate has a finite lookahead Δll)"]
-    d, a = r["dll"], r.get("dll_all") or {}
+    d, a, diff = r.get("dll") or {}, r.get("dll_all") or {}, r.get("dll_vs_all") or {}
     line = (f"lever recommendation for {levers['config']} / {levers['method']}: training.token_mask "
-            f"{_flow(r['token_mask'])} ({r['setting']}): lookahead Δll {d['estimate']:+.4f} "
-            f"[{d['lo']:+.4f}, {d['hi']:+.4f}]")
-    if a.get("estimate") is not None:
-        line += f", all tokens {a['estimate']:+.4f} [{a['lo']:+.4f}, {a['hi']:+.4f}]"
+            f"{_flow(r['token_mask'])} ({r['setting']}): lookahead Δll {_ci(d)}")
+    if r["setting"] != "all" and a.get("estimate") is not None:
+        line += f", all tokens {_ci(a)}"
+    if r["setting"] != "all" and diff.get("estimate") is not None:
+        line += f", difference {_ci(diff)}"
+    if r.get("basis"):
+        line += f" ({r['basis']})"
     kept = (levers["settings"][r["setting"]].get("alignment") or {}).get("estimate")
     every = (levers["settings"].get("all", {}).get("alignment") or {}).get("estimate")
     if kept is not None and kept == kept:

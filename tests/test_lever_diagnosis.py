@@ -28,13 +28,48 @@ def test_shares_equal_explicit_sums():
     assert s == pytest.approx(sum(m for m, b in zip(mags, kept) if b) / sum(mags), rel=1e-12)
 
 
-def test_recommendation_is_the_largest_dll():
-    settings = {"all": {"token_mask": {}, "dll": {"estimate": 0.1, "lo": 0.0, "hi": 0.2}},
-                "a": {"token_mask": {"kind": "entropy"}, "dll": {"estimate": 0.3, "lo": 0.1, "hi": 0.5}},
-                "b": {"token_mask": {}, "dll": {"estimate": float("nan"), "lo": None, "hi": None}}}
-    r = levers.recommend(settings)
-    assert r["setting"] == "a" and r["dll"]["lo"] == 0.1 and r["dll_all"]["estimate"] == 0.1
-    assert levers.recommend({"b": settings["b"]}) is None
+def _diff(est, lo, hi):
+    return {"estimate": est, "lo": lo, "hi": hi, "n_prompts": 5}
+
+
+def test_recommendation_moves_off_all_tokens_only_on_a_difference_above_zero():
+    """Rule 2 (lever study amendment 4): the largest paired difference among those whose interval lies above 0,
+    else all tokens; a larger Δll whose difference interval reaches 0 does not count."""
+    all_ = {"dll": {"estimate": 0.1, "lo": 0.0, "hi": 0.2}, "dll_vs_all": _diff(0.0, 0.0, 0.0)}
+    a = {"dll": {"estimate": 0.3, "lo": 0.1, "hi": 0.5}, "dll_vs_all": _diff(0.2, 0.05, 0.3)}
+    b = {"dll": {"estimate": 0.5, "lo": -0.1, "hi": 0.9}, "dll_vs_all": _diff(0.4, -0.01, 0.8)}
+    c = {"dll": {"estimate": 0.2, "lo": 0.1, "hi": 0.3}, "dll_vs_all": _diff(0.1, 0.02, 0.2)}
+    nan = {"dll": {"estimate": float("nan"), "lo": None, "hi": None}, "dll_vs_all": _diff(float("nan"), None, None)}
+    r = levers.recommend({"all": all_, "entropy_top50": a, "advantage_top20": b, "correct_only": c,
+                          "incorrect_only": nan})
+    assert r["setting"] == "entropy_top50" and r["dll_vs_all"]["lo"] == 0.05 and r["dll_all"]["estimate"] == 0.1
+    assert r["token_mask"] == levers.CANDIDATES["entropy_top50"] and "above 0" in r["basis"]
+    r = levers.recommend({"all": all_, "advantage_top20": b, "incorrect_only": nan})
+    assert r["setting"] == "all" and r["token_mask"] == {} and "no candidate" in r["basis"]
+    assert levers.recommend({"all": all_})["setting"] == "all"
+    assert levers.recommend({"incorrect_only": nan})["setting"] == "all"
+
+
+def test_paired_difference_equals_an_explicit_loop():
+    import numpy as np
+
+    from opsd_diag.core.stats import paired_difference, prompt_draws
+
+    rng = np.random.default_rng(3)
+    a = {f"p{i}": float(x) for i, x in enumerate(rng.normal(size=12))}
+    b = {f"p{i}": float(x) for i, x in enumerate(rng.normal(size=12)) if i != 4}  # p4 only in a
+    a["p2"], b["p7"], b["p20"] = float("nan"), float("inf"), 1.0  # not finite in one; only in b
+    got = paired_difference(a, b, 300, 7)
+    keys = sorted(k for k in a if k in b and math.isfinite(a[k]) and math.isfinite(b[k]))
+    diff = [a[k] - b[k] for k in keys]
+    assert got["n_prompts"] == len(keys) == 9
+    assert got["estimate"] == pytest.approx(sum(diff) / len(diff), abs=1e-12)
+    reps = []
+    for draw in prompt_draws(len(keys), 300, 7):
+        reps.append(sum(diff[j] for j in draw) / len(draw))
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    assert (got["lo"], got["hi"]) == pytest.approx((lo, hi), abs=1e-12)
+    assert paired_difference({"p": 1.0}, {"q": 1.0}, 10, 0)["n_prompts"] == 0
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +162,60 @@ def test_all_tokens_lever_lookahead_is_the_lookahead_and_the_recommendation_is_s
     for k in ("dll", "kl"):
         assert lv["settings"]["all"][k]["estimate"] == pytest.approx(plain[k]["estimate"], rel=1e-6, abs=1e-9)
     assert all(math.isfinite(v["dll"]["estimate"]) for v in lv["settings"].values())
-    best = max(lv["settings"], key=lambda s: lv["settings"][s]["dll"]["estimate"])
+    assert lv["settings"]["all"]["dll_vs_all"]["estimate"] == 0 == lv["settings"]["all"]["dll_vs_all"]["hi"]
+    above = {s: v["dll_vs_all"]["estimate"] for s, v in lv["settings"].items() if v["dll_vs_all"]["lo"] > 0}
+    best = max(above, key=above.get) if above else "all"
     assert lv["recommendation"]["setting"] == best
     frame = Run.load(out).levers()
     assert list(frame["setting"]) == list(levers.CANDIDATES)
     assert frame.loc[frame["setting"] == best, "recommended"].item()
     assert frame["kept_share"].tolist() == pytest.approx([lv["settings"][s]["kept_share"] for s in levers.CANDIDATES])
+    assert frame["dll_vs_all_lo"].tolist() == pytest.approx([lv["settings"][s]["dll_vs_all"]["lo"]
+                                                             for s in levers.CANDIDATES])
+
+
+def test_difference_from_all_tokens_is_the_per_prompt_lookahead_stepped_by_hand(diagnosed):
+    """A masked candidate's ``dll_vs_all``: the two steppings repeated by hand (the lookahead's seeds), their
+    per-prompt Δll, the mean over the prompts where both are finite; each stepping's per-prompt values average to
+    its Δll."""
+    from opsd_diag.io.models import load_spec
+
+    cfg, out = diagnosed
+    tok, student = load_spec(cfg.student, "cpu")
+    _, teacher = load_spec(cfg.student.model_copy(update={"model": cfg.teachers[0].model}), "cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread for both computations: Adam's steps magnify a reduction order's last bits
+    try:
+        lv = levers.run(cfg, student, teacher, None, store.read_table(out, "rollouts"), "teacher", "jsd",
+                        tok.pad_token_id, lookahead)
+        per = _by_hand(cfg, out, tok, student, teacher)
+    finally:
+        torch.set_num_threads(threads)
+    for name in per:
+        finite = [v for v in per[name].values() if math.isfinite(v)]
+        assert lv["settings"][name]["dll"]["estimate"] == pytest.approx(sum(finite) / len(finite), abs=1e-12)
+    both = [p for p in per["all"] if math.isfinite(per["all"][p]) and math.isfinite(per["advantage_top20"][p])]
+    want = sum(per["advantage_top20"][p] - per["all"][p] for p in both) / len(both)
+    got = lv["settings"]["advantage_top20"]["dll_vs_all"]
+    assert got["estimate"] == pytest.approx(want, abs=1e-12) and got["n_prompts"] == len(both) > 0
+
+
+def _by_hand(cfg, out, tok, student, teacher) -> dict:
+    from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
+    from opsd_diag.engine.train_step import Roles
+
+    s, clip = lookahead.settings(cfg)
+    loss = lookahead.loss_settings(cfg, "jsd", clip)
+    step_rows, measure_rows = lookahead.split(store.read_table(out, "rollouts"))
+    initial = lookahead.measure_initial(student, measure_rows, tok.pad_token_id, s.sampling_temperature)
+    per = {}
+    for name in ("all", "advantage_top20"):
+        stepped, _ = lookahead.take_steps(student, lambda t: Roles(t, None, "external", teacher, None, student),
+                                          step_rows, "teacher", loss, None, s, tok.pad_token_id, cfg.scoring.base_view,
+                                          mask=TokenMaskSpec(**CANDIDATES[name]).settings())
+        per[name] = lookahead.measure(stepped, initial, tok.pad_token_id, s.sampling_temperature, 20, 0,
+                                      per_prompt=True)["dll_prompts"]
+    return per
 
 
 def test_report_shows_the_lever_recommendation(diagnosed, capsys):

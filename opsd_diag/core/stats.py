@@ -131,6 +131,14 @@ def ci_dict(est_lo_hi: tuple[float, float, float], n_prompts: int) -> dict:
     return {"estimate": est, "lo": lo, "hi": hi, "n_prompts": int(n_prompts)}
 
 
+def paired_difference(a: dict, b: dict, n_boot: int, seed: int, alpha: float = 0.05) -> dict:
+    """Mean over prompts of ``a[p] - b[p]`` (per-prompt values keyed by prompt id) on the prompts where both are
+    finite, with a percentile bootstrap over those prompts: a comparison of two measurements of the same prompts."""
+    common = sorted(p for p in set(a) & set(b) if np.isfinite(a[p]) and np.isfinite(b[p]))
+    diff = np.array([a[p] - b[p] for p in common], dtype=float)
+    return ci_dict(bootstrap_mean_over_prompts(diff, np.arange(diff.size), n_boot, seed, alpha), diff.size)
+
+
 def accuracy_ci(frame: pd.DataFrame, n_boot: int, seed: int, alpha: float) -> dict:
     known = frame[frame["correct"].notna()]
     est = bootstrap_mean_over_prompts(

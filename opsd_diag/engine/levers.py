@@ -6,9 +6,12 @@ one the lookahead can step, else the lookahead's with the largest log-likelihood
 mask (``CANDIDATES``, the lever study's) is applied to the step half of the diagnosis rollouts with the
 initial student and the teacher (``core.token_mask``: the kept share of tokens and of the summed |signal|),
 then looked ahead on (``engine.lookahead.take_steps`` with the mask: the trainer's step, normalised by the kept
-tokens) and measured on the other half like the lookahead. The recommendation is the candidate with the largest
-lookahead Δll (the correct-minus-incorrect log-likelihood gap change, the lookahead's lower-variance proxy of
-the success change), with its interval. With ``lookahead.forgetting``, each candidate's stepped student also samples
+tokens) and measured on the other half like the lookahead, the same seeds for every mask. A lever is a change
+away from all-token training, so the recommendation moves off it only on evidence: each candidate's lookahead Δll
+(the correct-minus-incorrect log-likelihood gap change, the lookahead's lower-variance proxy of the success change)
+is compared with all-token training's prompt by prompt (``dll_vs_all``, a paired difference with its interval),
+and the recommendation is the candidate with the largest difference among those whose interval lies above 0, else
+all tokens (rule 2 of the lever study, benchmarks/validity/levers/plan.yaml amendment 4). With ``lookahead.forgetting``, each candidate's stepped student also samples
 the forgetting set again (the lookahead's seeds and measure): its pass@1 change. Where the diagnosis has
 ideal-gradient nodes (``ideal``), each candidate also gets the signal's alignment on the tokens it keeps: the mean
 ``cos(g*, d)`` of the method's objective over the nodes (of every rollout, both halves) whose token the mask keeps,
@@ -27,7 +30,7 @@ import torch
 from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.core import token_mask
-from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable
+from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable, paired_difference
 from opsd_diag.engine.scoring import completion_hidden
 from opsd_diag.engine.train_step import MicroBatch, Roles, auto_chunk_size, partner_hidden, token_scores
 from opsd_diag.io import store
@@ -140,16 +143,19 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
     if forgetting is not None:  # the initial student's samples of the forgetting set, once
         forgetting.initial, forgetting.initial_tokens = forgetting.draw(student)
     n_boot, seed = cfg.analysis.bootstrap, cfg.sampling.seed
-    out = {}
+    out, per_prompt = {}, {}
     for name, m in masks.items():
         stepped, cost = lookahead.take_steps(
             student, lambda trainable: Roles(trainable, None, "external", teacher, with_base, student), step_rows,
             config, loss, ref, s, pad_id, cfg.scoring.base_view, mask=m)
-        measured = lookahead.measure(stepped, initial, pad_id, s.sampling_temperature, n_boot, seed)
+        measured = lookahead.measure(stepped, initial, pad_id, s.sampling_temperature, n_boot, seed, per_prompt=True)
+        per_prompt[name] = measured["dll_prompts"]
         out[name] = {"token_mask": CANDIDATES[name], "kept_share": shares[name][0], "signal_share": shares[name][1],
                      "alignment": alignment.get(name), **{k: measured[k] for k in ("dv", "dll", "kl")}, **cost,
                      **(lookahead.measure_fresh(stepped, forgetting, n_boot, seed, "forgetting") if forgetting else {})}
         del stepped
+    for name in out:  # each mask against all tokens, prompt by prompt (the same measurement half and seeds)
+        out[name]["dll_vs_all"] = paired_difference(per_prompt[name], per_prompt["all"], n_boot, seed)
     return {"status": "ok", "config": config, "method": method, "settings": out, "recommendation": recommend(out)}
 
 
@@ -167,13 +173,17 @@ def _alignment(roles, cfg, rollouts, nodes, config, method, loss, ref, pad_id, m
     return node_alignment(mine, rows, flags, objective, cfg.analysis.bootstrap, cfg.sampling.seed)
 
 
-def recommend(settings: dict) -> dict | None:
-    """The candidate with the largest lookahead Δll estimate, with its interval and all-token training's."""
-    ok = {k: v for k, v in settings.items() if v["dll"].get("estimate") is not None
-          and v["dll"]["estimate"] == v["dll"]["estimate"]}
-    if not ok:
-        return None
-    best = max(ok, key=lambda k: ok[k]["dll"]["estimate"])
-    return {"setting": best, "token_mask": settings[best]["token_mask"], "dll": settings[best]["dll"],
-            "dll_all": settings.get("all", {}).get("dll"),
-            "basis": "largest lookahead Δll (change of the correct-minus-incorrect log-likelihood gap)"}
+def recommend(settings: dict) -> dict:
+    """Rule 2: the candidate with the largest ``dll_vs_all`` among those whose interval lies above 0, else all
+    tokens; with its Δll, all-token training's, and its difference from it."""
+    def above(v):
+        d = v.get("dll_vs_all") or {}
+        return d.get("lo") is not None and d["lo"] == d["lo"] and d["lo"] > 0
+
+    better = {k: v for k, v in settings.items() if k != "all" and above(v)}
+    best = max(better, key=lambda k: better[k]["dll_vs_all"]["estimate"]) if better else "all"
+    chosen = settings.get(best, {})
+    return {"setting": best, "token_mask": CANDIDATES[best], "dll": chosen.get("dll"),
+            "dll_all": settings.get("all", {}).get("dll"), "dll_vs_all": chosen.get("dll_vs_all"),
+            "basis": "largest lookahead Δll difference from all tokens whose 95% interval lies above 0" if better
+            else "no candidate's lookahead Δll beats all-token training's beyond its 95% interval: all tokens"}

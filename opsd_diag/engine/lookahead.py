@@ -189,8 +189,10 @@ def take_steps(student, roles_for, rows: pd.DataFrame, config: str, loss: LossSe
     return trainable.eval(), {"trained_tokens": trained, "partner_scored_tokens": trained}
 
 
-def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, seed: int) -> dict:
-    """The stepped student against the initial one on the measurement half (``core.lookahead``)."""
+def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, seed: int,
+            per_prompt: bool = False) -> dict:
+    """The stepped student against the initial one on the measurement half (``core.lookahead``). ``per_prompt``:
+    also each prompt's Δll (``dll_prompts``, {problem id: value}), to compare two steppings prompt by prompt."""
     new_full = policy_logp(stepped, m.rows, pad_id, temperature)  # [N, V]
     kl = maths.kl_per_token(new_full.double(), m.old_full.double())  # [N]
     new_rows = _per_row(new_full, m.rows)
@@ -209,6 +211,7 @@ def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, 
         "dll": ci_dict(bootstrap_mean_over_prompts(dll, ids, n_boot, seed), int(np.isfinite(dll).sum())),
         "kl": ci_dict(bootstrap_mean_over_prompts(kl.numpy(), token_prompt, n_boot, seed), len(ids)),
         "measured_tokens": int(lengths.sum()),
+        **({"dll_prompts": dict(zip(ids, dll.tolist()))} if per_prompt else {}),
     }
 
 

@@ -1,11 +1,14 @@
 """The diagnosis' lever recommendation (``engine.levers``) on the worlds' stored diagnoses, for the study's rows.
 
     python benchmarks/validity/levers/recommend_levers.py [--diag-root /work/runs/v2] [--out /work/runs/levers/recommend]
+        [--look 3]
 
 Per world of plan.yaml: the worlds study's diagnosis (``DIAG_ROOT/<world>/diag/main``: its config with its
 lookahead settings, its rollouts), the world's best configuration and the loss its method trains (jsd for
 jsd and opsd_jsd), and ``engine.levers.run``: each candidate mask's kept shares and lookahead, and the
-recommendation (the largest lookahead Δll). Written to ``OUT/<world>.json``; report_levers.py reads them.
+recommendation (rule 2 of amendment 4 from then on; the first rule, the largest lookahead Δll, is read off the
+stored settings by report_levers.py). Written to ``OUT/<world>.json``; report_levers.py reads them. ``--look 3``:
+the four first worlds (seen) and the third look's (amendment 4), into ``/work/runs/levers/recommend3`` by default.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from benchmarks.validity.levers.run_levers import load_plan  # noqa: E402
+from benchmarks.validity.levers.run_levers import best_of, load_plan, worlds_of  # noqa: E402
 from opsd_diag.config.spec import load_config  # noqa: E402
 from opsd_diag.core.stats import jsonable  # noqa: E402
 from opsd_diag.engine import levers, lookahead  # noqa: E402
@@ -31,11 +34,15 @@ LOSS = {"jsd": "jsd", "opsd_jsd": "jsd", "opd": "opd", "opsd_opd": "opd", "opd2"
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--diag-root", type=Path, default=Path("/work/runs/v2"))
-    ap.add_argument("--out", type=Path, default=Path("/work/runs/levers/recommend"))
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3))
     args = ap.parse_args(argv)
     plan = load_plan()
+    args.out = args.out or Path("/work/runs/levers/recommend" + ("3" if args.look == 3 else ""))
     args.out.mkdir(parents=True, exist_ok=True)
-    for world, best in plan["worlds"].items():
+    worlds = [*(worlds_of(plan, 3) if args.look == 3 else []), *worlds_of(plan)]  # the judged worlds first
+    for world in worlds:
+        best = best_of(plan, world)
         diag = args.diag_root / world / "diag" / "main"
         if (args.out / f"{world}.json").is_file():  # resumable
             continue
