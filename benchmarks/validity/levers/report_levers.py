@@ -1,6 +1,7 @@
 """The lever study's report, generated from its runs: levers_analysis.json and RESULTS.md (never hand-typed).
 
     python benchmarks/validity/levers/report_levers.py [--from /work/runs/levers] [--bench FILE]
+    python benchmarks/validity/levers/report_levers.py --look 3 [--from /work/runs/levers] [--recommend DIR]
 
 Per (world, setting): the final evaluation of each seed's run against the initial student (the ``all``
 seed-0 run's step-0 evaluation; every run shares it); held-out Δpass@1 and Δpass@4 per problem, averaged
@@ -8,6 +9,10 @@ over the seeds that finished, with a 95% percentile bootstrap over problems (200
 forgetting set's Δpass@1 and the KL to the initial student as seed means (with each seed's value); the
 kept share of tokens over the run. Differences against ``all`` are paired by problem. A run that did not
 finish is listed as such. The plan's questions and targets are answered from these numbers.
+
+``--look 3`` (amendment 4) keeps the committed analysis of the first two looks (their runs may be gone), adds the
+third look's worlds from their runs, and both recommendation rules on every world from ``recommend_levers.py
+--look 3`` (default ``ROOT/recommend3``): rule 2 judged on the third look's worlds only.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from benchmarks.validity.levers.run_levers import load_plan, settings_for  # noqa: E402
+from benchmarks.validity.levers.run_levers import load_plan, settings_for, worlds_of  # noqa: E402
 from opsd_diag.core.stats import pass_at_k  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -80,7 +85,8 @@ def world_rows(plan: dict, root: Path, world: str) -> dict:
             settings[s] = {"status": "not run or not finished"}
             continue
         deltas[s] = {1: np.mean(d1, axis=0), 4: np.mean(d4, axis=0)}
-        settings[s] = {"status": "ok", "second_look": s not in plan["settings"], "seeds": seeds, "d_pass1": boot(deltas[s][1]), "d_pass4": boot(deltas[s][4]),
+        settings[s] = {"status": "ok", "second_look": s in (plan.get("second_look") or {}).get("settings", {})
+                       and world in plan["second_look"]["worlds"], "seeds": seeds, "d_pass1": boot(deltas[s][1]), "d_pass4": boot(deltas[s][4]),
                        "d_forgetting": {"estimate": float(np.mean(forget)), "per_seed": forget},
                        "kl_to_initial": {"estimate": float(np.mean(kl)), "per_seed": kl},
                        "kept_share": kept / tokens, "kept_tokens": kept, "tokens": tokens}
@@ -132,6 +138,51 @@ def recommendation(worlds: dict, recs: dict) -> dict:
     return {"answered": bool(rows), "rows": rows, "worlds_within_0.02": sum(r["within_0.02"] for r in rows)}
 
 
+def rule1(rec: dict) -> str | None:
+    """The first rule (committed in e37612f): the candidate with the largest finite lookahead Δll."""
+    ok = {k: v["dll"]["estimate"] for k, v in rec.get("settings", {}).items()
+          if v["dll"].get("estimate") is not None and v["dll"]["estimate"] == v["dll"]["estimate"]}
+    return max(ok, key=ok.get) if ok else None
+
+
+def third_look(plan: dict, worlds: dict, recs: dict) -> dict:
+    """Amendment 4: per world, both rules' picks against the realised settings; judged on the third look's worlds."""
+    new = set(worlds_of(plan, 3))
+    rows = []
+    for w, rec in recs.items():
+        st = {k: v for k, v in worlds.get(w, {}).get("settings", {}).items() if v.get("status") == "ok"}
+        if not st or rec.get("status") != "ok":
+            rows.append({"world": w, "new": w in new, "status": "no realised runs or no lever lookahead"})
+            continue
+        best = max(st, key=lambda k: st[k]["d_pass1"]["estimate"])
+        row = {"world": w, "new": w in new, "status": "ok", "best_realised": best,
+               "best_d_pass1": st[best]["d_pass1"]["estimate"], "all_d_pass1": st["all"]["d_pass1"]["estimate"]}
+        for name, pick in (("rule2", rec["recommendation"]["setting"]), ("rule1", rule1(rec))):
+            got = st.get(pick, {}).get("d_pass1", {}).get("estimate")
+            row[name] = {"setting": pick, "d_pass1": got,
+                         "regret_vs_best": None if got is None else row["best_d_pass1"] - got,
+                         "gain_vs_all": None if got is None else got - row["all_d_pass1"],
+                         "within_0.02": got is not None and row["best_d_pass1"] - got <= 0.02}
+        cands = [k for k in rec["settings"] if k in st and rec["settings"][k]["dll"].get("estimate") is not None]
+        row["spearman_dll_vs_d_pass1"] = spearman([rec["settings"][k]["dll"]["estimate"] for k in cands],
+                                                  [st[k]["d_pass1"]["estimate"] for k in cands])
+        row["n_candidates_run"] = len(cands)
+        row["n_prompts_finite_dll"] = rec["settings"]["all"]["dll"].get("n_prompts")  # mixed-outcome prompts
+        row["diagnosis"] = {k: {"dll": v["dll"], "dll_vs_all": v.get("dll_vs_all"), "kept_share": v["kept_share"]}
+                            for k, v in rec["settings"].items()}
+        rows.append(row)
+    judged = [r for r in rows if r["new"]]
+    within = sum(r.get("rule2", {}).get("within_0.02", False) for r in judged)
+    regret = {k: [r[k]["regret_vs_best"] for r in judged if r.get(k, {}).get("regret_vs_best") is not None]
+              for k in ("rule1", "rule2")}
+    return {"rows": rows, "judged_worlds": len(judged), "rule2_within_0.02_new": within,
+            "rule1_within_0.02_new": sum(r.get("rule1", {}).get("within_0.02", False) for r in judged),
+            "mean_regret_new": {k: {"mean": float(np.mean(v)) if v else None, "n": len(v)} for k, v in regret.items()},
+            "met": bool(judged) and len(judged) == len(new) and within == len(judged),
+            "rule2_within_0.02_seen": sum(r.get("rule2", {}).get("within_0.02", False) for r in rows if not r["new"]),
+            "seen_worlds": sum(1 for r in rows if not r["new"])}
+
+
 def answers(plan: dict, worlds: dict, bench: dict | None, recs: dict | None = None) -> dict:
     out = {}
     div = worlds.get("diversity", {}).get("settings", {})
@@ -149,6 +200,17 @@ def answers(plan: dict, worlds: dict, bench: dict | None, recs: dict | None = No
     out["q2_recommendation"] = recommendation(worlds, recs) if recs else {
         "answered": False, "why": "the diagnosis' lever recommendation (issue 33, item 2) was not built when this "
                                   "report was generated"}
+    out["q3_token_share"] = token_share(worlds)
+    out["targets"] = {
+        "t1_diversity_pass4": out["q1_diversity"]["any"],
+        "t2_recommendation_within_0.02": (out["q2_recommendation"].get("worlds_within_0.02", 0) >= 3
+                                          if out["q2_recommendation"]["answered"] else None),
+        **masked_gain(worlds), **time_target(bench)}
+    return out
+
+
+def token_share(worlds: dict) -> list[dict]:
+    """Question 3: per masked setting, its share of all's Δpass@1 against its kept share of the tokens."""
     q3 = []
     for w, wr in worlds.items():
         st = wr.get("settings", {})
@@ -162,7 +224,11 @@ def answers(plan: dict, worlds: dict, bench: dict | None, recs: dict | None = No
             ratio = g / g_all if abs(g_all) > 1e-12 else math.nan
             q3.append({"world": w, "setting": s, "kept_share": r["kept_share"], "gain_share": ratio,
                        "gain_per_kept_token_vs_all": ratio / r["kept_share"] if r["kept_share"] else math.nan})
-    out["q3_token_share"] = q3
+    return q3
+
+
+def masked_gain(worlds: dict) -> dict:
+    """The third target's gain half: entropy_top50 (<= 50% of the tokens) keeps >= 90% of all's Δpass@1 per world."""
     t3 = []
     for w, wr in worlds.items():
         st = wr.get("settings", {})
@@ -171,14 +237,7 @@ def answers(plan: dict, worlds: dict, bench: dict | None, recs: dict | None = No
             g_all, g = a["d_pass1"]["estimate"], m["d_pass1"]["estimate"]
             t3.append({"world": w, "kept_share": m["kept_share"], "d_pass1_all": g_all, "d_pass1_masked": g,
                        "loses_at_most_10pct": bool(g >= 0.9 * g_all) if g_all > 0 else None})
-    out["targets"] = {
-        "t1_diversity_pass4": out["q1_diversity"]["any"],
-        "t2_recommendation_within_0.02": (out["q2_recommendation"].get("worlds_within_0.02", 0) >= 3
-                                          if out["q2_recommendation"]["answered"] else None),
-        "t3_masked_gain": t3,
-        "t3_masked_gain_met": bool(t3) and all(r["loses_at_most_10pct"] for r in t3),
-        **time_target(bench)}
-    return out
+    return {"t3_masked_gain": t3, "t3_masked_gain_met": bool(t3) and all(r["loses_at_most_10pct"] for r in t3)}
 
 
 def time_target(bench: dict | None) -> dict:
@@ -194,11 +253,16 @@ def _ci(c: dict) -> str:
 def render(a: dict) -> str:
     L = ["# The lever study (issue 33): results", "",
          "Generated by `benchmarks/validity/levers/report_levers.py` from the runs of `run_levers.py` "
-         "(plan: `plan.yaml`, amendments 1-3); every number below comes from `levers_analysis.json`. The first "
-         "look (commit 3c22b15) had every row but those marked second look, and no answer to question 2.", "",
-         f"Runs: {a['runs']['finished']} of {a['runs']['planned']} finished.", ""]
+         "(plan: `plan.yaml`, amendments 1-4); every number below comes from `levers_analysis.json`. The first "
+         "look (commit 3c22b15) had every row of the first four worlds but those marked second look, and no answer "
+         "to question 2." + (" The worlds marked third look (amendment 4: a second recommendation rule, judged on "
+                             "worlds this study had not run) were added by `report_levers.py --look 3`."
+                             if "third_look" in a else ""), "",
+         f"Runs: {a['runs']['finished']} of {a['runs']['planned']} finished"
+         + (f"; third look {a['runs']['third_look']['finished']} of {a['runs']['third_look']['planned']}."
+            if "third_look" in a["runs"] else "."), ""]
     for w, wr in a["worlds"].items():
-        L += [f"## {w}", ""]
+        L += [f"## {w}{' (third look)' if wr.get('look') == 3 else ''}", ""]
         if wr.get("status") != "ok":
             L += [f"Not analysed: {wr.get('status')}.", ""]
             continue
@@ -250,6 +314,8 @@ def render(a: dict) -> str:
                      for k, v in r["diagnosis"].items()]
             L.append(f"- {r['world']}: " + "; ".join(parts))
         L.append("")
+    if "third_look" in a:
+        L += render_third_look(a["third_look"])
     L += [
           "**3. What share of tokens carries the gain?**", "",
           "| world | setting | kept share | gain share (Δpass@1 / all's) | gain per kept token vs all |", "|---|---|---|---|---|"]
@@ -276,6 +342,11 @@ def render(a: dict) -> str:
            f"- recommended setting within 0.02 of the best in ≥ 3 of 4 worlds: "
            f"{'met' if t['t2_recommendation_within_0.02'] else 'not met'} "
            f"({q['q2_recommendation']['worlds_within_0.02']} of {len(q['q2_recommendation']['rows'])})."),
+          *([f"- the same, third look (rule 2, judged on the worlds this study had not run): "
+             f"{'met' if a['third_look']['met'] else 'not met'} ({a['third_look']['rule2_within_0.02_new']} of "
+             f"{a['third_look']['judged_worlds']}); rule 2 on the four first worlds (seen, not judged): "
+             f"{a['third_look']['rule2_within_0.02_seen']} of {a['third_look']['seen_worlds']}."]
+            if "third_look" in a else []),
           f"- a ≤ 50%-token mask (entropy_top50) loses ≤ 10% of all's gain in every world: "
           f"{'met' if t['t3_masked_gain_met'] else 'not met'} "
           f"({t3})."]
@@ -294,17 +365,67 @@ def render(a: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def render_third_look(t: dict) -> list[str]:
+    """Question 2 again with rule 2 (amendment 4), beside the first rule, on every world with a lever lookahead."""
+    def pick(r):
+        d = r["d_pass1"]
+        return f"{r['setting'] or 'none'} ({'not run' if d is None else f'{d:+.3f}'})"
+
+    L = ["**2b. Third look (amendment 4): rule 2 moves off all tokens only when a mask's lookahead Δll beats "
+         "all-token training's prompt by prompt, its interval above 0.**", "",
+         "Computed by `recommend_levers.py --look 3` on fresh diagnoses of every world (`run_v2.py --look 1`); "
+         "the rule was committed before any of the third look's runs or diagnoses. Judged on the worlds marked new.",
+         "", "| world | rule 2 (its Δpass@1) | rule 1: largest Δll (its Δpass@1) | best realised | its Δpass@1 | "
+         "all's Δpass@1 | rule 2's regret | rule 2 within 0.02 | Spearman(Δll, Δpass@1) | prompts with a finite Δll |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in t["rows"]:
+        name = f"{r['world']}{' (new)' if r['new'] else ' (seen)'}"
+        if r["status"] != "ok":
+            L.append(f"| {name} | {r['status']} | | | | | | | | |")
+            continue
+        sp, reg = r["spearman_dll_vs_d_pass1"], r["rule2"]["regret_vs_best"]
+        L.append(f"| {name} | {pick(r['rule2'])} | {pick(r['rule1'])} | {r['best_realised']} | "
+                 f"{r['best_d_pass1']:+.3f} | {r['all_d_pass1']:+.3f} | {'—' if reg is None else f'{reg:+.3f}'} | "
+                 f"{'yes' if r['rule2']['within_0.02'] else 'no'} | "
+                 f"{'n/a' if sp != sp else f'{sp:+.2f}'} (n = {r['n_candidates_run']}) | "
+                 f"{r['n_prompts_finite_dll']} |")
+    regrets = []
+    for k in ("rule2", "rule1"):
+        v = t["mean_regret_new"][k]
+        mean = "n/a" if v["mean"] is None else f"{v['mean']:+.3f}"
+        regrets.append(f"rule {k[-1]} {mean} (over the {v['n']} worlds where its pick was run)")
+    L += ["", f"On the new worlds: rule 2 within 0.02 of the best in {t['rule2_within_0.02_new']} of "
+          f"{t['judged_worlds']}, rule 1 in {t['rule1_within_0.02_new']}; mean regret against the best realised "
+          + ", ".join(regrets) + ". A Δll needs a measurement prompt with both a correct and an incorrect rollout; where none has both, "
+          "no mask can beat all tokens on evidence and rule 2 keeps all tokens.", "",
+          "Each mask's lookahead Δll minus all-token training's, prompt by prompt (estimate [95% interval]):", ""]
+    for r in t["rows"]:
+        if r["status"] != "ok":
+            continue
+        parts = [f"{k} " + ("n/a" if not v.get("dll_vs_all") or v["dll_vs_all"].get("estimate") is None
+                            or v["dll_vs_all"]["estimate"] != v["dll_vs_all"]["estimate"]
+                            else f"{v['dll_vs_all']['estimate']:+.4f} [{v['dll_vs_all']['lo']:+.4f}, "
+                                 f"{v['dll_vs_all']['hi']:+.4f}]")
+                 for k, v in r["diagnosis"].items() if k != "all"]
+        L.append(f"- {r['world']}: " + "; ".join(parts))
+    return L + [""]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--from", dest="root", type=Path, default=Path("/work/runs/levers"))
     ap.add_argument("--bench", type=Path, help="bench_step.py's output (default ROOT/bench_step.json)")
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--recommend", type=Path, help="recommend_levers.py's outputs (default ROOT/recommend)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3),
+                    help="3: keep the committed first two looks, add the third look's worlds and rules (amendment 4)")
     ap.add_argument("--bench-only", action="store_true",
                     help="keep the committed analysis' runs and answers (the runs may be gone), take a new --bench")
     args = ap.parse_args(argv)
     if args.bench_only:
         return rebench(args.out, json.loads(args.bench.read_text()))
+    if args.look == 3:
+        return look3(args.out, args.root, args.recommend or args.root / "recommend3")
     plan = load_plan()
     worlds = {w: world_rows(plan, args.root, w) for w in plan["worlds"]}
     rdir = args.recommend or args.root / "recommend"
@@ -319,6 +440,28 @@ def main(argv=None) -> int:
     (args.out / "levers_analysis.json").write_text(json.dumps(analysis, indent=1, default=float) + "\n")
     (args.out / "RESULTS.md").write_text(render(analysis))
     print(f"wrote {args.out / 'RESULTS.md'} ({finished} of {planned} runs)")
+    return 0
+
+
+def look3(out: Path, root: Path, rdir: Path) -> int:
+    """The committed analysis with the third look added: its worlds' runs, both rules on every world, the judgement."""
+    path = out / "levers_analysis.json"
+    analysis = json.loads(path.read_text())
+    plan = load_plan()
+    new = list(worlds_of(plan, 3))
+    for w in new:
+        analysis["worlds"][w] = {**world_rows(plan, root, w), "look": 3}
+    recs = {w: json.loads((rdir / f"{w}.json").read_text()) for w in [*new, *worlds_of(plan)]
+            if (rdir / f"{w}.json").is_file()}
+    analysis["third_look"] = third_look(plan, analysis["worlds"], recs)
+    planned = sum(len(settings_for(plan, w)) * len(plan["training"]["seeds"]) for w in new)
+    finished = sum(len(r.get("seeds", [])) for w in new for r in analysis["worlds"][w].get("settings", {}).values())
+    analysis["runs"]["third_look"] = {"planned": planned, "finished": finished}
+    analysis["answers"]["q3_token_share"] = token_share(analysis["worlds"])
+    analysis["answers"]["targets"].update(masked_gain(analysis["worlds"]))
+    path.write_text(json.dumps(analysis, indent=1, default=float) + "\n")
+    (out / "RESULTS.md").write_text(render(analysis))
+    print(f"wrote {out / 'RESULTS.md'} (third look: {finished} of {planned} runs)")
     return 0
 
 
