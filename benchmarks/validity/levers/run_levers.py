@@ -1,6 +1,7 @@
 """Run the pre-registered lever study (plan.yaml here): each world's best configuration, every lever setting.
 
     python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b] [--look 3]
+    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]
 
 Per world, the worlds harness lays out the data and the training configs (``run_worlds.layout_world``:
 nothing is run); the best configuration's config gets this plan's budget, evaluation and one lever
@@ -38,8 +39,9 @@ def load_plan(path: Path = PLAN) -> dict:
 
 
 def worlds_of(plan: dict, look: int = 1) -> dict:
-    """{world: its best (config, method)}: the first looks' four worlds, or the third look's (amendment 4)."""
-    return plan["third_look"]["worlds"] if look == 3 else plan["worlds"]
+    """{world: its best (config, method)}: the first looks' four worlds, or the third or fourth look's (amendments
+    4, 5)."""
+    return {3: plan.get("third_look"), 4: plan.get("fourth_look")}.get(look, plan)["worlds"]
 
 
 def best_of(plan: dict, world: str) -> dict:
@@ -60,8 +62,8 @@ def settings_for(plan: dict, world: str) -> list[str]:
 
 
 def setting_of(plan: dict, name: str) -> dict:
-    for part in (plan["settings"], (plan.get("second_look") or {}).get("settings", {}),
-                 (plan.get("third_look") or {}).get("settings", {})):
+    for part in (plan["settings"], *((plan.get(k) or {}).get("settings", {})
+                                     for k in ("second_look", "third_look", "fourth_look"))):
         if name in part:
             return part[name]
     raise KeyError(name)
@@ -97,8 +99,9 @@ def finished(run_dir: Path) -> bool:
     return status.is_file() and json.loads(status.read_text()).get("status") == "finished"
 
 
-def layout(plan: dict, world: str, out: Path) -> list[tuple[str, Path, Path]]:
-    """(name, config, run directory) of every run of ``world``."""
+def layout(plan: dict, world: str, out: Path, settings: list[str] | None = None,
+           seeds: list[int] | None = None) -> list[tuple[str, Path, Path]]:
+    """(name, config, run directory) of every run of ``world`` (``settings``, ``seeds``: the look's own lists)."""
     plans = run_worlds.load("default", run_worlds.REPO / plan["worlds_plan"])
     wplan = run_worlds.resolve(plans, world)
     wdir = out / world
@@ -107,8 +110,8 @@ def layout(plan: dict, world: str, out: Path) -> list[tuple[str, Path, Path]]:
     best = best_of(plan, world)
     base = yaml.safe_load((wdir / "configs" / "train" / f"{best['config']}__{best['method']}__s0.yaml").read_text())
     jobs = []
-    for setting in settings_for(plan, world):
-        for seed in plan["training"]["seeds"]:
+    for setting in settings or settings_for(plan, world):
+        for seed in seeds or plan["training"]["seeds"]:
             name = f"{setting}__s{seed}"
             path = wdir / "levers" / f"{name}.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,10 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3), help="3: the third look's worlds (amendment 4)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4),
+                    help="3: the third look's worlds (amendment 4); 4: the fourth look's settings (amendment 5)")
+    ap.add_argument("--seeds", help="comma-separated seeds (--look 4: the confirmation seeds)")
+    ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
     args = ap.parse_args(argv)
     plan = load_plan()
-    out = (args.out or Path(plan["out"])).resolve()
+    four = plan["fourth_look"] if args.look == 4 else {}
+    settings = args.settings.split(",") if args.settings else (list(four["settings"]) if four else None)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else four.get("seeds")
+    out = (args.out or Path(four.get("out") or plan["out"])).resolve()
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "levers.log", "a")
 
@@ -134,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         log.flush()
 
     worlds = args.worlds.split(",") if args.worlds else list(worlds_of(plan, args.look))
-    jobs = [j for w in worlds for j in layout(plan, w, out)]
+    jobs = [j for w in worlds for j in layout(plan, w, out, settings, seeds)]
     # interleave worlds so a late stop leaves every world with its first settings done
     order = list(dict.fromkeys([*plan["settings"], *(plan.get("second_look") or {}).get("settings", {}),
-                                *(plan.get("third_look") or {}).get("settings", {})]))
+                                *(plan.get("third_look") or {}).get("settings", {}), *four.get("settings", {})]))
     jobs.sort(key=lambda j: (j[0].split("__s")[1], order.index(j[0].split("/")[1].split("__")[0])))
 
     def run(job) -> int:
