@@ -2,6 +2,7 @@
 
     python benchmarks/validity/levers/report_levers.py [--from /work/runs/levers] [--bench FILE]
     python benchmarks/validity/levers/report_levers.py --look 3 [--from /work/runs/levers] [--recommend DIR]
+    python benchmarks/validity/levers/report_levers.py --look 4 [--from /work/runs/levers4]
 
 Per (world, setting): the final evaluation of each seed's run against the initial student (the ``all``
 seed-0 run's step-0 evaluation; every run shares it); held-out Δpass@1 and Δpass@4 per problem, averaged
@@ -33,6 +34,7 @@ from opsd_diag.core.stats import pass_at_k  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 N_BOOT, SEED = 2000, 0
+ROOT = Path("/work/runs/levers")
 
 
 def _records(run: Path) -> tuple[list[dict], list[dict]] | None:
@@ -56,7 +58,10 @@ def boot(values: np.ndarray) -> dict:
             "hi": float(np.percentile(means, 97.5)), "n": int(len(values))}
 
 
-def world_rows(plan: dict, root: Path, world: str) -> dict:
+def world_rows(plan: dict, root: Path, world: str, settings: list[str] | None = None,
+               seeds: list[int] | None = None) -> dict:
+    """Per setting (default the plan's for ``world``), over ``seeds`` (default the plan's), against the initial
+    student (the ``all`` run of the plan's first seed, evaluated at step 0)."""
     wdir = root / world / "runs"
     first = _records(wdir / f"all__s{plan['training']['seeds'][0]}")
     initial = next((e for e in first[1] if e["step"] == 0), None) if first else None
@@ -64,16 +69,16 @@ def world_rows(plan: dict, root: Path, world: str) -> dict:
         return {"status": "no initial evaluation (the all seed-0 run did not finish)"}
     init = {k: per_problem(initial, k) for k in (1, 4)}
     problems = sorted(init[1])
-    settings, deltas = {}, {}
-    for s in settings_for(plan, world):
-        seeds, d1, d4, forget, kl, kept, tokens = [], [], [], [], [], 0, 0
-        for seed in plan["training"]["seeds"]:
+    rows, deltas = {}, {}
+    for s in settings or settings_for(plan, world):
+        done, d1, d4, forget, kl, kept, tokens = [], [], [], [], [], 0, 0
+        for seed in seeds or plan["training"]["seeds"]:
             got = _records(wdir / f"{s}__s{seed}")
             if got is None:
                 continue
             train, evals = got
             final = max(evals, key=lambda e: e["step"])
-            seeds.append(seed)
+            done.append(seed)
             for k, acc in ((1, d1), (4, d4)):
                 pp = per_problem(final, k)
                 acc.append([pp[i] - init[k][i] for i in problems])
@@ -81,20 +86,20 @@ def world_rows(plan: dict, root: Path, world: str) -> dict:
             kl.append(final["kl_to_initial"])
             kept += sum(r.get("kept_tokens", r["tokens"]) for r in train)
             tokens += sum(r["tokens"] for r in train)
-        if not seeds:
-            settings[s] = {"status": "not run or not finished"}
+        if not done:
+            rows[s] = {"status": "not run or not finished"}
             continue
         deltas[s] = {1: np.mean(d1, axis=0), 4: np.mean(d4, axis=0)}
-        settings[s] = {"status": "ok", "second_look": s in (plan.get("second_look") or {}).get("settings", {})
-                       and world in plan["second_look"]["worlds"], "seeds": seeds, "d_pass1": boot(deltas[s][1]), "d_pass4": boot(deltas[s][4]),
-                       "d_forgetting": {"estimate": float(np.mean(forget)), "per_seed": forget},
-                       "kl_to_initial": {"estimate": float(np.mean(kl)), "per_seed": kl},
-                       "kept_share": kept / tokens, "kept_tokens": kept, "tokens": tokens}
+        rows[s] = {"status": "ok", "second_look": s in (plan.get("second_look") or {}).get("settings", {})
+                   and world in plan["second_look"]["worlds"], "seeds": done, "d_pass1": boot(deltas[s][1]),
+                   "d_pass4": boot(deltas[s][4]), "d_forgetting": {"estimate": float(np.mean(forget)), "per_seed": forget},
+                   "kl_to_initial": {"estimate": float(np.mean(kl)), "per_seed": kl},
+                   "kept_share": kept / tokens, "kept_tokens": kept, "tokens": tokens}
     for s, d in deltas.items():
         if s != "all" and "all" in deltas:
-            settings[s]["vs_all"] = {f"d_pass{k}": boot(d[k] - deltas["all"][k]) for k in (1, 4)}
+            rows[s]["vs_all"] = {f"d_pass{k}": boot(d[k] - deltas["all"][k]) for k in (1, 4)}
     return {"status": "ok", "initial": {k: initial[k] for k in ("pass@1", "pass@4", "regression_pass@1")},
-            "n_problems": len(problems), "settings": settings}
+            "n_problems": len(problems), "settings": rows}
 
 
 def spearman(x: list[float], y: list[float]) -> float:
@@ -136,6 +141,37 @@ def recommendation(worlds: dict, recs: dict) -> dict:
             row["within_0.02"] = False
         rows.append(row)
     return {"answered": bool(rows), "rows": rows, "worlds_within_0.02": sum(r["within_0.02"] for r in rows)}
+
+
+def keeps_pass4(name: str, r: dict, base: dict) -> dict:
+    """Target 1's test of one setting against all tokens: Δpass@1 at least all's, the paired Δpass@4 difference's
+    interval above 0."""
+    ok = r["d_pass1"]["estimate"] >= base["d_pass1"]["estimate"] and r["vs_all"]["d_pass4"]["lo"] > 0
+    return {"setting": name, "d_pass1": r["d_pass1"]["estimate"], "d_pass1_all": base["d_pass1"]["estimate"],
+            "d_pass4_minus_all": r["vs_all"]["d_pass4"], "meets": ok}
+
+
+def fourth_look(plan: dict, root: Path, committed_all: dict | None) -> dict:
+    """Amendment 5: target 1's test on the fourth look's settings (seeds 0-1), each that meets it again on the
+    confirmation seeds; all-token training's rerun beside the first look's committed Δpass@1."""
+    four = plan["fourth_look"]
+    world = next(iter(four["worlds"]))
+    first = world_rows(plan, root, world, list(four["settings"]), four["seeds"])
+    st = first.get("settings", {})
+    tests = [keeps_pass4(s, r, st["all"]) for s, r in st.items()
+             if s != "all" and r.get("status") == "ok" and st.get("all", {}).get("status") == "ok"]
+    confirm = {}
+    for t in tests:
+        if t["meets"]:
+            again = world_rows(plan, root, world, ["all", t["setting"]], four["confirmation_seeds"])
+            a = again.get("settings", {})
+            ok = all(a.get(k, {}).get("status") == "ok" for k in ("all", t["setting"]))
+            confirm[t["setting"]] = keeps_pass4(t["setting"], a[t["setting"]], a["all"]) if ok else {
+                "meets": False, "status": "the confirmation runs did not finish"}
+    return {"world": world, "rows": first, "tests": tests, "confirmation": confirm,
+            "met": any(c["meets"] for c in confirm.values()),
+            "all_rerun_vs_committed": {"rerun": st.get("all", {}).get("d_pass1", {}).get("estimate"),
+                                       "committed": (committed_all or {}).get("d_pass1", {}).get("estimate")}}
 
 
 def rule1(rec: dict) -> str | None:
@@ -192,10 +228,7 @@ def answers(plan: dict, worlds: dict, bench: dict | None, recs: dict | None = No
         for s, r in div.items():
             if s == "all" or r.get("status") != "ok":
                 continue
-            ok = (r["d_pass1"]["estimate"] >= base["d_pass1"]["estimate"]
-                  and r["vs_all"]["d_pass4"]["lo"] > 0)
-            q1.append({"setting": s, "d_pass1": r["d_pass1"]["estimate"], "d_pass1_all": base["d_pass1"]["estimate"],
-                       "d_pass4_minus_all": r["vs_all"]["d_pass4"], "meets": ok})
+            q1.append(keeps_pass4(s, r, base))
     out["q1_diversity"] = {"rows": q1, "any": any(r["meets"] for r in q1) if q1 else None}
     out["q2_recommendation"] = recommendation(worlds, recs) if recs else {
         "answered": False, "why": "the diagnosis' lever recommendation (issue 33, item 2) was not built when this "
@@ -266,21 +299,7 @@ def render(a: dict) -> str:
         if wr.get("status") != "ok":
             L += [f"Not analysed: {wr.get('status')}.", ""]
             continue
-        i = wr["initial"]
-        L += [f"Initial student: pass@1 {i['pass@1']:.3f}, pass@4 {i['pass@4']:.3f}, forgetting set pass@1 "
-              f"{i['regression_pass@1']:.3f} ({wr['n_problems']} held-out problems).", "",
-              "| setting | seeds | Δpass@1 | Δpass@4 | Δpass@1 − all's | Δpass@4 − all's | Δforgetting | KL to initial "
-              "| kept share |", "|---|---|---|---|---|---|---|---|---|"]
-        for s, r in wr["settings"].items():
-            if r.get("status") != "ok":
-                L.append(f"| {s} | {r['status']} | | | | | | | |")
-                continue
-            va = r.get("vs_all")
-            L.append(f"| {s}{' (second look)' if r.get('second_look') else ''} | {','.join(map(str, r['seeds']))} | {_ci(r['d_pass1'])} | {_ci(r['d_pass4'])} | "
-                     f"{_ci(va['d_pass1']) if va else '—'} | {_ci(va['d_pass4']) if va else '—'} | "
-                     f"{r['d_forgetting']['estimate']:+.3f} | {r['kl_to_initial']['estimate']:.4f} | "
-                     f"{r['kept_share']:.3f} |")
-        L.append("")
+        L += world_table(wr)
     q = a["answers"]
     L += ["## Questions", "", "**1. Does any lever keep pass@4 while pass@1 rises in `diversity`?**", ""]
     if q["q1_diversity"]["rows"]:
@@ -290,6 +309,8 @@ def render(a: dict) -> str:
         L += ["", f"Answer: {'yes' if q['q1_diversity']['any'] else 'no'}.", ""]
     else:
         L += ["Not answered: the diversity runs did not finish.", ""]
+    if "fourth_look" in a:
+        L += render_fourth_look(a["fourth_look"])
     L += ["**2. Does the diagnosis' lever recommendation pick the best realised setting?**", ""]
     q2 = q["q2_recommendation"]
     if not q2["answered"]:
@@ -336,7 +357,9 @@ def render(a: dict) -> str:
     L += ["",
           "## Targets", "",
           f"- diversity, a setting with Δpass@1 ≥ all's and its Δpass@4 interval above all's: "
-          f"{'met' if t['t1_diversity_pass4'] else 'not met'}.",
+          f"{'met' if t['t1_diversity_pass4'] else 'not met'}"
+          + (f"; fourth look (three more settings, confirmed on new seeds): "
+             f"{'met' if a['fourth_look']['met'] else 'not met'}." if "fourth_look" in a else "."),
           ("- recommended setting within 0.02 of the best in ≥ 3 of 4 worlds: not evaluated (no recommendation)."
            if t["t2_recommendation_within_0.02"] is None else
            f"- recommended setting within 0.02 of the best in ≥ 3 of 4 worlds: "
@@ -363,6 +386,47 @@ def render(a: dict) -> str:
                  f"{b['kept_share']['correct_only']:.2f}), {r['correct_only']:.2f}× (sampling + step "
                  f"{b['ratio_sampling_plus_step']['correct_only']:.2f}×).")
     return "\n".join(L) + "\n"
+
+
+def world_table(wr: dict) -> list[str]:
+    """One world's initial student and its settings' rows."""
+    i = wr["initial"]
+    L = [f"Initial student: pass@1 {i['pass@1']:.3f}, pass@4 {i['pass@4']:.3f}, forgetting set pass@1 "
+         f"{i['regression_pass@1']:.3f} ({wr['n_problems']} held-out problems).", "",
+         "| setting | seeds | Δpass@1 | Δpass@4 | Δpass@1 − all's | Δpass@4 − all's | Δforgetting | KL to initial "
+         "| kept share |", "|---|---|---|---|---|---|---|---|---|"]
+    for s, r in wr["settings"].items():
+        if r.get("status") != "ok":
+            L.append(f"| {s} | {r['status']} | | | | | | | |")
+            continue
+        va = r.get("vs_all")
+        L.append(f"| {s}{' (second look)' if r.get('second_look') else ''} | {','.join(map(str, r['seeds']))} | "
+                 f"{_ci(r['d_pass1'])} | {_ci(r['d_pass4'])} | "
+                 f"{_ci(va['d_pass1']) if va else '—'} | {_ci(va['d_pass4']) if va else '—'} | "
+                 f"{r['d_forgetting']['estimate']:+.3f} | {r['kl_to_initial']['estimate']:.4f} | "
+                 f"{r['kept_share']:.3f} |")
+    return L + [""]
+
+
+def render_fourth_look(f: dict) -> list[str]:
+    """Question 1 again (amendment 5): three more settings in diversity, a setting that meets it confirmed."""
+    L = ["**1b. Fourth look (amendment 5): three more settings in `diversity`, all-token training run again beside "
+         "them (seeds 0 and 1; a setting that meets the test is run again on seeds 2 and 3).**", ""]
+    if f["rows"].get("status") != "ok":
+        return L + [f"Not analysed: {f['rows'].get('status')}.", ""]
+    L += world_table(f["rows"])
+    for t in f["tests"]:
+        c = f["confirmation"].get(t["setting"])
+        again = "" if c is None else (f"; seeds 2-3: {c['status']}" if "status" in c else
+                                      f"; seeds 2-3: Δpass@1 {c['d_pass1']:+.3f} (all {c['d_pass1_all']:+.3f}), "
+                                      f"Δpass@4 − all's {_ci(c['d_pass4_minus_all'])}: "
+                                      f"{'meets' if c['meets'] else 'does not meet'} it again")
+        L.append(f"- {t['setting']}: Δpass@1 {t['d_pass1']:+.3f} (all {t['d_pass1_all']:+.3f}), Δpass@4 − all's "
+                 f"{_ci(t['d_pass4_minus_all'])}: {'meets' if t['meets'] else 'does not meet'} the test{again}")
+    r = f["all_rerun_vs_committed"]
+    L += ["", f"Answer: {'yes' if f['met'] else 'no'}. All-token training run again: Δpass@1 {r['rerun']:+.3f} "
+          f"(the first look's committed {r['committed']:+.3f}).", ""]
+    return L
 
 
 def render_third_look(t: dict) -> list[str]:
@@ -413,12 +477,13 @@ def render_third_look(t: dict) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--from", dest="root", type=Path, default=Path("/work/runs/levers"))
+    ap.add_argument("--from", dest="root", type=Path, default=ROOT)
     ap.add_argument("--bench", type=Path, help="bench_step.py's output (default ROOT/bench_step.json)")
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--recommend", type=Path, help="recommend_levers.py's outputs (default ROOT/recommend)")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3),
-                    help="3: keep the committed first two looks, add the third look's worlds and rules (amendment 4)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4),
+                    help="keep the committed analysis and add the third look's worlds and rules (3, amendment 4) or "
+                         "the fourth look's settings (4, amendment 5; runs from its plan's `out` by default)")
     ap.add_argument("--bench-only", action="store_true",
                     help="keep the committed analysis' runs and answers (the runs may be gone), take a new --bench")
     args = ap.parse_args(argv)
@@ -426,6 +491,8 @@ def main(argv=None) -> int:
         return rebench(args.out, json.loads(args.bench.read_text()))
     if args.look == 3:
         return look3(args.out, args.root, args.recommend or args.root / "recommend3")
+    if args.look == 4:
+        return look4(args.out, Path(load_plan()["fourth_look"]["out"]) if args.root == ROOT else args.root)
     plan = load_plan()
     worlds = {w: world_rows(plan, args.root, w) for w in plan["worlds"]}
     rdir = args.recommend or args.root / "recommend"
@@ -462,6 +529,19 @@ def look3(out: Path, root: Path, rdir: Path) -> int:
     path.write_text(json.dumps(analysis, indent=1, default=float) + "\n")
     (out / "RESULTS.md").write_text(render(analysis))
     print(f"wrote {out / 'RESULTS.md'} (third look: {finished} of {planned} runs)")
+    return 0
+
+
+def look4(out: Path, root: Path) -> int:
+    """The committed analysis with the fourth look added."""
+    path = out / "levers_analysis.json"
+    analysis = json.loads(path.read_text())
+    plan = load_plan()
+    committed = analysis["worlds"]["diversity"]["settings"].get("all")
+    analysis["fourth_look"] = fourth_look(plan, root, committed)
+    path.write_text(json.dumps(analysis, indent=1, default=float) + "\n")
+    (out / "RESULTS.md").write_text(render(analysis))
+    print(f"wrote {out / 'RESULTS.md'} (fourth look: {'met' if analysis['fourth_look']['met'] else 'not met'})")
     return 0
 
 
