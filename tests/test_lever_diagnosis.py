@@ -47,7 +47,9 @@ def test_recommendation_moves_off_all_tokens_only_on_a_difference_above_zero():
     r = levers.recommend({"all": all_, "advantage_top20": b, "incorrect_only": nan})
     assert r["setting"] == "all" and r["token_mask"] == {} and "no candidate" in r["basis"]
     assert levers.recommend({"all": all_})["setting"] == "all"
-    assert levers.recommend({"incorrect_only": nan})["setting"] == "all"
+    blind = {**nan, "dll_vs_all": {**nan["dll_vs_all"], "n_prompts": 0}}
+    r = levers.recommend({"all": all_, "incorrect_only": blind})
+    assert r["setting"] == "all" and r["basis"] == levers.NO_COMPARISON  # says why nothing could be compared
 
 
 def test_paired_difference_equals_an_explicit_loop():

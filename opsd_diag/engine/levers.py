@@ -183,7 +183,13 @@ def recommend(settings: dict) -> dict:
     better = {k: v for k, v in settings.items() if k != "all" and above(v)}
     best = max(better, key=lambda k: better[k]["dll_vs_all"]["estimate"]) if better else "all"
     chosen = settings.get(best, {})
+    compared = any((v.get("dll_vs_all") or {}).get("n_prompts") for k, v in settings.items() if k != "all")
     return {"setting": best, "token_mask": CANDIDATES[best], "dll": chosen.get("dll"),
             "dll_all": settings.get("all", {}).get("dll"), "dll_vs_all": chosen.get("dll_vs_all"),
             "basis": "largest lookahead Δll difference from all tokens whose 95% interval lies above 0" if better
-            else "no candidate's lookahead Δll beats all-token training's beyond its 95% interval: all tokens"}
+            else "no candidate's lookahead Δll beats all-token training's beyond its 95% interval: all tokens"
+            if compared else NO_COMPARISON}
+
+
+NO_COMPARISON = ("no measurement prompt has both a correct and an incorrect rollout, so the lookahead's Δll cannot "
+                 "compare the masks (more samples per prompt, sampling.num_samples, give it some): all tokens")
