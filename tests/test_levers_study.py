@@ -25,3 +25,47 @@ def test_bootstrap_interval_against_an_explicit_loop():
     means = sorted(sum(values[j] for j in row) / len(row) for row in idx)
     assert got["estimate"] == sum(values) / 5
     assert abs(got["lo"] - np.percentile(means, 2.5)) < 1e-12 and abs(got["hi"] - np.percentile(means, 97.5)) < 1e-12
+
+
+def _ci(e):
+    return {"estimate": e, "lo": e - 0.1, "hi": e + 0.1}
+
+
+def test_third_look_judges_rule_two_on_the_new_worlds_only():
+    """Synthetic worlds: rule 2's pick within 0.02 of the best realised counts on the plan's third-look worlds; rule 1
+    (the largest finite Δll) is read off the stored settings; a pick that was not run has no regret."""
+    plan = report_levers.load_plan()
+    new = list(plan["third_look"]["worlds"])
+    realised = {"all": 0.20, "entropy_top50": 0.21, "incorrect_only": 0.25}
+
+    def world(gains):
+        return {"status": "ok", "settings": {k: {"status": "ok", "d_pass1": _ci(v)} for k, v in gains.items()}}
+
+    def rec(pick, dll):
+        return {"status": "ok", "recommendation": {"setting": pick},
+                "settings": {k: {"dll": {"estimate": v, "n_prompts": 4}, "kept_share": 1.0} for k, v in dll.items()}}
+
+    worlds = {new[0]: world(realised), new[1]: world(realised), new[2]: world({"all": 0.1, "entropy_top50": 0.1}),
+              "diversity": world(realised)}
+    recs = {new[0]: rec("all", {"all": 0.1, "entropy_top50": 0.3, "incorrect_only": float("nan")}),
+            new[1]: rec("incorrect_only", {"all": 0.1, "entropy_top50": 0.0}),
+            new[2]: rec("all", {"all": 0.1, "confident_disagreement": 0.5}),
+            "diversity": rec("all", {"all": 0.1})}
+    t = report_levers.third_look(plan, worlds, recs)
+    by = {r["world"]: r for r in t["rows"]}
+    assert by[new[0]]["rule2"]["within_0.02"] is False and abs(by[new[0]]["rule2"]["regret_vs_best"] - 0.05) < 1e-12
+    assert by[new[0]]["rule1"]["setting"] == "entropy_top50" and by[new[1]]["rule2"]["within_0.02"] is True
+    assert by[new[2]]["rule1"]["setting"] == "confident_disagreement" and by[new[2]]["rule1"]["d_pass1"] is None
+    assert (t["rule2_within_0.02_new"], t["judged_worlds"], t["met"]) == (2, 3, False)
+    assert (t["rule2_within_0.02_seen"], t["seen_worlds"]) == (0, 1) and not by["diversity"]["new"]
+    assert t["rule1_within_0.02_new"] == 0 and t["mean_regret_new"]["rule1"]["n"] == 2
+
+
+def test_keeps_pass4_needs_the_gain_and_the_paired_pass4_interval_above_zero():
+    base = {"d_pass1": {"estimate": 0.2}}
+
+    def row(d1, lo):
+        return {"d_pass1": {"estimate": d1}, "vs_all": {"d_pass4": {"estimate": lo + 0.01, "lo": lo, "hi": lo + 0.02}}}
+    assert report_levers.keeps_pass4("x", row(0.2, 0.001), base)["meets"]
+    assert not report_levers.keeps_pass4("x", row(0.19, 0.01), base)["meets"]
+    assert not report_levers.keeps_pass4("x", row(0.3, 0.0), base)["meets"]

@@ -174,10 +174,13 @@ def fourth_look(plan: dict, root: Path, committed_all: dict | None) -> dict:
                                        "committed": (committed_all or {}).get("d_pass1", {}).get("estimate")}}
 
 
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def rule1(rec: dict) -> str | None:
     """The first rule (committed in e37612f): the candidate with the largest finite lookahead Δll."""
-    ok = {k: v["dll"]["estimate"] for k, v in rec.get("settings", {}).items()
-          if v["dll"].get("estimate") is not None and v["dll"]["estimate"] == v["dll"]["estimate"]}
+    ok = {k: v["dll"]["estimate"] for k, v in rec.get("settings", {}).items() if _finite(v["dll"].get("estimate"))}
     return max(ok, key=ok.get) if ok else None
 
 
@@ -199,7 +202,7 @@ def third_look(plan: dict, worlds: dict, recs: dict) -> dict:
                          "regret_vs_best": None if got is None else row["best_d_pass1"] - got,
                          "gain_vs_all": None if got is None else got - row["all_d_pass1"],
                          "within_0.02": got is not None and row["best_d_pass1"] - got <= 0.02}
-        cands = [k for k in rec["settings"] if k in st and rec["settings"][k]["dll"].get("estimate") is not None]
+        cands = [k for k in rec["settings"] if k in st and _finite(rec["settings"][k]["dll"].get("estimate"))]
         row["spearman_dll_vs_d_pass1"] = spearman([rec["settings"][k]["dll"]["estimate"] for k in cands],
                                                   [st[k]["d_pass1"]["estimate"] for k in cands])
         row["n_candidates_run"] = len(cands)
@@ -510,51 +513,53 @@ def main(argv=None) -> int:
     return 0
 
 
-def look3(out: Path, root: Path, rdir: Path) -> int:
-    """The committed analysis with the third look added: its worlds' runs, both rules on every world, the judgement."""
+def update(out: Path, change) -> int:
+    """Apply ``change(analysis) -> message`` to the committed analysis, then write it and RESULTS.md again."""
     path = out / "levers_analysis.json"
     analysis = json.loads(path.read_text())
-    plan = load_plan()
-    new = list(worlds_of(plan, 3))
-    for w in new:
-        analysis["worlds"][w] = {**world_rows(plan, root, w), "look": 3}
-    recs = {w: json.loads((rdir / f"{w}.json").read_text()) for w in [*new, *worlds_of(plan)]
-            if (rdir / f"{w}.json").is_file()}
-    analysis["third_look"] = third_look(plan, analysis["worlds"], recs)
-    planned = sum(len(settings_for(plan, w)) * len(plan["training"]["seeds"]) for w in new)
-    finished = sum(len(r.get("seeds", [])) for w in new for r in analysis["worlds"][w].get("settings", {}).values())
-    analysis["runs"]["third_look"] = {"planned": planned, "finished": finished}
-    analysis["answers"]["q3_token_share"] = token_share(analysis["worlds"])
-    analysis["answers"]["targets"].update(masked_gain(analysis["worlds"]))
+    message = change(analysis)
     path.write_text(json.dumps(analysis, indent=1, default=float) + "\n")
     (out / "RESULTS.md").write_text(render(analysis))
-    print(f"wrote {out / 'RESULTS.md'} (third look: {finished} of {planned} runs)")
+    print(f"wrote {out / 'RESULTS.md'} ({message})")
     return 0
+
+
+def look3(out: Path, root: Path, rdir: Path) -> int:
+    """The committed analysis with the third look added: its worlds' runs, both rules on every world, the judgement."""
+    plan = load_plan()
+    new = list(worlds_of(plan, 3))
+
+    def change(analysis: dict) -> str:
+        for w in new:
+            analysis["worlds"][w] = {**world_rows(plan, root, w), "look": 3}
+        recs = {w: json.loads((rdir / f"{w}.json").read_text()) for w in [*new, *worlds_of(plan)]
+                if (rdir / f"{w}.json").is_file()}
+        analysis["third_look"] = third_look(plan, analysis["worlds"], recs)
+        planned = sum(len(settings_for(plan, w)) * len(plan["training"]["seeds"]) for w in new)
+        finished = sum(len(r.get("seeds", [])) for w in new for r in analysis["worlds"][w].get("settings", {}).values())
+        analysis["runs"]["third_look"] = {"planned": planned, "finished": finished}
+        analysis["answers"]["q3_token_share"] = token_share(analysis["worlds"])
+        analysis["answers"]["targets"].update(masked_gain(analysis["worlds"]))
+        return f"third look: {finished} of {planned} runs"
+    return update(out, change)
 
 
 def look4(out: Path, root: Path) -> int:
     """The committed analysis with the fourth look added."""
-    path = out / "levers_analysis.json"
-    analysis = json.loads(path.read_text())
-    plan = load_plan()
-    committed = analysis["worlds"]["diversity"]["settings"].get("all")
-    analysis["fourth_look"] = fourth_look(plan, root, committed)
-    path.write_text(json.dumps(analysis, indent=1, default=float) + "\n")
-    (out / "RESULTS.md").write_text(render(analysis))
-    print(f"wrote {out / 'RESULTS.md'} (fourth look: {'met' if analysis['fourth_look']['met'] else 'not met'})")
-    return 0
+    def change(analysis: dict) -> str:
+        committed = analysis["worlds"]["diversity"]["settings"].get("all")
+        analysis["fourth_look"] = fourth_look(load_plan(), root, committed)
+        return f"fourth look: {'met' if analysis['fourth_look']['met'] else 'not met'}"
+    return update(out, change)
 
 
 def rebench(out: Path, bench: dict) -> int:
     """The committed analysis with a new time measurement: its ``bench`` and time target, nothing else."""
-    path = out / "levers_analysis.json"
-    analysis = json.loads(path.read_text())
-    analysis["bench"] = {k: v for k, v in bench.items() if k != "raw"}
-    analysis["answers"]["targets"].update(time_target(bench))
-    path.write_text(json.dumps(analysis, indent=1, default=float) + "\n")
-    (out / "RESULTS.md").write_text(render(analysis))
-    print(f"wrote {out / 'RESULTS.md'} (new time measurement)")
-    return 0
+    def change(analysis: dict) -> str:
+        analysis["bench"] = {k: v for k, v in bench.items() if k != "raw"}
+        analysis["answers"]["targets"].update(time_target(bench))
+        return "new time measurement"
+    return update(out, change)
 
 
 if __name__ == "__main__":
