@@ -21,11 +21,17 @@ COLUMNS = {
     "dll": "lookahead Δll: change of the correct-minus-incorrect log-likelihood gap",
     "dll_lo": "its 95% interval, low end",
     "dll_hi": "its 95% interval, high end",
+    "dll_vs_full": "dll minus the whole solution's (same source and loss), prompt by prompt (the mean over the "
+                   "measurement prompts where both are finite; NaN for the whole solution)",
+    "dll_vs_full_lo": "its 95% interval over those prompts, low end",
+    "dll_vs_full_hi": "its 95% interval, high end",
     "dv": "lookahead success change (importance-weighted)",
     "kl": "lookahead KL to the initial student per token",
-    "recommended": "the recommendation: the largest dll over shares and losses",
+    "recommended": "the recommendation: the largest dll_vs_full whose interval lies above 0 (else none: the whole "
+                   "solution, as today)",
 }
-_NUMBERS = ["share", "gap", "gap_lo", "gap_hi", "jsd", "kl_rev", "dll", "dll_lo", "dll_hi", "dv", "kl"]
+_NUMBERS = ["share", "gap", "gap_lo", "gap_hi", "jsd", "kl_rev", "dll", "dll_lo", "dll_hi", "dll_vs_full",
+            "dll_vs_full_lo", "dll_vs_full_hi", "dv", "kl"]
 
 # Run.schedule_courses(): one row per (self-teacher config, loss method, course) (engine.schedule_courses)
 COURSE_COLUMNS = {
@@ -55,8 +61,11 @@ def frame(schedule: dict | None) -> pd.DataFrame | None:
     rows = [{"source": r["source"], "share": r["share"], "config": r["config"], "method": r["method"],
              "gap": _get(r["gap"]), "gap_lo": _get(r["gap"], "lo"), "gap_hi": _get(r["gap"], "hi"),
              "jsd": _get(r["jsd"]), "kl_rev": _get(r["kl_rev"]), "dll": _get(r["dll"]), "dll_lo": _get(r["dll"], "lo"),
-             "dll_hi": _get(r["dll"], "hi"), "dv": _get(r["dv"]), "kl": _get(r["kl"]),
-             "recommended": (r["config"], r["method"]) == (best.get("config"), best.get("method"))}
+             "dll_hi": _get(r["dll"], "hi"), "dll_vs_full": _get(r.get("dll_vs_full")),
+             "dll_vs_full_lo": _get(r.get("dll_vs_full"), "lo"), "dll_vs_full_hi": _get(r.get("dll_vs_full"), "hi"),
+             "dv": _get(r["dv"]), "kl": _get(r["kl"]),
+             "recommended": best.get("config") is not None
+             and (r["config"], r["method"]) == (best.get("config"), best.get("method"))}
             for r in schedule["rows"]]
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out[_NUMBERS] = out[_NUMBERS].astype(float)  # None -> NaN
@@ -95,15 +104,23 @@ def text(schedule: dict | None) -> list[str]:
     if r is None:
         why = schedule.get("lookahead") or "no share has a finite lookahead Δll"
         return [f"schedule recommendation: none ({why}) (table: Run.schedule())"]
-    lines = [f"schedule recommendation for {r['source']} / {r['method']}: show {r['share']:g} of the solution "
-             f"(training.context_schedule {{kind: fixed, start: {r['share']:g}}}): lookahead Δll {_ci(r['dll'])}, "
-             f"whole solution {_ci(r.get('dll_full'))}; accuracy gap there {_ci(r.get('gap'))} "
-             "(table: Run.schedule())"]
-    courses = [c for c in schedule.get("courses") or [] if (c["source"], c["method"]) == (r["source"], r["method"])]
-    if courses:
-        lines.append("schedule courses, same loss: " + "; ".join(
-            f"{c['course']} {_flow(c['context_schedule'])} Δll {_ci(c['dll'])}" for c in courses)
-            + " (table: Run.schedule_courses())")
+    courses = schedule.get("courses") or []
+    if r.get("source") is None:  # rule 2: nothing beat the whole solution; every course beside it
+        lines = [f"schedule recommendation: show the whole solution, as today ({r.get('basis', '')}) "
+                 "(table: Run.schedule())"]
+        named = [(f"{c['source']} / {c['method']} ", c) for c in courses]
+        head = "schedule courses: "
+    else:
+        lines = [f"schedule recommendation for {r['source']} / {r['method']}: show {r['share']:g} of the solution "
+                 f"(training.context_schedule {{kind: fixed, start: {r['share']:g}}}): lookahead Δll "
+                 f"{_ci(r['dll'])}, whole solution {_ci(r.get('dll_full'))}"
+                 + (f", difference {_ci(r['dll_vs_full'])}" if r.get("dll_vs_full") else "")
+                 + f"; accuracy gap there {_ci(r.get('gap'))} (table: Run.schedule())"]
+        named = [("", c) for c in courses if (c["source"], c["method"]) == (r["source"], r["method"])]
+        head = "schedule courses, same loss: "
+    if named:
+        lines.append(head + "; ".join(f"{who}{c['course']} {_flow(c['context_schedule'])} Δll {_ci(c['dll'])}"
+                                      for who, c in named) + " (table: Run.schedule_courses())")
     return lines
 
 

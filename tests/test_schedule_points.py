@@ -102,17 +102,35 @@ def test_user_errors_are_one_clear_message(world, tmp_path):
         schedule_points.check_problems(short, problems)
 
 
-def test_recommendation_is_the_largest_dll():
-    def row(share, method, dll):
+def test_recommendation_moves_off_the_whole_solution_only_on_a_difference_above_zero():
+    def row(share, method, dll, diff=None):
         return {"source": "s", "share": share, "config": f"s{share}", "method": method, "gap": None,
-                "dll": None if dll is None else {"estimate": dll, "lo": dll - 1, "hi": dll + 1}}
-    rows = [row(0.25, "jsd", 0.1), row(0.25, "opd", float("nan")), row(0.5, "jsd", 0.4), row(0.5, "opd", 0.3),
-            row(1.0, "jsd", 0.2), row(1.0, "opd", None)]
-    r = schedule_points.recommend(rows)
-    assert (r["config"], r["share"], r["method"]) == ("s0.5", 0.5, "jsd")
-    assert r["dll"]["lo"] == pytest.approx(-0.6) and r["dll_full"]["estimate"] == 0.2
-    assert r["context_schedule"] == {"kind": "fixed", "start": 0.5}
-    assert schedule_points.recommend([rows[1], rows[5]]) is None
+                "dll": None if dll is None else {"estimate": dll, "lo": dll - 1, "hi": dll + 1},
+                **({} if share == 1.0 else {"dll_vs_full": diff})}
+
+    def d(est, lo):
+        return {"estimate": est, "lo": lo, "hi": est + 1, "n_prompts": 4}
+    rows = [row(0.25, "jsd", 0.1, d(0.05, 0.01)), row(0.25, "opd", float("nan"), None),
+            row(0.5, "jsd", 0.4, d(0.3, -0.1)), row(0.5, "opd", 0.3, d(0.08, 0.02)), row(1.0, "jsd", 0.2),
+            row(1.0, "opd", 0.1)]
+    r = schedule_points.recommend(rows)  # 0.5/jsd has the largest Δll, but its difference's interval reaches 0
+    assert (r["config"], r["share"], r["method"]) == ("s0.5", 0.5, "opd")
+    assert r["dll_vs_full"]["estimate"] == 0.08 and r["dll_full"]["estimate"] == 0.1
+    assert r["context_schedule"] == {"kind": "fixed", "start": 0.5} and r["basis"] == schedule_points.BASIS
+    whole = schedule_points.recommend([rows[1], rows[2], rows[4]])
+    assert whole["source"] is None and whole["share"] == 1.0 and whole["basis"] == schedule_points.WHOLE
+    assert schedule_points.recommend([rows[1], row(1.0, "opd", None)]) is None
+
+
+def test_paired_with_full_is_the_per_prompt_difference_from_the_same_source_and_loss():
+    def row(share, method, prompts):
+        return {"source": "s", "share": share, "method": method, "dll_prompts": prompts}
+    rows = [row(0.5, "jsd", {"a": 0.3, "b": 0.1, "c": float("nan")}), row(0.5, "opd", None),
+            row(1.0, "jsd", {"a": 0.1, "b": 0.2, "c": 0.4}), row(1.0, "opd", {"a": 0.0})]
+    out = schedule_points.paired_with_full(rows, 50, 0)
+    assert all("dll_prompts" not in r for r in out) and "dll_vs_full" not in out[2]
+    assert out[0]["dll_vs_full"]["estimate"] == pytest.approx(((0.3 - 0.1) + (0.1 - 0.2)) / 2, abs=1e-12)
+    assert out[0]["dll_vs_full"]["n_prompts"] == 2 and out[1]["dll_vs_full"] is None
 
 
 @pytest.fixture(scope="module")
@@ -207,23 +225,52 @@ def test_schedule_table_equals_the_configs_and_a_float64_recomputation(diagnosed
         vals = [float(v) for v, k in zip(tokens["jsd"], tokens["config"]) if k == config and math.isfinite(v)]
         assert summary["configs"][config]["ci"]["jsd"]["estimate"] == pytest.approx(sum(vals) / len(vals), rel=1e-9)
     assert frame["dll"].notna().all()
-    best = frame["dll"].idxmax()
-    assert frame["recommended"].tolist() == [i == best for i in frame.index]
+    # each share against the whole solution, prompt by prompt, from the lookahead's per-prompt Δll
+    full = summary["lookahead"]["configs"]["self_full"]["jsd"]["dll_prompts"]
+    for _, row in frame[frame["share"] < 1].iterrows():
+        mine = summary["lookahead"]["configs"][row["config"]]["jsd"]["dll_prompts"]
+        both = [p for p in mine if mine[p] is not None and full.get(p) is not None]
+        assert both and row["dll_vs_full"] == pytest.approx(sum(mine[p] - full[p] for p in both) / len(both),
+                                                            abs=1e-12)
+        finite = [v for v in mine.values() if v is not None]
+        assert row["dll"] == pytest.approx(sum(finite) / len(finite), abs=1e-12)
+    above = frame[(frame["share"] < 1) & (frame["dll_vs_full_lo"] > 0)]
     rec = summary["schedule"]["recommendation"]
-    assert (rec["config"], rec["share"]) == (frame.loc[best, "config"], frame.loc[best, "share"])
-    assert rec["dll_full"] == summary["lookahead"]["configs"]["self_full"]["jsd"]["dll"]
+    if above.empty:
+        assert rec["source"] is None and rec["share"] == 1.0 and not frame["recommended"].any()
+    else:
+        best = above["dll_vs_full"].idxmax()
+        assert frame["recommended"].tolist() == [i == best for i in frame.index]
+        assert (rec["config"], rec["share"]) == (frame.loc[best, "config"], frame.loc[best, "share"])
+        assert rec["dll_full"] == summary["lookahead"]["configs"]["self_full"]["jsd"]["dll"]
 
 
 def test_report_shows_the_schedule_recommendation(diagnosed, capsys):
     from opsd_diag import cli
 
+    from opsd_diag import schedule_points as view
+
     _, out, _ = diagnosed
-    rec = store.read_json(out / "summary.json")["schedule"]["recommendation"]
+    schedule = store.read_json(out / "summary.json")["schedule"]
     assert cli.main(["report", str(out)]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("schedule recommendation")]
-    d, full = rec["dll"], rec["dll_full"]
-    assert len(lines) == 1 and lines[0].startswith(f"schedule recommendation for self_full / jsd: show {rec['share']:g}")
-    assert f"[{d['lo']:+.4f}, {d['hi']:+.4f}]" in lines[0] and f"whole solution {full['estimate']:+.4f}" in lines[0]
+    assert lines == view.text(schedule)[:1]
+    # both kinds of recommendation, whichever this run made: a share (rule 2 found one) and the whole solution
+    point = next(r for r in schedule["rows"] if r["share"] < 1)
+    full = next(r for r in schedule["rows"] if r["share"] == 1 and r["method"] == point["method"])
+    diff = {"estimate": 0.02, "lo": 0.01, "hi": 0.03, "n_prompts": 3}
+    moved = {**schedule, "recommendation": {"config": point["config"], "source": "self_full", "share": point["share"],
+                                            "method": point["method"], "dll": point["dll"], "gap": point["gap"],
+                                            "dll_full": full["dll"], "dll_vs_full": diff,
+                                            "basis": schedule_points.BASIS}}
+    line = view.text(moved)[0]
+    d = point["dll"]
+    assert line.startswith(f"schedule recommendation for self_full / {point['method']}: show {point['share']:g}")
+    assert f"[{d['lo']:+.4f}, {d['hi']:+.4f}]" in line and f"whole solution {full['dll']['estimate']:+.4f}" in line
+    assert "difference +0.0200 [+0.0100, +0.0300]" in line
+    whole = {**schedule, "recommendation": {"config": None, "source": None, "share": 1.0, "method": None,
+                                            "basis": schedule_points.WHOLE}}
+    assert view.text(whole)[0].startswith("schedule recommendation: show the whole solution, as today (no share's")
 
 
 def test_overview_shows_the_schedule_recommendation_in_the_decision_box(diagnosed):
@@ -256,7 +303,9 @@ def test_train_form_is_prefilled_with_the_schedule_recommendation(diagnosed, tmp
     out = tmp_path / "run"
     shutil.copytree(src, out)
     summary = store.read_json(out / "summary.json")
-    rec = {**summary["schedule"]["recommendation"], "share": 0.5}  # a share below the whole solution (its row exists)
+    point = next(r for r in summary["schedule"]["rows"] if r["share"] == 0.5)  # a share below the whole solution
+    rec = {**summary["schedule"]["recommendation"], "config": point["config"], "source": point["source"],
+           "method": point["method"], "share": 0.5}
     store.atomic_write_json(out / "summary.json", {**summary, "schedule": {**summary["schedule"], "recommendation": rec}})
     signal = {"opd": "r_opd", "jsd": "jsd"}[rec["method"]]
     at = _app(out.parent, out.name)

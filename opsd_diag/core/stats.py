@@ -133,8 +133,12 @@ def ci_dict(est_lo_hi: tuple[float, float, float], n_prompts: int) -> dict:
 
 def paired_difference(a: dict, b: dict, n_boot: int, seed: int, alpha: float = 0.05) -> dict:
     """Mean over prompts of ``a[p] - b[p]`` (per-prompt values keyed by prompt id) on the prompts where both are
-    finite, with a percentile bootstrap over those prompts: a comparison of two measurements of the same prompts."""
-    common = sorted(p for p in set(a) & set(b) if np.isfinite(a[p]) and np.isfinite(b[p]))
+    finite (None counts as missing), with a percentile bootstrap over those prompts: a comparison of two
+    measurements of the same prompts."""
+    def known(v) -> bool:  # stored values come back from JSON with None for NaN
+        return v is not None and math.isfinite(v)
+
+    common = sorted(p for p in set(a) & set(b) if known(a[p]) and known(b[p]))
     diff = np.array([a[p] - b[p] for p in common], dtype=float)
     return ci_dict(bootstrap_mean_over_prompts(diff, np.arange(diff.size), n_boot, seed, alpha), diff.size)
 

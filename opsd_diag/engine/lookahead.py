@@ -218,13 +218,14 @@ def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, 
 def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: list[str], methods: list[str],
         loss_of, s: LookaheadSettings, *, pad_id: int, exopd_reference: str, base_view: str, n_boot: int,
         boot_seed: int, skip: dict[str, str] | None = None, fresh: Callable[[pd.DataFrame], Fresh] | None = None,
-        forgetting: Fresh | None = None) -> dict:
+        forgetting: Fresh | None = None, per_prompt: bool = False) -> dict:
     """Every (config, method) lookahead of a diagnosis: ``{"configs": {config: {method: result}}, ...}``.
 
     ``loss_of(method)`` gives the method's ``LossSettings``; ``skip``: configs left out, with the reason
     (a teacher with another tokenizer). The initial student is scored on the measurement half once.
     ``fresh(measurement rows)``: the fresh samples (``fresh_sampler``); the initial student draws them once, as it
     does ``forgetting``'s (``prompt_sampler`` over the forgetting set), which every stepped student draws again.
+    ``per_prompt``: each result also holds its per-prompt Δll (``measure``), which ``engine.schedule_points`` pairs.
     """
     step_rows, measure_rows = split(rollouts)
     if step_rows.empty or measure_rows.empty:
@@ -254,7 +255,7 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
             stepped, cost = take_steps(student, roles_for, step_rows, config, loss_of(method), ref, s, pad_id,
                                        base_view)
             out.setdefault(config, {})[method] = {**measure(stepped, m, pad_id, s.sampling_temperature, n_boot,
-                                                            boot_seed), **cost,
+                                                            boot_seed, per_prompt), **cost,
                                                   **(measure_fresh(stepped, f, n_boot, boot_seed) if f else {}),
                                                   **(measure_fresh(stepped, forgetting, n_boot, boot_seed, "forgetting")
                                                      if forgetting else {})}
@@ -319,7 +320,7 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
                  exopd_reference=sc.exopd_reference, base_view=sc.base_view, n_boot=cfg.analysis.bootstrap,
                  boot_seed=cfg.sampling.seed,
                  skip={c: "a teacher with another tokenizer: no lookahead yet" for c in cross}, fresh=fresh,
-                 forgetting=forget)
+                 forgetting=forget, per_prompt=bool(cfg.lookahead.schedule_points))
     path = Path(run_dir) / "summary.json"
     summary = {**store.read_json(path), "lookahead": jsonable(result)}
     store.atomic_write_json(path, summary)

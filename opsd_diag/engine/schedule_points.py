@@ -15,10 +15,13 @@ the trainer's ``training.context_schedule`` makes. ``table`` then gathers per (s
   (its ``ci.jsd`` and ``ci.kl_rev``, intervals over prompts);
 - the lookahead with that loss: Δll with its interval, the success change dv and the KL to the initial student;
 
-the whole solution being the source config itself (f = 1). The recommendation is the row with the largest
-lookahead Δll (the lookahead's lower-variance proxy of the success change, as for the token masks), beside the
-whole solution's with the same loss: the fixed share to train with, ``training.context_schedule: {kind: fixed,
-start: f}``. The lookahead steps a few times at one share, so a decaying or adaptive schedule is not measured
+the whole solution being the source config itself (f = 1). Showing less of the solution is a change away from
+today's training, so the recommendation moves off the whole solution only on evidence, as the token masks' does
+(``engine.levers``, rule 2 of the lever study): each share's lookahead Δll (the lookahead's lower-variance proxy of
+the success change) is compared with the whole solution's, same source and loss, prompt by prompt (``dll_vs_full``,
+a paired difference with its interval; the lookahead keeps per-prompt values when schedule points are on), and the
+recommendation is the share with the largest difference among those whose interval lies above 0, as the fixed share
+to train with, ``training.context_schedule: {kind: fixed, start: f}``; else the whole solution. The lookahead steps a few times at one share, so a decaying or adaptive schedule is not measured
 itself here; ``engine.schedule_courses`` looks ahead on the courses, and their rows are stored beside the points'
 (``courses``).
 """
@@ -30,11 +33,13 @@ from pathlib import Path
 
 from opsd_diag.config.levers import point_name
 from opsd_diag.core.context_schedule import SOLUTION_FIELDS, reveal
-from opsd_diag.core.stats import jsonable
+from opsd_diag.core.stats import jsonable, paired_difference
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store, templates
 
-BASIS = "largest lookahead Δll (change of the correct-minus-incorrect log-likelihood gap) over points and losses"
+BASIS = "largest lookahead Δll difference from the whole solution (same source and loss) whose 95% interval lies above 0"
+WHOLE = ("no share's lookahead Δll beats the whole solution's (same source and loss) beyond its 95% interval: the "
+         "whole solution")
 
 
 def schedule_sources(cfg) -> list:
@@ -89,7 +94,20 @@ def _row(summary: dict, la: dict, source: str, share: float, config: str, method
     r = (la.get(config) or {}).get(method) or {}
     return {"source": source, "share": share, "config": config, "method": method,
             "gap": entry.get("teacher_minus_student_accuracy"), "jsd": ci.get("jsd"), "kl_rev": ci.get("kl_rev"),
-            "dll": r.get("dll"), "dv": r.get("dv"), "kl": r.get("kl")}
+            "dll": r.get("dll"), "dv": r.get("dv"), "kl": r.get("kl"), "dll_prompts": r.get("dll_prompts")}
+
+
+def paired_with_full(rows: list[dict], n_boot: int, seed: int) -> list[dict]:
+    """Each share's ``dll_vs_full``: its per-prompt Δll minus the whole solution's (same source and loss), without
+    the per-prompt values (they stay in the lookahead's entries)."""
+    full = {(r["source"], r["method"]): r.get("dll_prompts") for r in rows if r["share"] == 1.0}
+    out = []
+    for r in rows:
+        mine, whole = r.pop("dll_prompts", None), full.get((r["source"], r["method"]))
+        if r["share"] < 1.0:
+            r["dll_vs_full"] = paired_difference(mine, whole, n_boot, seed) if mine and whole else None
+        out.append(r)
+    return out
 
 
 def table(cfg, summary: dict, courses: list[dict] | None = None) -> dict:
@@ -100,8 +118,9 @@ def table(cfg, summary: dict, courses: list[dict] | None = None) -> dict:
     looked = (la.get("configs") or {}) if la.get("status") == "ok" else {}
     methods = list(cfg.lookahead.methods)
     points = sorted(cfg.lookahead.schedule_points)
-    rows = [_row(summary, looked, src.name, f, name, m) for src in schedule_sources(cfg)
-            for f, name in [*((f, point_name(src.name, f)) for f in points), (1.0, src.name)] for m in methods]
+    rows = paired_with_full([_row(summary, looked, src.name, f, name, m) for src in schedule_sources(cfg)
+                             for f, name in [*((f, point_name(src.name, f)) for f in points), (1.0, src.name)]
+                             for m in methods], cfg.analysis.bootstrap, cfg.sampling.seed)
     out = {"status": "ok", "points": points, "methods": methods, "rows": rows, "recommendation": recommend(rows),
            **({"courses": courses} if courses is not None else {})}
     if not looked:  # why the lookahead columns are empty
@@ -114,17 +133,22 @@ def _finite(d: dict | None) -> bool:
 
 
 def recommend(rows: list[dict]) -> dict | None:
-    """The row with the largest lookahead Δll estimate (the first such row on a tie), with its interval and the whole
-    solution's with the same source and loss; None without a finite Δll."""
-    ok = [r for r in rows if _finite(r["dll"])]
-    if not ok:
+    """The share with the largest ``dll_vs_full`` among those whose interval lies above 0 (the first on a tie), with
+    its Δll and the whole solution's with the same source and loss; else the whole solution (``share`` 1, no source
+    or loss: nothing to change). None without a finite Δll anywhere."""
+    if not any(_finite(r["dll"]) for r in rows):
         return None
-    best = max(ok, key=lambda r: r["dll"]["estimate"])
+    better = [r for r in rows if r["share"] < 1.0 and _finite(r.get("dll_vs_full"))
+              and r["dll_vs_full"]["lo"] is not None and r["dll_vs_full"]["lo"] > 0]
+    if not better:
+        return {"config": None, "source": None, "share": 1.0, "method": None,
+                "context_schedule": {"kind": "fixed", "start": 1.0}, "basis": WHOLE}
+    best = max(better, key=lambda r: r["dll_vs_full"]["estimate"])
     full = next((r for r in rows if r["source"] == best["source"] and r["method"] == best["method"]
                  and r["share"] == 1.0), None)
     return {"config": best["config"], "source": best["source"], "share": best["share"], "method": best["method"],
             "context_schedule": {"kind": "fixed", "start": best["share"]}, "dll": best["dll"], "gap": best["gap"],
-            "dll_full": full and full["dll"], "basis": BASIS}
+            "dll_full": full and full["dll"], "dll_vs_full": best["dll_vs_full"], "basis": BASIS}
 
 
 def for_diagnosis(run_dir, cfg, courses: list[dict] | None = None) -> dict:
