@@ -1,7 +1,7 @@
 """Run the pre-registered lever study (plan.yaml here): each world's best configuration, every lever setting.
 
     python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b] [--look 3]
-    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]
+    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]   (or --look 5)
 
 Per world, the worlds harness lays out the data and the training configs (``run_worlds.layout_world``:
 nothing is run); the best configuration's config gets this plan's budget, evaluation and one lever
@@ -32,6 +32,7 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan.yaml"
+LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look"}  # a later look's section of plan.yaml
 
 
 def load_plan(path: Path = PLAN) -> dict:
@@ -39,9 +40,8 @@ def load_plan(path: Path = PLAN) -> dict:
 
 
 def worlds_of(plan: dict, look: int = 1) -> dict:
-    """{world: its best (config, method)}: the first looks' four worlds, or the third or fourth look's (amendments
-    4, 5)."""
-    return {3: plan.get("third_look"), 4: plan.get("fourth_look")}.get(look, plan)["worlds"]
+    """{world: its best (config, method)}: the first looks' four worlds, or a later look's (amendments 4-6)."""
+    return (plan.get(LOOKS.get(look, "")) or plan)["worlds"]
 
 
 def best_of(plan: dict, world: str) -> dict:
@@ -62,8 +62,7 @@ def settings_for(plan: dict, world: str) -> list[str]:
 
 
 def setting_of(plan: dict, name: str) -> dict:
-    for part in (plan["settings"], *((plan.get(k) or {}).get("settings", {})
-                                     for k in ("second_look", "third_look", "fourth_look"))):
+    for part in (plan["settings"], *((plan.get(k) or {}).get("settings", {}) for k in ("second_look", *LOOKS.values()))):
         if name in part:
             return part[name]
     raise KeyError(name)
@@ -125,13 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4),
-                    help="3: the third look's worlds (amendment 4); 4: the fourth look's settings (amendment 5)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5),
+                    help="3: the third look's worlds (amendment 4); 4, 5: the fourth or fifth look's worlds, settings "
+                         "and seeds (amendments 5, 6)")
     ap.add_argument("--seeds", help="comma-separated seeds (--look 4: the confirmation seeds)")
     ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
     args = ap.parse_args(argv)
     plan = load_plan()
-    four = plan["fourth_look"] if args.look == 4 else {}
+    four = plan[LOOKS[args.look]] if args.look in (4, 5) else {}  # a look with its own settings and seeds
     settings = args.settings.split(",") if args.settings else (list(four["settings"]) if four else None)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else four.get("seeds")
     out = (args.out or Path(four.get("out") or plan["out"])).resolve()
