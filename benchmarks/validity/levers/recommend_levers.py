@@ -2,6 +2,7 @@
 
     python benchmarks/validity/levers/recommend_levers.py [--diag-root /work/runs/v2] [--out /work/runs/levers/recommend]
         [--look 3]
+    python benchmarks/validity/levers/recommend_levers.py --look 5 [--out /work/runs/levers5/recommend]
 
 Per world of plan.yaml: the worlds study's diagnosis (``DIAG_ROOT/<world>/diag/main``: its config with its
 lookahead settings, its rollouts), the world's best configuration and the loss its method trains (jsd for
@@ -9,19 +10,27 @@ jsd and opsd_jsd), and ``engine.levers.run``: each candidate mask's kept shares 
 recommendation (rule 2 of amendment 4 from then on; the first rule, the largest lookahead Δll, is read off the
 stored settings by report_levers.py). Written to ``OUT/<world>.json``; report_levers.py reads them. ``--look 3``:
 the four first worlds (seen) and the third look's (amendment 4), into ``/work/runs/levers/recommend3`` by default.
+``--look 5`` (amendment 6): per fifth-look world, its main diagnosis config with the best configuration as its only
+teacher, no ideal nodes, and the first-look lookahead on that loss with the plan's ``schedule_points``, diagnosed into
+``/work/runs/levers5/<world>/diag/schedule``; its ``schedule`` entry (both rules read it) goes to ``OUT/<world>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.levers.run_levers import best_of, load_plan, worlds_of  # noqa: E402
+from benchmarks.validity.v2 import run_v2  # noqa: E402
+from benchmarks.validity.worlds import run_worlds  # noqa: E402
 from opsd_diag.config.spec import load_config  # noqa: E402
 from opsd_diag.core.stats import jsonable  # noqa: E402
 from opsd_diag.engine import levers, lookahead  # noqa: E402
@@ -31,13 +40,43 @@ from opsd_diag.io.models import load_spec  # noqa: E402
 LOSS = {"jsd": "jsd", "opsd_jsd": "jsd", "opd": "opd", "opsd_opd": "opd", "opd2": "opd2", "exopd": "exopd"}
 
 
+def schedule_diagnosis(plan: dict, world: str, root: Path) -> dict:
+    """The fifth look's diagnosis of ``world`` (resumable): its ``schedule`` entry."""
+    five = plan["fifth_look"]
+    best = five["worlds"][world]
+    wplan = run_worlds.resolve(run_worlds.load("default", run_worlds.REPO / plan["worlds_plan"]), world)
+    wdir = root / world
+    cfg = yaml.safe_load(Path(run_worlds.layout_world(wplan, wdir)["diagnoses"]["main"]).read_text())
+    cfg.pop("ideal", None)
+    cfg["teachers"] = [t for t in cfg["teachers"] if t["name"] == best["config"]]
+    v2 = yaml.safe_load(run_v2.PLAN.read_text())
+    cfg["lookahead"] = {**run_v2.lookahead_section(v2, wplan), "methods": [LOSS[best["method"]]],
+                        "schedule_points": five["schedule_points"]}
+    path = wdir / "configs" / "schedule.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    diag = wdir / "diag" / "schedule"
+    if not (diag / "summary.json").is_file() or "schedule" not in json.loads((diag / "summary.json").read_text()):
+        subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(path), "--out", str(diag), "--quiet"],
+                       check=True)
+    return json.loads((diag / "summary.json").read_text())["schedule"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--diag-root", type=Path, default=Path("/work/runs/v2"))
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3))
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 5))
     args = ap.parse_args(argv)
     plan = load_plan()
+    if args.look == 5:
+        root = Path(plan["fifth_look"]["out"])
+        out = args.out or root / "recommend"
+        out.mkdir(parents=True, exist_ok=True)
+        for world in plan["fifth_look"]["worlds"]:
+            schedule = schedule_diagnosis(plan, world, root)
+            (out / f"{world}.json").write_text(json.dumps(schedule, indent=1))
+            print(world, (schedule.get("recommendation") or {}).get("share"), flush=True)
+        return 0
     args.out = args.out or Path("/work/runs/levers/recommend" + ("3" if args.look == 3 else ""))
     args.out.mkdir(parents=True, exist_ok=True)
     worlds = [*(worlds_of(plan, 3) if args.look == 3 else []), *worlds_of(plan)]  # the judged worlds first
