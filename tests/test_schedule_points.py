@@ -119,7 +119,10 @@ def test_recommendation_moves_off_the_whole_solution_only_on_a_difference_above_
     assert r["context_schedule"] == {"kind": "fixed", "start": 0.5} and r["basis"] == schedule_points.BASIS
     whole = schedule_points.recommend([rows[1], rows[2], rows[4]])
     assert whole["source"] is None and whole["share"] == 1.0 and whole["basis"] == schedule_points.WHOLE
-    assert schedule_points.recommend([rows[1], row(1.0, "opd", None)]) is None
+    blind = schedule_points.recommend([{**rows[1], "dll_vs_full": {"estimate": None, "lo": None, "n_prompts": 0}},
+                                       row(1.0, "opd", None)])
+    assert blind["share"] == 1.0 and blind["source"] is None and blind["basis"] == schedule_points.BLIND
+    assert schedule_points.recommend([]) is None
 
 
 def test_paired_with_full_is_the_per_prompt_difference_from_the_same_source_and_loss():

@@ -40,6 +40,8 @@ from opsd_diag.io import store, templates
 BASIS = "largest lookahead Δll difference from the whole solution (same source and loss) whose 95% interval lies above 0"
 WHOLE = ("no share's lookahead Δll beats the whole solution's (same source and loss) beyond its 95% interval: the "
          "whole solution")
+BLIND = ("no measurement prompt has both a correct and an incorrect rollout, so the lookahead's Δll cannot compare the "
+         "shares (more samples per prompt, sampling.num_samples, give it some): the whole solution")
 
 
 def schedule_sources(cfg) -> list:
@@ -135,14 +137,15 @@ def _finite(d: dict | None) -> bool:
 def recommend(rows: list[dict]) -> dict | None:
     """The share with the largest ``dll_vs_full`` among those whose interval lies above 0 (the first on a tie), with
     its Δll and the whole solution's with the same source and loss; else the whole solution (``share`` 1, no source
-    or loss: nothing to change). None without a finite Δll anywhere."""
-    if not any(_finite(r["dll"]) for r in rows):
+    or loss: nothing to change), with why (no share beat it, or nothing could be compared). None without rows."""
+    if not rows:
         return None
     better = [r for r in rows if r["share"] < 1.0 and _finite(r.get("dll_vs_full"))
               and r["dll_vs_full"]["lo"] is not None and r["dll_vs_full"]["lo"] > 0]
     if not better:
+        compared = any((r.get("dll_vs_full") or {}).get("n_prompts") for r in rows)
         return {"config": None, "source": None, "share": 1.0, "method": None,
-                "context_schedule": {"kind": "fixed", "start": 1.0}, "basis": WHOLE}
+                "context_schedule": {"kind": "fixed", "start": 1.0}, "basis": WHOLE if compared else BLIND}
     best = max(better, key=lambda r: r["dll_vs_full"]["estimate"])
     full = next((r for r in rows if r["source"] == best["source"] and r["method"] == best["method"]
                  and r["share"] == 1.0), None)

@@ -33,7 +33,7 @@ from benchmarks.validity.v2 import run_v2  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 from opsd_diag.config.spec import load_config  # noqa: E402
 from opsd_diag.core.stats import jsonable  # noqa: E402
-from opsd_diag.engine import levers, lookahead  # noqa: E402
+from opsd_diag.engine import levers, lookahead, schedule_points  # noqa: E402
 from opsd_diag.io import store  # noqa: E402
 from opsd_diag.io.models import load_spec  # noqa: E402
 
@@ -58,7 +58,8 @@ def schedule_diagnosis(plan: dict, world: str, root: Path) -> dict:
     if not (diag / "summary.json").is_file() or "schedule" not in json.loads((diag / "summary.json").read_text()):
         subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(path), "--out", str(diag), "--quiet"],
                        check=True)
-    return json.loads((diag / "summary.json").read_text())["schedule"]
+    schedule = json.loads((diag / "summary.json").read_text())["schedule"]
+    return {**schedule, "recommendation": schedule_points.recommend(schedule["rows"])}  # the rule as of amendment 6b
 
 
 def main(argv=None) -> int:

@@ -3,6 +3,7 @@
     python benchmarks/validity/levers/report_levers.py [--from /work/runs/levers] [--bench FILE]
     python benchmarks/validity/levers/report_levers.py --look 3 [--from /work/runs/levers] [--recommend DIR]
     python benchmarks/validity/levers/report_levers.py --look 4 [--from /work/runs/levers4]
+    python benchmarks/validity/levers/report_levers.py --look 5 [--from /work/runs/levers5] [--recommend DIR]
 
 Per (world, setting): the final evaluation of each seed's run against the initial student (the ``all``
 seed-0 run's step-0 evaluation; every run shares it); held-out Δpass@1 and Δpass@4 per problem, averaged
@@ -178,6 +179,47 @@ def _finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
+def share_of(setting: str) -> float:
+    """The fifth look's settings as shares of the solution: ``all`` is the whole solution."""
+    return 1.0 if setting == "all" else float(setting.split("_")[1])
+
+
+def fifth_look(plan: dict, root: Path, rdir: Path) -> dict:
+    """Amendment 6: per world, the realised fixed shares against both schedule rules' picks (rule 2: the stored
+    recommendation; rule 1: the share with the largest finite Δll), judged on every world."""
+    five = plan["fifth_look"]
+    out = {}
+    for world in five["worlds"]:
+        wr = world_rows(plan, root, world, list(five["settings"]), five["seeds"])
+        path = rdir / f"{world}.json"
+        if wr.get("status") != "ok" or not path.is_file():
+            out[world] = {"status": wr.get("status") if wr.get("status") != "ok" else "no schedule diagnosis",
+                          "rows": wr}
+            continue
+        sched = json.loads(path.read_text())
+        done = {share_of(k): v["d_pass1"]["estimate"] for k, v in wr["settings"].items() if v.get("status") == "ok"}
+        diag = {r["share"]: r for r in sched["rows"]}
+        best = max(done, key=done.get)
+        r1 = [(r["dll"]["estimate"], r["share"]) for r in sched["rows"] if r.get("dll") and _finite(r["dll"].get("estimate"))]
+        picks = {"rule2": (sched.get("recommendation") or {}).get("share"), "rule1": max(r1)[1] if r1 else None}
+        shares = sorted(s for s in done if s in diag)
+        out[world] = {"status": "ok", "rows": wr, "best_share": best, "best_d_pass1": done[best],
+                      **{k: {"share": v, "d_pass1": done.get(v),
+                             "within_0.02": v in done and done[best] - done[v] <= 0.02} for k, v in picks.items()},
+                      "diagnosis": {str(f): {"dll": diag[f].get("dll"), "dll_vs_full": diag[f].get("dll_vs_full"),
+                                             "gap": diag[f].get("gap")} for f in shares},
+                      "spearman_dll": spearman([(diag[f].get("dll") or {}).get("estimate") for f in shares],
+                                               [done[f] for f in shares])
+                      if all(_finite((diag[f].get("dll") or {}).get("estimate")) for f in shares) else math.nan,
+                      "spearman_gap": spearman([(diag[f].get("gap") or {}).get("estimate") for f in shares],
+                                               [done[f] for f in shares])
+                      if all(_finite((diag[f].get("gap") or {}).get("estimate")) for f in shares) else math.nan}
+    ok = [w for w in out.values() if w["status"] == "ok"]
+    return {"worlds": out, "rule2_within_0.02": sum(w["rule2"]["within_0.02"] for w in ok),
+            "rule1_within_0.02": sum(w["rule1"]["within_0.02"] for w in ok), "n_worlds": len(five["worlds"]),
+            "met": len(ok) == len(five["worlds"]) and all(w["rule2"]["within_0.02"] for w in ok)}
+
+
 def rule1(rec: dict) -> str | None:
     """The first rule (committed in e37612f): the candidate with the largest finite lookahead Δll."""
     ok = {k: v["dll"]["estimate"] for k, v in rec.get("settings", {}).items() if _finite(v["dll"].get("estimate"))}
@@ -340,6 +382,8 @@ def render(a: dict) -> str:
         L.append("")
     if "third_look" in a:
         L += render_third_look(a["third_look"])
+    if "fifth_look" in a:
+        L += render_fifth_look(a["fifth_look"])
     L += [
           "**3. What share of tokens carries the gain?**", "",
           "| world | setting | kept share | gain share (Δpass@1 / all's) | gain per kept token vs all |", "|---|---|---|---|---|"]
@@ -373,6 +417,10 @@ def render(a: dict) -> str:
              f"{a['third_look']['judged_worlds']}); rule 2 on the four first worlds (seen, not judged): "
              f"{a['third_look']['rule2_within_0.02_seen']} of {a['third_look']['seen_worlds']}."]
             if "third_look" in a else []),
+          *([f"- the schedule recommendation (fifth look, rule 2's share within 0.02 of the best fixed share in every "
+             f"world it ran): {'met' if a['fifth_look']['met'] else 'not met'} ({a['fifth_look']['rule2_within_0.02']} "
+             f"of {a['fifth_look']['n_worlds']}; rule 1 {a['fifth_look']['rule1_within_0.02']})."]
+            if "fifth_look" in a else []),
           f"- a ≤ 50%-token mask (entropy_top50) loses ≤ 10% of all's gain in every world: "
           f"{'met' if t['t3_masked_gain_met'] else 'not met'} "
           f"({t3})."]
@@ -432,6 +480,55 @@ def render_fourth_look(f: dict) -> list[str]:
     return L
 
 
+def render_fifth_look(f: dict) -> list[str]:
+    """The schedule recommendation's look (amendment 6): fixed shares realised, both rules' picks."""
+    L = ["**2c. Fifth look (amendment 6): does the schedule recommendation pick the best fixed share?** Fixed shares "
+         "of the solution trained beside the whole solution (`all`, share 1), seeds 0 and 1; the diagnoses by "
+         "`recommend_levers.py --look 5`, rule 2 committed before any of these runs or diagnoses.", ""]
+    for w, r in f["worlds"].items():
+        L += [f"*{w}*", ""]
+        if r["status"] != "ok":
+            L += [f"Not analysed: {r['status']}.", ""]
+            continue
+        L += world_table(r["rows"])
+    L += ["| world | rule 2's share (its Δpass@1) | rule 1's: largest Δll (its Δpass@1) | best share | its Δpass@1 | "
+          "rule 2 within 0.02 | Spearman(Δll, Δpass@1) | Spearman(G, Δpass@1) |", "|---|---|---|---|---|---|---|---|"]
+    for w, r in f["worlds"].items():
+        if r["status"] != "ok":
+            L.append(f"| {w} | {r['status']} | | | | | | |")
+            continue
+
+        L.append(f"| {w} | {pick(r['rule2'])} | {pick(r['rule1'])} | {r['best_share']:g} | {r['best_d_pass1']:+.3f} | "
+                 f"{'yes' if r['rule2']['within_0.02'] else 'no'} | {_rho(r['spearman_dll'])} | "
+                 f"{_rho(r['spearman_gap'])} |")
+    L += ["", "The diagnosis per share (lookahead Δll; its difference from the whole solution's, prompt by prompt; the "
+          "accuracy gap G of the teacher shown that share):", ""]
+    for w, r in f["worlds"].items():
+        if r["status"] == "ok":
+            L.append(f"- {w}: " + "; ".join(f"{k}: Δll {_ci4(v['dll'])}, difference {_ci4(v['dll_vs_full'])}, "
+                                             f"G {_ci4(v['gap'], 3)}" for k, v in r["diagnosis"].items()))
+    return L + ["", f"Rule 2 within 0.02 of the best share in {f['rule2_within_0.02']} of {f['n_worlds']} worlds, rule 1 "
+                f"in {f['rule1_within_0.02']}.", ""]
+
+
+def pick(p: dict) -> str:
+    """A rule's pick as "share (its realised Δpass@1)"."""
+    if p["share"] is None:
+        return "none"
+    realised = "not run" if p["d_pass1"] is None else f"{p['d_pass1']:+.3f}"
+    return f"{p['share']:g} ({realised})"
+
+
+def _rho(x: float) -> str:
+    return "n/a" if x != x else f"{x:+.2f}"
+
+
+def _ci4(d: dict | None, digits: int = 4) -> str:
+    if not d or not _finite(d.get("estimate")):
+        return "n/a"
+    return f"{d['estimate']:+.{digits}f} [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]"
+
+
 def render_third_look(t: dict) -> list[str]:
     """Question 2 again with rule 2 (amendment 4), beside the first rule, on every world with a lever lookahead."""
     def pick(r):
@@ -484,7 +581,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", type=Path, help="bench_step.py's output (default ROOT/bench_step.json)")
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--recommend", type=Path, help="recommend_levers.py's outputs (default ROOT/recommend)")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4),
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5),
                     help="keep the committed analysis and add the third look's worlds and rules (3, amendment 4) or "
                          "the fourth look's settings (4, amendment 5; runs from its plan's `out` by default)")
     ap.add_argument("--bench-only", action="store_true",
@@ -494,8 +591,10 @@ def main(argv=None) -> int:
         return rebench(args.out, json.loads(args.bench.read_text()))
     if args.look == 3:
         return look3(args.out, args.root, args.recommend or args.root / "recommend3")
-    if args.look == 4:
-        return look4(args.out, Path(load_plan()["fourth_look"]["out"]) if args.root == ROOT else args.root)
+    if args.look in (4, 5):
+        key = {4: "fourth_look", 5: "fifth_look"}[args.look]
+        root = Path(load_plan()[key]["out"]) if args.root == ROOT else args.root
+        return look4(args.out, root) if args.look == 4 else look5(args.out, root, args.recommend or root / "recommend")
     plan = load_plan()
     worlds = {w: world_rows(plan, args.root, w) for w in plan["worlds"]}
     rdir = args.recommend or args.root / "recommend"
@@ -550,6 +649,14 @@ def look4(out: Path, root: Path) -> int:
         committed = analysis["worlds"]["diversity"]["settings"].get("all")
         analysis["fourth_look"] = fourth_look(load_plan(), root, committed)
         return f"fourth look: {'met' if analysis['fourth_look']['met'] else 'not met'}"
+    return update(out, change)
+
+
+def look5(out: Path, root: Path, rdir: Path) -> int:
+    """The committed analysis with the fifth look added."""
+    def change(analysis: dict) -> str:
+        analysis["fifth_look"] = fifth_look(load_plan(), root, rdir)
+        return f"fifth look: {'met' if analysis['fifth_look']['met'] else 'not met'}"
     return update(out, change)
 
 
