@@ -204,6 +204,7 @@ def fifth_look(plan: dict, root: Path, rdir: Path) -> dict:
         picks = {"rule2": (sched.get("recommendation") or {}).get("share"), "rule1": max(r1)[1] if r1 else None}
         shares = sorted(s for s in done if s in diag)
         out[world] = {"status": "ok", "rows": wr, "best_share": best, "best_d_pass1": done[best],
+                      "rule2_basis": (sched.get("recommendation") or {}).get("basis"),
                       **{k: {"share": v, "d_pass1": done.get(v),
                              "within_0.02": v in done and done[best] - done[v] <= 0.02} for k, v in picks.items()},
                       "diagnosis": {str(f): {"dll": diag[f].get("dll"), "dll_vs_full": diag[f].get("dll_vs_full"),
@@ -215,7 +216,9 @@ def fifth_look(plan: dict, root: Path, rdir: Path) -> dict:
                                                [done[f] for f in shares])
                       if all(_finite((diag[f].get("gap") or {}).get("estimate")) for f in shares) else math.nan}
     ok = [w for w in out.values() if w["status"] == "ok"]
+    blind = [w for w in ok if (w.get("rule2_basis") or "").startswith("no measurement prompt")]
     return {"worlds": out, "rule2_within_0.02": sum(w["rule2"]["within_0.02"] for w in ok),
+            "rule2_blind": len(blind), "rule2_blind_within_0.02": sum(w["rule2"]["within_0.02"] for w in blind),
             "rule1_within_0.02": sum(w["rule1"]["within_0.02"] for w in ok), "n_worlds": len(five["worlds"]),
             "met": len(ok) == len(five["worlds"]) and all(w["rule2"]["within_0.02"] for w in ok)}
 
@@ -419,7 +422,8 @@ def render(a: dict) -> str:
             if "third_look" in a else []),
           *([f"- the schedule recommendation (fifth look, rule 2's share within 0.02 of the best fixed share in every "
              f"world it ran): {'met' if a['fifth_look']['met'] else 'not met'} ({a['fifth_look']['rule2_within_0.02']} "
-             f"of {a['fifth_look']['n_worlds']}; rule 1 {a['fifth_look']['rule1_within_0.02']})."]
+             f"of {a['fifth_look']['n_worlds']}, {a['fifth_look']['rule2_blind']} of them by amendment 6b's reading "
+             f"of a diagnosis that could not compare; rule 1 {a['fifth_look']['rule1_within_0.02']})."]
             if "fifth_look" in a else []),
           f"- a ≤ 50%-token mask (entropy_top50) loses ≤ 10% of all's gain in every world: "
           f"{'met' if t['t3_masked_gain_met'] else 'not met'} "
@@ -507,8 +511,16 @@ def render_fifth_look(f: dict) -> list[str]:
         if r["status"] == "ok":
             L.append(f"- {w}: " + "; ".join(f"{k}: Δll {_ci4(v['dll'])}, difference {_ci4(v['dll_vs_full'])}, "
                                              f"G {_ci4(v['gap'], 3)}" for k, v in r["diagnosis"].items()))
+    blind = [w for w, r in f["worlds"].items() if r["status"] == "ok" and (r.get("rule2_basis") or "").startswith(
+        "no measurement prompt")]
+    note = [] if not blind else [
+        "", f"In {' and '.join(blind)} no share had a finite Δll (no measurement prompt with both a correct and an "
+        "incorrect rollout), so rule 2's pick there is the whole solution by amendment 6b, committed after the "
+        "diagnoses and before any realised result was read; under rule 2 as first committed it made no "
+        f"recommendation there, and would have been within 0.02 in "
+        f"{f['rule2_within_0.02'] - f['rule2_blind_within_0.02']} of {f['n_worlds']}."]
     return L + ["", f"Rule 2 within 0.02 of the best share in {f['rule2_within_0.02']} of {f['n_worlds']} worlds, rule 1 "
-                f"in {f['rule1_within_0.02']}.", ""]
+                f"in {f['rule1_within_0.02']}.", *note, ""]
 
 
 def pick(p: dict) -> str:
