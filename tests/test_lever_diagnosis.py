@@ -52,6 +52,14 @@ def test_recommendation_moves_off_all_tokens_only_on_a_difference_above_zero():
     assert r["setting"] == "all" and r["basis"] == levers.NO_COMPARISON  # says why nothing could be compared
 
 
+def test_beyond_noise_is_the_largest_estimate_whose_interval_lies_above_zero():
+    from opsd_diag.core.stats import beyond_noise
+
+    assert beyond_noise({"a": _diff(0.3, 0.0, 0.6), "b": _diff(0.1, 0.01, 0.2), "c": _diff(0.2, 0.02, 0.3),
+                         "d": None, "e": _diff(0.9, float("nan"), 1.0), "f": _diff(0.2, 0.05, 0.4)}) == "c"
+    assert beyond_noise({"a": _diff(0.3, 0.0, 0.6), "d": None}) is None and beyond_noise({}) is None
+
+
 def test_paired_difference_equals_an_explicit_loop():
     import numpy as np
 

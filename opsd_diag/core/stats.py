@@ -143,6 +143,15 @@ def paired_difference(a: dict, b: dict, n_boot: int, seed: int, alpha: float = 0
     return ci_dict(bootstrap_mean_over_prompts(diff, np.arange(diff.size), n_boot, seed, alpha), diff.size)
 
 
+def beyond_noise(diffs: dict):
+    """The key whose paired difference (``paired_difference``'s dict, or None) has the largest estimate among those
+    whose interval lies above 0 (the first on a tie); None when none does: the rule by which a recommendation moves
+    off today's default (all tokens, the whole solution) only on evidence."""
+    above = {k: d["estimate"] for k, d in diffs.items()
+             if d and d.get("lo") is not None and math.isfinite(d["lo"]) and d["lo"] > 0}
+    return max(above, key=above.get) if above else None
+
+
 def accuracy_ci(frame: pd.DataFrame, n_boot: int, seed: int, alpha: float) -> dict:
     known = frame[frame["correct"].notna()]
     est = bootstrap_mean_over_prompts(

@@ -11,8 +11,8 @@ away from all-token training, so the recommendation moves off it only on evidenc
 (the correct-minus-incorrect log-likelihood gap change, the lookahead's lower-variance proxy of the success change)
 is compared with all-token training's prompt by prompt (``dll_vs_all``, a paired difference with its interval),
 and the recommendation is the candidate with the largest difference among those whose interval lies above 0, else
-all tokens (rule 2 of the lever study, benchmarks/validity/levers/plan.yaml amendment 4). With ``lookahead.forgetting``, each candidate's stepped student also samples
-the forgetting set again (the lookahead's seeds and measure): its pass@1 change. Where the diagnosis has
+all tokens (``core.stats.beyond_noise``; rule 2 of the lever study, benchmarks/validity/levers/plan.yaml amendment
+4). With ``lookahead.forgetting``, each candidate's stepped student also samples the forgetting set again (the lookahead's seeds and measure): its pass@1 change. Where the diagnosis has
 ideal-gradient nodes (``ideal``), each candidate also gets the signal's alignment on the tokens it keeps: the mean
 ``cos(g*, d)`` of the method's objective over the nodes (of every rollout, both halves) whose token the mask keeps,
 with an interval over prompts.
@@ -30,7 +30,7 @@ import torch
 from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.core import token_mask
-from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable, paired_difference
+from opsd_diag.core.stats import beyond_noise, bootstrap_mean_over_prompts, ci_dict, jsonable, paired_difference
 from opsd_diag.engine.scoring import completion_hidden
 from opsd_diag.engine.train_step import MicroBatch, Roles, auto_chunk_size, partner_hidden, token_scores
 from opsd_diag.io import store
@@ -176,17 +176,14 @@ def _alignment(roles, cfg, rollouts, nodes, config, method, loss, ref, pad_id, m
 def recommend(settings: dict) -> dict:
     """Rule 2: the candidate with the largest ``dll_vs_all`` among those whose interval lies above 0, else all
     tokens; with its Δll, all-token training's, and its difference from it."""
-    def above(v):
-        d = v.get("dll_vs_all") or {}
-        return d.get("lo") is not None and d["lo"] == d["lo"] and d["lo"] > 0
-
-    better = {k: v for k, v in settings.items() if k != "all" and above(v)}
-    best = max(better, key=lambda k: better[k]["dll_vs_all"]["estimate"]) if better else "all"
+    diffs = {k: v.get("dll_vs_all") for k, v in settings.items() if k != "all"}
+    moved = beyond_noise(diffs)
+    best = moved or "all"
     chosen = settings.get(best, {})
-    compared = any((v.get("dll_vs_all") or {}).get("n_prompts") for k, v in settings.items() if k != "all")
+    compared = any((d or {}).get("n_prompts") for d in diffs.values())
     return {"setting": best, "token_mask": CANDIDATES[best], "dll": chosen.get("dll"),
             "dll_all": settings.get("all", {}).get("dll"), "dll_vs_all": chosen.get("dll_vs_all"),
-            "basis": "largest lookahead Δll difference from all tokens whose 95% interval lies above 0" if better
+            "basis": "largest lookahead Δll difference from all tokens whose 95% interval lies above 0" if moved
             else "no candidate's lookahead Δll beats all-token training's beyond its 95% interval: all tokens"
             if compared else NO_COMPARISON}
 

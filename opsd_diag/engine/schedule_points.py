@@ -20,24 +20,25 @@ today's training, so the recommendation moves off the whole solution only on evi
 (``engine.levers``, rule 2 of the lever study): each share's lookahead Δll (the lookahead's lower-variance proxy of
 the success change) is compared with the whole solution's, same source and loss, prompt by prompt (``dll_vs_full``,
 a paired difference with its interval; the lookahead keeps per-prompt values when schedule points are on), and the
-recommendation is the share with the largest difference among those whose interval lies above 0, as the fixed share
-to train with, ``training.context_schedule: {kind: fixed, start: f}``; else the whole solution. The lookahead steps a few times at one share, so a decaying or adaptive schedule is not measured
-itself here; ``engine.schedule_courses`` looks ahead on the courses, and their rows are stored beside the points'
+recommendation is the share with the largest difference among those whose interval lies above 0
+(``core.stats.beyond_noise``), as the fixed share to train with, ``training.context_schedule: {kind: fixed, start:
+f}``; else the whole solution. The lookahead steps a few times at one share, so a decaying or adaptive schedule is
+not measured itself here; ``engine.schedule_courses`` looks ahead on the courses, and their rows are stored beside the points'
 (``courses``).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from opsd_diag.config.levers import point_name
 from opsd_diag.core.context_schedule import SOLUTION_FIELDS, reveal
-from opsd_diag.core.stats import jsonable, paired_difference
+from opsd_diag.core.stats import beyond_noise, jsonable, paired_difference
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store, templates
 
-BASIS = "largest lookahead Δll difference from the whole solution (same source and loss) whose 95% interval lies above 0"
+BASIS = ("largest lookahead Δll difference from the whole solution (same source and loss) whose 95% interval lies "
+         "above 0")
 WHOLE = ("no share's lookahead Δll beats the whole solution's (same source and loss) beyond its 95% interval: the "
          "whole solution")
 BLIND = ("no measurement prompt has both a correct and an incorrect rollout, so the lookahead's Δll cannot compare the "
@@ -130,23 +131,19 @@ def table(cfg, summary: dict, courses: list[dict] | None = None) -> dict:
     return out
 
 
-def _finite(d: dict | None) -> bool:
-    return bool(d) and d.get("estimate") is not None and math.isfinite(d["estimate"])
-
-
 def recommend(rows: list[dict]) -> dict | None:
     """The share with the largest ``dll_vs_full`` among those whose interval lies above 0 (the first on a tie), with
     its Δll and the whole solution's with the same source and loss; else the whole solution (``share`` 1, no source
     or loss: nothing to change), with why (no share beat it, or nothing could be compared). None without rows."""
     if not rows:
         return None
-    better = [r for r in rows if r["share"] < 1.0 and _finite(r.get("dll_vs_full"))
-              and r["dll_vs_full"]["lo"] is not None and r["dll_vs_full"]["lo"] > 0]
-    if not better:
-        compared = any((r.get("dll_vs_full") or {}).get("n_prompts") for r in rows)
+    diffs = {i: r.get("dll_vs_full") for i, r in enumerate(rows) if r["share"] < 1.0}
+    moved = beyond_noise(diffs)
+    if moved is None:
+        compared = any((d or {}).get("n_prompts") for d in diffs.values())
         return {"config": None, "source": None, "share": 1.0, "method": None,
                 "context_schedule": {"kind": "fixed", "start": 1.0}, "basis": WHOLE if compared else BLIND}
-    best = max(better, key=lambda r: r["dll_vs_full"]["estimate"])
+    best = rows[moved]
     full = next((r for r in rows if r["source"] == best["source"] and r["method"] == best["method"]
                  and r["share"] == 1.0), None)
     return {"config": best["config"], "source": best["source"], "share": best["share"], "method": best["method"],
