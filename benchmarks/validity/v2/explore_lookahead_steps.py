@@ -6,6 +6,10 @@ realised held-out Δpass@1 of the worlds study. Anything chosen from it must be 
 
     python benchmarks/validity/v2/explore_lookahead_steps.py --variant B --out /work/runs/explore_steps   (and C)
     python benchmarks/validity/v2/explore_lookahead_steps.py --report --out /work/runs/explore_steps
+
+Reading of its output (explore_lookahead_steps.txt): at equal trained rollouts, more and smaller steps move the mean
+within-world Spearman of the fresh pass@1 change from +0.42 (A) to +0.46 (B) and +0.48 (C), up in five worlds, down
+in four; far below G's within-world mean (+0.67 over nine worlds, RESULTS_look3.md). No plan follows from it.
 """
 from __future__ import annotations
 
