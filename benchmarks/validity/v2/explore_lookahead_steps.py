@@ -7,9 +7,10 @@ realised held-out Δpass@1 of the worlds study. Anything chosen from it must be 
     python benchmarks/validity/v2/explore_lookahead_steps.py --variant B --out /work/runs/explore_steps   (and C)
     python benchmarks/validity/v2/explore_lookahead_steps.py --report --out /work/runs/explore_steps
 
-Reading of its output (explore_lookahead_steps.txt): at equal trained rollouts, more and smaller steps move the mean
-within-world Spearman of the fresh pass@1 change from +0.42 (A) to +0.46 (B) and +0.48 (C), up in five worlds, down
-in four; far below G's within-world mean (+0.67 over nine worlds, RESULTS_look3.md). No plan follows from it.
+Reading of its output (explore_lookahead_steps.txt, whose last lines count the worlds where each variant is above
+and below A): more and smaller steps move the mean within-world Spearman of the fresh pass@1 change up a little, not
+in every world, and it stays far below G's within-world mean (+0.67 over nine worlds, RESULTS_look3.md). No plan
+follows from it.
 """
 from __future__ import annotations
 
@@ -115,6 +116,11 @@ def render(res: dict) -> str:
             f"{v} {res['pooled'][v]['mean_' + c]:+.2f} ({len(res['pooled'][v]['worlds'])} worlds)"
             if res["pooled"][v]["mean_" + c] is not None else f"{v} n/a" for v in ("A", *VARIANTS)))
         lines.append("")
+    for v in VARIANTS:
+        pairs = [(per[v]["lookahead_fresh"], per["A"]["lookahead_fresh"]) for per in res["worlds"].values()
+                 if v in per and "A" in per]
+        lines.append(f"lookahead_fresh, {v} against A: above in {sum(x > a for x, a in pairs)}, below in "
+                     f"{sum(x < a for x, a in pairs)}, equal in {sum(x == a for x, a in pairs)} of {len(pairs)} worlds")
     return "\n".join(lines)
 
 
