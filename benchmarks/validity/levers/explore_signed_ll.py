@@ -9,6 +9,11 @@ the lever lookahead steps it (the world's diagnosis from `run_v2.py --look 1`), 
 tokens whose interval lies above 0) would pick, with its regret against the best realised mask.
 
     python benchmarks/validity/levers/explore_signed_ll.py [--diag-root /work/runs/v2]
+
+Reading of its output (explore_signed_ll.txt): Δsll does not see what the masks do. In crossed, where Δll is blind,
+it ranks incorrect_only (the best realised mask) below all tokens; its Spearman with the realised Δpass@1 changes sign
+between worlds; and a paired rule on it moves off all tokens on differences of order 1e-5 in log-probability, which
+are beyond the bootstrap noise but have no practical size. No plan follows from it.
 """
 from __future__ import annotations
 
