@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.validity.levers import report_levers
+from benchmarks.validity.levers import later_looks, report_levers, rows
 
 HERE = Path(__file__).resolve().parents[1] / "benchmarks" / "validity" / "levers"
 
@@ -19,9 +19,9 @@ def test_bootstrap_interval_against_an_explicit_loop():
     import numpy as np
 
     values = np.array([0.25, -0.5, 0.0, 1.0, 0.75])
-    got = report_levers.boot(values)
-    rng = np.random.default_rng(report_levers.SEED)
-    idx = rng.integers(0, len(values), (report_levers.N_BOOT, len(values)))
+    got = rows.boot(values)
+    rng = np.random.default_rng(rows.SEED)
+    idx = rng.integers(0, len(values), (rows.N_BOOT, len(values)))
     means = sorted(sum(values[j] for j in row) / len(row) for row in idx)
     assert got["estimate"] == sum(values) / 5
     assert abs(got["lo"] - np.percentile(means, 2.5)) < 1e-12 and abs(got["hi"] - np.percentile(means, 97.5)) < 1e-12
@@ -51,7 +51,7 @@ def test_third_look_judges_rule_two_on_the_new_worlds_only():
             new[1]: rec("incorrect_only", {"all": 0.1, "entropy_top50": 0.0}),
             new[2]: rec("all", {"all": 0.1, "confident_disagreement": 0.5}),
             "diversity": rec("all", {"all": 0.1})}
-    t = report_levers.third_look(plan, worlds, recs)
+    t = later_looks.third_look(plan, worlds, recs)
     by = {r["world"]: r for r in t["rows"]}
     assert by[new[0]]["rule2"]["within_0.02"] is False and abs(by[new[0]]["rule2"]["regret_vs_best"] - 0.05) < 1e-12
     assert by[new[0]]["rule1"]["setting"] == "entropy_top50" and by[new[1]]["rule2"]["within_0.02"] is True
@@ -66,6 +66,6 @@ def test_keeps_pass4_needs_the_gain_and_the_paired_pass4_interval_above_zero():
 
     def row(d1, lo):
         return {"d_pass1": {"estimate": d1}, "vs_all": {"d_pass4": {"estimate": lo + 0.01, "lo": lo, "hi": lo + 0.02}}}
-    assert report_levers.keeps_pass4("x", row(0.2, 0.001), base)["meets"]
-    assert not report_levers.keeps_pass4("x", row(0.19, 0.01), base)["meets"]
-    assert not report_levers.keeps_pass4("x", row(0.3, 0.0), base)["meets"]
+    assert rows.keeps_pass4("x", row(0.2, 0.001), base)["meets"]
+    assert not rows.keeps_pass4("x", row(0.19, 0.01), base)["meets"]
+    assert not rows.keeps_pass4("x", row(0.3, 0.0), base)["meets"]

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity.levers.recommend_levers import LOSS  # noqa: E402
-from benchmarks.validity.levers.report_levers import spearman  # noqa: E402
+from benchmarks.validity.levers.rows import spearman  # noqa: E402
 from benchmarks.validity.levers.run_levers import best_of  # noqa: E402
 from benchmarks.validity.levers.run_levers import load_plan  # noqa: E402
 from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec  # noqa: E402
