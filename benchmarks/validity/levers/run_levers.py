@@ -32,7 +32,7 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan.yaml"
-LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look"}  # a later look's section of plan.yaml
+LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look", 6: "sixth_look"}  # a later look's section of plan.yaml
 
 
 def load_plan(path: Path = PLAN) -> dict:
@@ -45,18 +45,23 @@ def worlds_of(plan: dict, look: int = 1) -> dict:
 
 
 def best_of(plan: dict, world: str) -> dict:
-    return {**(plan.get("third_look") or {}).get("worlds", {}), **plan["worlds"]}[world]
+    """A world's best (config, method): the first looks' or a later look's (the same wherever a world recurs)."""
+    for part in (plan, *(plan.get(k) or {} for k in LOOKS.values())):
+        if world in part.get("worlds", {}):
+            return part["worlds"][world]
+    raise KeyError(world)
 
 
 def settings_for(plan: dict, world: str) -> list[str]:
     """The settings run in ``world``: schedules only where the teacher's context shows the solution; then the
-    second look's settings in its worlds (amendment 3); in a third-look world, every candidate mask (amendment 4)."""
+    second look's settings in its worlds (amendment 3); in a third- or sixth-look world, every candidate mask
+    (amendments 4, 7)."""
     self_teacher = best_of(plan, world)["config"].startswith("self_")
     second = plan.get("second_look") or {}
     third = plan.get("third_look") or {}
     extra = second.get("settings", {}) if world in second.get("worlds", []) else {}
-    if world in third.get("worlds", {}):
-        extra = {**second.get("settings", {}), **third.get("settings", {})}
+    if world in third.get("worlds", {}) or world in (plan.get("sixth_look") or {}).get("worlds", {}):
+        extra = {**second.get("settings", {}), **third.get("settings", {})}  # the sixth look: the third's settings
     return [s for s, v in plan["settings"].items() if self_teacher or not v.get("needs_solution")] + [
         s for s in extra if s not in plan["settings"]]
 
@@ -124,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5),
-                    help="3: the third look's worlds (amendment 4); 4, 5: the fourth or fifth look's worlds, settings "
-                         "and seeds (amendments 5, 6)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6),
+                    help="3, 6: the third or sixth look's worlds (amendments 4, 7); 4, 5: the fourth or fifth look's "
+                         "worlds, settings and seeds (amendments 5, 6)")
     ap.add_argument("--seeds", help="comma-separated seeds (--look 4: the confirmation seeds)")
     ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
     args = ap.parse_args(argv)
