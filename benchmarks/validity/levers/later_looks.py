@@ -24,9 +24,10 @@ def rule1(rec: dict) -> str | None:
     return max(ok, key=ok.get) if ok else None
 
 
-def third_look(plan: dict, worlds: dict, recs: dict) -> dict:
-    """Amendment 4: per world, both rules' picks against the realised settings; judged on the third look's worlds."""
-    new = set(worlds_of(plan, 3))
+def third_look(plan: dict, worlds: dict, recs: dict, look: int = 3) -> dict:
+    """Amendment 4 (and 7, ``look`` 6): per world, both rules' picks against the realised settings; judged on the
+    look's own worlds."""
+    new = set(worlds_of(plan, look))
     rows = []
     for w, rec in recs.items():
         st = {k: v for k, v in worlds.get(w, {}).get("settings", {}).items() if v.get("status") == "ok"}
@@ -54,7 +55,7 @@ def third_look(plan: dict, worlds: dict, recs: dict) -> dict:
     within = sum(r.get("rule2", {}).get("within_0.02", False) for r in judged)
     regret = {k: [r[k]["regret_vs_best"] for r in judged if r.get(k, {}).get("regret_vs_best") is not None]
               for k in ("rule1", "rule2")}
-    return {"rows": rows, "judged_worlds": len(judged), "rule2_within_0.02_new": within,
+    return {"look": look, "rows": rows, "judged_worlds": len(judged), "rule2_within_0.02_new": within,
             "rule1_within_0.02_new": sum(r.get("rule1", {}).get("within_0.02", False) for r in judged),
             "mean_regret_new": {k: {"mean": float(np.mean(v)) if v else None, "n": len(v)} for k, v in regret.items()},
             "met": bool(judged) and len(judged) == len(new) and within == len(judged),
@@ -68,10 +69,13 @@ def render_third_look(t: dict) -> list[str]:
         d = r["d_pass1"]
         return f"{r['setting'] or 'none'} ({'not run' if d is None else f'{d:+.3f}'})"
 
-    L = ["**2b. Third look (amendment 4): rule 2 moves off all tokens only when a mask's lookahead Δll beats "
-         "all-token training's prompt by prompt, its interval above 0.**", "",
-         "Computed by `recommend_levers.py --look 3` on fresh diagnoses of every world (`run_v2.py --look 1`); "
-         "the rule was committed before any of the third look's runs or diagnoses. Judged on the worlds marked new.",
+    look = t.get("look", 3)
+    title = ("**2b. Third look (amendment 4): rule 2 moves off all tokens only when a mask's lookahead Δll beats "
+             "all-token training's prompt by prompt, its interval above 0.**") if look == 3 else (
+        "**2d. Sixth look (amendment 7): rule 2 unchanged, on the remaining worlds the study had not run.**")
+    L = [title, "",
+         f"Computed by `recommend_levers.py --look {look}` on fresh diagnoses of every world (`run_v2.py --look 1`); "
+         "the rule was committed before any of this look's runs or diagnoses. Judged on the worlds marked new.",
          "", "| world | rule 2 (its Δpass@1) | rule 1: largest Δll (its Δpass@1) | best realised | its Δpass@1 | "
          "all's Δpass@1 | rule 2's regret | rule 2 within 0.02 | Spearman(Δll, Δpass@1) | prompts with a finite Δll |",
          "|---|---|---|---|---|---|---|---|---|---|"]
@@ -94,8 +98,12 @@ def render_third_look(t: dict) -> list[str]:
     L += ["", f"On the new worlds: rule 2 within 0.02 of the best in {t['rule2_within_0.02_new']} of "
           f"{t['judged_worlds']}, rule 1 in {t['rule1_within_0.02_new']}; mean regret against the best realised "
           + ", ".join(regrets) + ". A Δll needs a measurement prompt with both a correct and an incorrect rollout; where none has both, "
-          "no mask can beat all tokens on evidence and rule 2 keeps all tokens.", "",
-          "Each mask's lookahead Δll minus all-token training's, prompt by prompt (estimate [95% interval]):", ""]
+          "no mask can beat all tokens on evidence and rule 2 keeps all tokens.", ""]
+    if t.get("pooled_with_third"):
+        q = t["pooled_with_third"]
+        L += [f"Over the {q['worlds']} worlds of the third and sixth looks: rule 2 within 0.02 of the best in "
+              f"{q['within']} ({q['within'] / q['worlds']:.0%}; the issue's rate is 3 of 4, 75%).", ""]
+    L += ["Each mask's lookahead Δll minus all-token training's, prompt by prompt (estimate [95% interval]):", ""]
     for r in t["rows"]:
         if r["status"] != "ok":
             continue
