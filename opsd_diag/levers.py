@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from opsd_diag.core.stats import ci_text
+
 # Run.levers(): one row per candidate token mask (docs/training.md#the-diagnosis-lever-recommendation)
 COLUMNS = {
     "setting": "the candidate's name (config.levers.CANDIDATES)",
@@ -30,12 +32,6 @@ COLUMNS = {
     "forgetting_pass1_hi": "its 95% interval, high end",
     "recommended": "the recommendation: the largest dll_vs_all whose interval lies above 0, else all tokens",
 }
-
-
-def _ci(d: dict) -> str:
-    if d.get("estimate") is None or d["estimate"] != d["estimate"]:
-        return "n/a"
-    return f"{d['estimate']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]"
 
 
 def _flow(d: dict) -> str:
@@ -75,11 +71,11 @@ def text(levers: dict | None) -> list[str]:
         return ["lever recommendation: none (no candidate has a finite lookahead Δll)"]
     d, a, diff = r.get("dll") or {}, r.get("dll_all") or {}, r.get("dll_vs_all") or {}
     line = (f"lever recommendation for {levers['config']} / {levers['method']}: training.token_mask "
-            f"{_flow(r['token_mask'])} ({r['setting']}): lookahead Δll {_ci(d)}")
+            f"{_flow(r['token_mask'])} ({r['setting']}): lookahead Δll {ci_text(d)}")
     if r["setting"] != "all" and a.get("estimate") is not None:
-        line += f", all tokens {_ci(a)}"
+        line += f", all tokens {ci_text(a)}"
     if r["setting"] != "all" and diff.get("estimate") is not None:
-        line += f", difference {_ci(diff)}"
+        line += f", difference {ci_text(diff)}"
     if r.get("basis"):
         line += f" ({r['basis']})"
     kept = (levers["settings"][r["setting"]].get("alignment") or {}).get("estimate")

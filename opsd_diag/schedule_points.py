@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from opsd_diag.core.stats import ci_text
+
 # Run.schedule(): one row per (self-teacher config, share of the solution, loss method)
 # (docs/training.md#the-diagnosis-schedule-recommendation)
 COLUMNS = {
@@ -90,10 +92,6 @@ def courses_frame(schedule: dict | None) -> pd.DataFrame | None:
     return out
 
 
-def _ci(d: dict | None) -> str:
-    return "n/a" if _get(d) is None else f"{d['estimate']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]"
-
-
 def text(schedule: dict | None) -> list[str]:
     """The report's line: the recommended share with its lookahead interval, beside the whole solution's."""
     if not schedule:
@@ -113,13 +111,13 @@ def text(schedule: dict | None) -> list[str]:
     else:
         lines = [f"schedule recommendation for {r['source']} / {r['method']}: show {r['share']:g} of the solution "
                  f"(training.context_schedule {{kind: fixed, start: {r['share']:g}}}): lookahead Δll "
-                 f"{_ci(r['dll'])}, whole solution {_ci(r.get('dll_full'))}"
-                 + (f", difference {_ci(r['dll_vs_full'])}" if r.get("dll_vs_full") else "")
-                 + f"; accuracy gap there {_ci(r.get('gap'))} (table: Run.schedule())"]
+                 f"{ci_text(r['dll'])}, whole solution {ci_text(r.get('dll_full'))}"
+                 + (f", difference {ci_text(r['dll_vs_full'])}" if r.get("dll_vs_full") else "")
+                 + f"; accuracy gap there {ci_text(r.get('gap'))} (table: Run.schedule())"]
         named = [("", c) for c in courses if (c["source"], c["method"]) == (r["source"], r["method"])]
         head = "schedule courses, same loss: "
     if named:
-        lines.append(head + "; ".join(f"{who}{c['course']} {_flow(c['context_schedule'])} Δll {_ci(c['dll'])}"
+        lines.append(head + "; ".join(f"{who}{c['course']} {_flow(c['context_schedule'])} Δll {ci_text(c['dll'])}"
                                       for who, c in named) + " (table: Run.schedule_courses())")
     return lines
 

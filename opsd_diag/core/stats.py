@@ -131,6 +131,13 @@ def ci_dict(est_lo_hi: tuple[float, float, float], n_prompts: int) -> dict:
     return {"estimate": est, "lo": lo, "hi": hi, "n_prompts": int(n_prompts)}
 
 
+def ci_text(d: dict | None, digits: int = 4) -> str:
+    """``ci_dict``'s interval as text, "estimate [lo, hi]"; "n/a" without a finite estimate."""
+    if not d or d.get("estimate") is None or not math.isfinite(d["estimate"]):
+        return "n/a"
+    return f"{d['estimate']:+.{digits}f} [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]"
+
+
 def paired_difference(a: dict, b: dict, n_boot: int, seed: int, alpha: float = 0.05) -> dict:
     """Mean over prompts of ``a[p] - b[p]`` (per-prompt values keyed by prompt id) on the prompts where both are
     finite (None counts as missing), with a percentile bootstrap over those prompts: a comparison of two

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     plan = load_plan()
     realised = json.loads((HERE / "levers_analysis.json").read_text())["worlds"]
-    result, lines = {}, []
+    lines = []
     for name in ["diversity", "rule_vs_instance2", "forgetting", "chains", "crossed", "mixed", "relay"]:
         masks = world(plan, name, args.diag_root / name / "diag" / "main")
         done = {k: v["d_pass1"]["estimate"] for k, v in realised[name]["settings"].items()
@@ -98,7 +98,6 @@ def main(argv=None) -> int:
                "spearman_sll": spearman([masks[k]["sll"] for k in run], [done[k] for k in run]),
                "spearman_dll": spearman([masks[k]["dll"] for k in fin], [done[k] for k in fin]) if len(fin) > 2
                else float("nan")}
-        result[name] = row
         regret = "not run" if row["regret"] is None else f"{row['regret']:+.3f}"
         lines.append(f"{name:18s} paired-Δsll pick {pick:22s} regret {regret}  best {best} {done[best]:+.3f}  "
                      f"Spearman(Δsll, Δpass@1) {row['spearman_sll']:+.2f} over {len(run)}  "
@@ -108,7 +107,6 @@ def main(argv=None) -> int:
             lines.append(f"    {k:22s} Δsll {v['sll']:+.5f}  vs all {d['estimate']:+.5f} [{d['lo']:+.5f}, "
                          f"{d['hi']:+.5f}]  realised {done.get(k, float('nan')):+.3f}")
         print(lines[-len(masks) - 1], flush=True)
-    (HERE / "explore_signed_ll.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     (HERE / "explore_signed_ll.txt").write_text("\n".join(lines) + "\n")
     return 0
 

@@ -14,8 +14,9 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from benchmarks.validity.levers.rows import ci_text, finite, keeps_pass4, spearman, world_rows, world_table  # noqa: E402
+from benchmarks.validity.levers.rows import finite, keeps_pass4, spearman, world_rows, world_table  # noqa: E402
 from benchmarks.validity.levers.run_levers import worlds_of  # noqa: E402
+from opsd_diag.core.stats import ci_text  # noqa: E402
 
 
 def rule1(rec: dict) -> str | None:
@@ -107,11 +108,7 @@ def render_third_look(t: dict) -> list[str]:
     for r in t["rows"]:
         if r["status"] != "ok":
             continue
-        parts = [f"{k} " + ("n/a" if not v.get("dll_vs_all") or v["dll_vs_all"].get("estimate") is None
-                            or v["dll_vs_all"]["estimate"] != v["dll_vs_all"]["estimate"]
-                            else f"{v['dll_vs_all']['estimate']:+.4f} [{v['dll_vs_all']['lo']:+.4f}, "
-                                 f"{v['dll_vs_all']['hi']:+.4f}]")
-                 for k, v in r["diagnosis"].items() if k != "all"]
+        parts = [f"{k} {ci_text(v.get('dll_vs_all'))}" for k, v in r["diagnosis"].items() if k != "all"]
         L.append(f"- {r['world']}: " + "; ".join(parts))
     return L + [""]
 
@@ -150,10 +147,10 @@ def render_fourth_look(f: dict) -> list[str]:
         c = f["confirmation"].get(t["setting"])
         again = "" if c is None else (f"; seeds 2-3: {c['status']}" if "status" in c else
                                       f"; seeds 2-3: Δpass@1 {c['d_pass1']:+.3f} (all {c['d_pass1_all']:+.3f}), "
-                                      f"Δpass@4 − all's {ci_text(c['d_pass4_minus_all'])}: "
+                                      f"Δpass@4 − all's {ci_text(c['d_pass4_minus_all'], 3)}: "
                                       f"{'meets' if c['meets'] else 'does not meet'} it again")
         L.append(f"- {t['setting']}: Δpass@1 {t['d_pass1']:+.3f} (all {t['d_pass1_all']:+.3f}), Δpass@4 − all's "
-                 f"{ci_text(t['d_pass4_minus_all'])}: {'meets' if t['meets'] else 'does not meet'} the test{again}")
+                 f"{ci_text(t['d_pass4_minus_all'], 3)}: {'meets' if t['meets'] else 'does not meet'} the test{again}")
     r = f["all_rerun_vs_committed"]
     L += ["", f"Answer: {'yes' if f['met'] else 'no'}. All-token training run again: Δpass@1 {r['rerun']:+.3f} "
           f"(the first look's committed {r['committed']:+.3f}).", ""]
@@ -184,18 +181,18 @@ def fifth_look(plan: dict, root: Path, rdir: Path) -> dict:
         r1 = [(r["dll"]["estimate"], r["share"]) for r in sched["rows"] if r.get("dll") and finite(r["dll"].get("estimate"))]
         picks = {"rule2": (sched.get("recommendation") or {}).get("share"), "rule1": max(r1)[1] if r1 else None}
         shares = sorted(s for s in done if s in diag)
+
+        def rho_over(q: str) -> float:
+            """Spearman of the shares' diagnosed ``q`` with their realised Δpass@1 (NaN unless all are finite)."""
+            xs = [(diag[f].get(q) or {}).get("estimate") for f in shares]
+            return spearman(xs, [done[f] for f in shares]) if all(finite(x) for x in xs) else math.nan
         out[world] = {"status": "ok", "rows": wr, "best_share": best, "best_d_pass1": done[best],
                       "rule2_basis": (sched.get("recommendation") or {}).get("basis"),
                       **{k: {"share": v, "d_pass1": done.get(v),
                              "within_0.02": v in done and done[best] - done[v] <= 0.02} for k, v in picks.items()},
                       "diagnosis": {str(f): {"dll": diag[f].get("dll"), "dll_vs_full": diag[f].get("dll_vs_full"),
                                              "gap": diag[f].get("gap")} for f in shares},
-                      "spearman_dll": spearman([(diag[f].get("dll") or {}).get("estimate") for f in shares],
-                                               [done[f] for f in shares])
-                      if all(finite((diag[f].get("dll") or {}).get("estimate")) for f in shares) else math.nan,
-                      "spearman_gap": spearman([(diag[f].get("gap") or {}).get("estimate") for f in shares],
-                                               [done[f] for f in shares])
-                      if all(finite((diag[f].get("gap") or {}).get("estimate")) for f in shares) else math.nan}
+                      **{f"spearman_{q}": rho_over(q) for q in ("dll", "gap")}}
     ok = [w for w in out.values() if w["status"] == "ok"]
     blind = [w for w in ok if (w.get("rule2_basis") or "").startswith("no measurement prompt")]
     return {"worlds": out, "rule2_within_0.02": sum(w["rule2"]["within_0.02"] for w in ok),
@@ -229,8 +226,8 @@ def render_fifth_look(f: dict) -> list[str]:
           "accuracy gap G of the teacher shown that share):", ""]
     for w, r in f["worlds"].items():
         if r["status"] == "ok":
-            L.append(f"- {w}: " + "; ".join(f"{k}: Δll {_ci4(v['dll'])}, difference {_ci4(v['dll_vs_full'])}, "
-                                             f"G {_ci4(v['gap'], 3)}" for k, v in r["diagnosis"].items()))
+            L.append(f"- {w}: " + "; ".join(f"{k}: Δll {ci_text(v['dll'])}, difference {ci_text(v['dll_vs_full'])}, "
+                                             f"G {ci_text(v['gap'], 3)}" for k, v in r["diagnosis"].items()))
     blind = [w for w, r in f["worlds"].items() if r["status"] == "ok" and (r.get("rule2_basis") or "").startswith(
         "no measurement prompt")]
     note = [] if not blind else [
@@ -253,9 +250,3 @@ def pick(p: dict) -> str:
 
 def _rho(x: float) -> str:
     return "n/a" if x != x else f"{x:+.2f}"
-
-
-def _ci4(d: dict | None, digits: int = 4) -> str:
-    if not d or not finite(d.get("estimate")):
-        return "n/a"
-    return f"{d['estimate']:+.{digits}f} [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]"

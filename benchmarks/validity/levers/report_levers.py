@@ -25,8 +25,9 @@ if __package__ in (None, ""):
 
 from benchmarks.validity.levers.later_looks import (fifth_look, fourth_look, render_fifth_look,  # noqa: E402
                                                     render_fourth_look, render_third_look, third_look)
-from benchmarks.validity.levers.rows import ci_text, keeps_pass4, spearman, world_rows, world_table  # noqa: E402
+from benchmarks.validity.levers.rows import keeps_pass4, spearman, world_rows, world_table  # noqa: E402
 from benchmarks.validity.levers.run_levers import load_plan, settings_for, worlds_of  # noqa: E402
+from opsd_diag.core.stats import ci_text  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = Path("/work/runs/levers")
@@ -150,7 +151,7 @@ def render(a: dict) -> str:
     if q["q1_diversity"]["rows"]:
         for r in q["q1_diversity"]["rows"]:
             L.append(f"- {r['setting']}: Δpass@1 {r['d_pass1']:+.3f} (all {r['d_pass1_all']:+.3f}), Δpass@4 − all's "
-                     f"{ci_text(r['d_pass4_minus_all'])}: {'meets' if r['meets'] else 'does not meet'} the target")
+                     f"{ci_text(r['d_pass4_minus_all'], 3)}: {'meets' if r['meets'] else 'does not meet'} the target")
         L += ["", f"Answer: {'yes' if q['q1_diversity']['any'] else 'no'}.", ""]
     else:
         L += ["Not answered: the diversity runs did not finish.", ""]

@@ -21,7 +21,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.levers.run_levers import settings_for  # noqa: E402
-from opsd_diag.core.stats import pass_at_k  # noqa: E402
+from opsd_diag.core.stats import ci_text, pass_at_k  # noqa: E402
 
 N_BOOT, SEED = 2000, 0
 
@@ -108,10 +108,6 @@ def finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
-def ci_text(c: dict) -> str:
-    return f"{c['estimate']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}]"
-
-
 def world_table(wr: dict) -> list[str]:
     """One world's initial student and its settings' rows."""
     i = wr["initial"]
@@ -125,8 +121,8 @@ def world_table(wr: dict) -> list[str]:
             continue
         va = r.get("vs_all")
         L.append(f"| {s}{' (second look)' if r.get('second_look') else ''} | {','.join(map(str, r['seeds']))} | "
-                 f"{ci_text(r['d_pass1'])} | {ci_text(r['d_pass4'])} | "
-                 f"{ci_text(va['d_pass1']) if va else '—'} | {ci_text(va['d_pass4']) if va else '—'} | "
+                 f"{ci_text(r['d_pass1'], 3)} | {ci_text(r['d_pass4'], 3)} | "
+                 f"{ci_text(va['d_pass1'], 3) if va else '—'} | {ci_text(va['d_pass4'], 3) if va else '—'} | "
                  f"{r['d_forgetting']['estimate']:+.3f} | {r['kl_to_initial']['estimate']:.4f} | "
                  f"{r['kept_share']:.3f} |")
     return L + [""]

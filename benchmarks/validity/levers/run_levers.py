@@ -136,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
     args = ap.parse_args(argv)
     plan = load_plan()
-    four = plan[LOOKS[args.look]] if args.look in (4, 5) else {}  # a look with its own settings and seeds
-    settings = args.settings.split(",") if args.settings else (list(four["settings"]) if four else None)
-    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else four.get("seeds")
-    out = (args.out or Path(four.get("out") or plan["out"])).resolve()
+    own = plan[LOOKS[args.look]] if args.look in (4, 5) else {}  # a look with its own settings, seeds and out
+    settings = args.settings.split(",") if args.settings else (list(own["settings"]) if own else None)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else own.get("seeds")
+    out = (args.out or Path(own.get("out") or plan["out"])).resolve()
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "levers.log", "a")
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [j for w in worlds for j in layout(plan, w, out, settings, seeds)]
     # interleave worlds so a late stop leaves every world with its first settings done
     order = list(dict.fromkeys([*plan["settings"], *(plan.get("second_look") or {}).get("settings", {}),
-                                *(plan.get("third_look") or {}).get("settings", {}), *four.get("settings", {})]))
+                                *(plan.get("third_look") or {}).get("settings", {}), *own.get("settings", {})]))
     jobs.sort(key=lambda j: (j[0].split("__s")[1], order.index(j[0].split("/")[1].split("__")[0])))
 
     def run(job) -> int:

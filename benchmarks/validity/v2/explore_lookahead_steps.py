@@ -133,7 +133,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.report:
         res = report(args.out)
-        (HERE / "explore_lookahead_steps.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
         (HERE / "explore_lookahead_steps.txt").write_text(render(res) + "\n")
         print(render(res))
         return 0
