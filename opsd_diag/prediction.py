@@ -42,7 +42,8 @@ LOOKAHEAD = {"lookahead_dv": "dv", "lookahead_dll": "dll", "lookahead_kl": "kl"}
 N_WHY = 3  # features named in a row's "why"
 
 COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``), documented in docs/verdict.md
-    "rank": "1 = best: by predicted gain, or by the accuracy gap G (then the predicted gain) when the study chose G",
+    "rank": "1 = best: by predicted gain, or by the accuracy gap G (then the model file's method order and the "
+            "predicted gain) when the study chose G",
     "config": "teacher config",
     "method": "training method (opd, jsd, opd2, exopd with a teacher model; opsd_opd, opsd_jsd with a self-teacher)",
     "signal": "the diagnosed signal the method trains on (what `opsd-train --from-diagnosis --signal` takes)",
@@ -61,6 +62,12 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
     "imputed": "features missing for this row, set to the study's mean (contribute 0)",
     "calibration": "shipped (the package's model file) or the calibration file's path",
 }
+METHOD_ORDER_TEXT = {
+    "predicted_gain": "v2's predictions below order the methods within a config and are shown as secondary evidence.",
+    "sign_of_g": "Within a config, a full-distribution loss (jsd) ranks above the sampled-token ones where G > 0 and "
+                 "below them where G <= 0 (it is the larger step: more gain where the config helps, more damage "
+                 "where it hurts; predictor v2's fifth look), then v2's prediction; v2's predictions are shown as "
+                 "secondary evidence."}
 JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
@@ -81,6 +88,7 @@ class Calibration:
     study: str  # where the study's results are written up
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
     later_looks: dict = field(default_factory=dict)  # look name -> record of a later look (its ``summary`` quoted)
+    method_order: str = "predicted_gain"  # when G ranks: how one config's methods are ordered (core.predictor)
 
 
 def _shipped_text() -> str | None:
@@ -116,6 +124,9 @@ def _parse(d: dict, source: str) -> Calibration:
         raise ValueError(f"version {d.get('version')!r}, not 2")
     if d["choice"] not in CHOICES:
         raise ValueError(f"choice {d['choice']!r} is none of {', '.join(CHOICES)}")
+    order = d.get("method_order", {}).get("rule", "predicted_gain")
+    if order not in predictor.METHOD_ORDERS:
+        raise ValueError(f"method_order {order!r} is none of {', '.join(predictor.METHOD_ORDERS)}")
     for tier in TIERS:
         for outcome in OUTCOMES:
             m = d["models"][tier][outcome]
@@ -131,7 +142,7 @@ def _parse(d: dict, source: str) -> Calibration:
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
                        {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
                        {k: v for k, v in (d.get("later_looks") or {}).items()
-                        if isinstance(v, dict) and isinstance(v.get("summary"), str)})
+                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order)
 
 
 def _num(x) -> float:
@@ -233,6 +244,11 @@ def _key(v: float) -> float:
     return -v if not math.isnan(v) else math.inf  # highest first, missing last
 
 
+def _method_key(cal: Calibration, r: Row) -> float:
+    """The method order within one config when G ranks: the study's rule (``Calibration.method_order``)."""
+    return -predictor.method_term(r.method, r.accuracy_gap) if cal.method_order == "sign_of_g" else 0.0
+
+
 @dataclass(frozen=True)
 class Predictions:
     rows: list[Row]  # ranked
@@ -270,7 +286,8 @@ def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibrat
     self_teachers = set(self_teachers)
     rows = [_row(summary, cal, c, m) for c in summary.configs for m in methods(c in self_teachers, has_base)]
     by_gap = cal.choice == "accuracy_gap"
-    rows.sort(key=(lambda r: (_key(r.accuracy_gap), _key(r.gain))) if by_gap else (lambda r: _key(r.gain)))
+    rows.sort(key=(lambda r: (_key(r.accuracy_gap), _method_key(cal, r), _key(r.gain))) if by_gap
+              else (lambda r: _key(r.gain)))
     rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
     return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain", settings_note(summary, cal))
 
@@ -340,8 +357,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
     if p.ranked_by == "accuracy_gap":
         out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: "
                           f"{cal.reason}. G's Spearman with the realised pass@1 change was "
-                          f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. v2's "
-                          "predictions below order the methods within a config and are shown as secondary evidence."
+                          f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. "
+                          + METHOD_ORDER_TEXT[cal.method_order]
                           + ("" if not cal.later_looks else " Later pre-registered looks, each checked on a new world: "
                              + "; ".join(v["summary"] for _, v in sorted(cal.later_looks.items())) + "."))
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "

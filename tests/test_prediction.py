@@ -180,6 +180,40 @@ def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
     assert p.recommended() is None and "nothing is recommended" in prediction.panel(p)["headline"]
 
 
+@pytest.mark.parametrize("gap", [0.4, -0.3])
+def test_the_sign_of_g_method_order_puts_jsd_first_where_g_is_positive_and_last_elsewhere(raw, tmp_path, gap):
+    r2 = copy.deepcopy(raw)
+    for cfg in r2["configs"].values():
+        cfg["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - 0.1, "hi": gap + 0.1, "n_prompts": 6}
+    r2["configs"]["teacher"]["teacher_minus_student_accuracy"]["estimate"] = gap - 0.05  # below self_full
+    data = model_file(choice="accuracy_gap")
+    data["method_order"] = {"rule": "sign_of_g", "look": 5}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    assert p.calibration.method_order == "sign_of_g"
+    assert [r.config for r in p.rows] == ["self_full"] * 2 + ["teacher"] * 4  # G still ranks the configs
+    for config, full in (("self_full", "opsd_jsd"), ("teacher", "jsd")):
+        rows = [r for r in p.rows if r.config == config]
+        assert (rows[0].method == full) if gap > 0 else (rows[-1].method == full)
+        sampled = [r.gain for r in rows if r.method != full]
+        assert sampled == sorted(sampled, reverse=True)  # then v2's prediction, as before
+    assert "full-distribution loss (jsd) ranks above" in prediction.panel(p)["ranking"]
+    data["method_order"] = {"rule": "by_name"}
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(OpsdError, match="method_order 'by_name' is none of"):
+        prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "bad.json")
+
+
+def test_method_term_against_its_definition():
+    from opsd_diag.core.predictor import method_term
+    for method in LOSS:
+        full = method in ("jsd", "opsd_jsd")
+        assert method_term(method, 0.2) == (1.0 if full else 0.0)
+        assert method_term(method, 0.0) == (-1.0 if full else 0.0)  # G <= 0: the larger step does more damage
+        assert method_term(method, -0.2) == (-1.0 if full else 0.0)
+        assert method_term(method, math.nan) == 0.0
+
+
 def test_recommendation_needs_a_helps_verdict(raw, tmp_path):
     _edited(raw, tmp_path / "c.json", d_pass1=0.0)
     p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")

@@ -18,6 +18,16 @@ import math
 import numpy as np
 
 LOSS_KIND = {"opd": 0.0, "opd2": 0.0, "exopd": 0.0, "opsd_opd": 0.0, "jsd": 1.0, "opsd_jsd": 1.0}  # is_jsd
+METHOD_ORDERS = ("predicted_gain", "sign_of_g")  # how the methods of one config are ordered when G ranks
+
+
+def method_term(method: str, accuracy_gap: float) -> float:
+    """The method order read from the sign of G (predictor v2's fifth look): a full-distribution loss is the larger
+    step, more gain where the config helps and more damage where it hurts. +1 for a full-distribution method of a
+    config with G > 0, -1 for one with G <= 0, 0 for a sampled-token method or an unknown G."""
+    if not math.isfinite(accuracy_gap):
+        return 0.0
+    return LOSS_KIND[method] * (1.0 if accuracy_gap > 0 else -1.0)
 
 
 def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict:

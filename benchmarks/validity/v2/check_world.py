@@ -36,7 +36,8 @@ def shipped() -> dict:
     return json.loads(resources.files("opsd_diag").joinpath("data/predictor_v2.json").read_text())
 
 
-def check(world: str, study: Path, lookahead_dir: Path) -> dict:
+def world_rows(world: str, study: Path, lookahead_dir: Path) -> list[dict]:
+    """The world's product rows with their realised outcomes and lookahead columns (rediagnosing if needed)."""
     plans = run_worlds.load("default")
     plan = run_worlds.resolve(plans, world)
     rows, _, _ = analyze_worlds.world_rows(study / world, plan, np.random.default_rng(0))
@@ -48,6 +49,11 @@ def check(world: str, study: Path, lookahead_dir: Path) -> dict:
         x = la[(r["config"], r["method"])]
         r.update({k: x[k]["estimate"] for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl")},
                  world=world, is_jsd=predictor.LOSS_KIND[r["method"]])
+    return rows
+
+
+def check(world: str, study: Path, lookahead_dir: Path) -> dict:
+    rows = world_rows(world, study, lookahead_dir)
     ship = shipped()
     y = report_v2.target(rows, "d_pass1")
     g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])

@@ -106,3 +106,20 @@ def lowo_classes(rows: list[dict], features: list[str], lam: float) -> dict[str,
             m = model.fit_logistic(X[train], (cls[train] == k).astype(float), features, lam)
             out[k][test] = model.probability(m, X[test])
     return out
+
+
+def product_order(rows: list[dict], gain, rule: str) -> np.ndarray:
+    """Scores (higher: ranked first) that order ``rows`` as the product does when G ranks: G, then the method order
+    ``rule`` (``core.predictor.METHOD_ORDERS``: ``sign_of_g`` puts a config's full-distribution methods first where
+    G > 0 and last where G <= 0), then ``gain`` (the shipped model's prediction). Missing values rank last."""
+    def up(v) -> float:
+        return v if np.isfinite(v) else -np.inf
+    keys = []
+    for r, p in zip(rows, np.asarray(gain, float)):
+        g = v2._num(r["accuracy_gap"])
+        term = model.method_term(r["method"], g) if rule == "sign_of_g" else 0.0
+        keys.append((up(g), term, up(p)))
+    order = sorted(range(len(rows)), key=lambda i: keys[i])  # ascending: the last is ranked first
+    scores = np.empty(len(rows))
+    scores[order] = np.arange(len(rows), dtype=float)
+    return scores
