@@ -340,6 +340,25 @@ def test_short_run_with_a_mask_keeps_its_share_and_logs_it(world, tmp_path):
         assert r["revealed_fraction"] == 1.0
 
 
+def test_a_position_window_samples_only_to_its_end_and_trains_as_on_whole_rollouts(world, tmp_path, monkeypatch,
+                                                                                     one_thread):
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=2, num_generations=2,
+                       token_mask={"kind": "position", "positions": [0, 3]})
+    assert cli.main([str(cfg), "--out", str(tmp_path / "cut")]) == 0
+    from opsd_diag.config.settings import MaskSettings
+    monkeypatch.setattr(MaskSettings, "sampled_length", lambda self, n: n)  # as before: whole rollouts sampled
+    assert cli.main([str(cfg), "--out", str(tmp_path / "whole")]) == 0
+    cut, whole = read_metrics(tmp_path / "cut"), read_metrics(tmp_path / "whole")
+    assert len(cut) == len(whole) == 2
+    for c, w in zip(cut, whole):
+        assert c["completion_length"] <= 3 < w["completion_length"]  # sampling stopped at the window's end
+        assert c["kept_tokens"] == w["kept_tokens"]  # the same tokens trained: the rollouts' first three
+        assert c["loss"] == pytest.approx(w["loss"], rel=1e-6, abs=1e-9)
+        assert c["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-6)
+    assert MaskSettings(kind="position", entropy_quantiles=(0.0, 1.0), advantage_top=1.0, teacher_confidence=0.0,
+                        positions=(0, 3), rollouts="correct").sampled_length(64) == 64  # an outcome needs it all
+
+
 def test_short_run_with_a_decay_schedule_follows_its_fractions(world, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", world, method="opsd", teacher="self_full", max_steps=3,
                        context_schedule={"kind": "decay", "start": 1.0, "end": 0.25, "decay_steps": 2})

@@ -16,6 +16,9 @@ class LeverState:
         self.running_accuracy = float((saved or {}).get("running_accuracy", 0.0))
         # rollouts are checked only where a lever reads their outcome
         self.checker = checker if (self.mask.needs_outcomes or self.schedule.needs_outcomes) else None
+        # tokens each rollout is sampled to: a position window's end where no lever reads the whole completion
+        self.sample_to = (spec.max_completion_length if self.schedule.needs_outcomes
+                          else self.mask.sampled_length(spec.max_completion_length))
 
     def check_path(self, sharded: bool, cross: bool) -> None:
         if not self.mask.keeps_all and (sharded or cross):

@@ -107,7 +107,8 @@ def train_step(acc: Accelerator, st: Setup, hidden_model, optimizer, scheduler, 
     try:
         with torch.no_grad(), acc.autocast(), sharded.full_params(hidden_model):  # FSDP: gathered while sampling
             mbs = [make_micro_batch(st.roles.student, st.tok, st.train, j, idx, step, spec, st.stop_ids,
-                                    st.tc.cfg.sampling.engine, fraction=levers.fraction(step), checker=levers.checker)
+                                    st.tc.cfg.sampling.engine, fraction=levers.fraction(step), checker=levers.checker,
+                                    sample_to=levers.sample_to)
                    for j, idx in plan]
     except NonFiniteLogits as e:
         raise OpsdError(f"step {step + 1}: {_who(st, 'student')} produced non-finite logits (NaN or inf) while "

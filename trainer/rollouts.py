@@ -15,7 +15,7 @@ would have done.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
@@ -122,7 +122,8 @@ def micro_seed(seed: int, step: int, j: int) -> int:
     return derive_seed(seed, step, j, 17)
 
 
-def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec, stop_ids, engine: str):
+def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec, stop_ids, engine: str,
+            sample_to: int | None = None):
     k = spec.num_generations
     per_chunk = spec.generation_batch_size // k  # prompts per generate call
     first = j * spec.per_device_train_batch_size // per_chunk  # global index of this micro-batch's first chunk
@@ -130,6 +131,8 @@ def _sample(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec:
     sample = for_role("rollouts", engine)  # hf: engine.decode's loop, which drops finished rows; static: engine.fast
     for c, lo in enumerate(range(0, len(idx), per_chunk)):
         s = spec.sampling_settings(micro_seed(spec.seed, step, first + c))
+        if sample_to is not None and sample_to < s.max_new_tokens:  # a position window's end (LeverState.sample_to)
+            s = replace(s, max_new_tokens=sample_to)
         prompts = [ps.student_prompts[i] for i in idx[lo:lo + per_chunk]]
         samples += cut(tok, ps, sample(model, tok, prompts, s, stop_ids))
     return samples
@@ -143,10 +146,11 @@ def cut(tok, ps: ProblemSet, samples):
 
 def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: int, spec: TrainingSpec,
                      stop_ids: list[int], engine: str = "hf", *, fraction: float = 1.0,
-                     checker: tuple[str, str] | None = None) -> MicroBatch:
+                     checker: tuple[str, str] | None = None, sample_to: int | None = None) -> MicroBatch:
     """On-policy samples from the current student (or the reference responses for sft). ``fraction``: the
     share of each solution the teacher view reveals (``training.context_schedule``); ``checker`` (name,
-    truncated rule): each rollout's outcome is checked (a lever reads it)."""
+    truncated rule): each rollout's outcome is checked (a lever reads it); ``sample_to``: sample at most this
+    many tokens (a position window's end: ``trainer.levers.LeverState.sample_to``)."""
     rows = [i for i in idx for _ in range(spec.num_generations)]
     if spec.method == "sft":
         completions = [ps.targets[i] for i in rows]
@@ -154,7 +158,7 @@ def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: i
     else:
         was_training = model.training
         model.eval()
-        samples = _sample(model, tok, ps, j, idx, step, spec, stop_ids, engine)
+        samples = _sample(model, tok, ps, j, idx, step, spec, stop_ids, engine, sample_to)
         model.train(was_training)
         completions = [c.ids for per in samples for c in per]
         finished = [c.finished for per in samples for c in per]

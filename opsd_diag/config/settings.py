@@ -76,6 +76,15 @@ class MaskSettings:
     def needs_outcomes(self) -> bool:
         return self.rollouts != "all"
 
+    def sampled_length(self, max_new_tokens: int) -> int:
+        """How many tokens a rollout needs: a position window ending at ``end`` never reads a later token, and a
+        causal model samples and scores the tokens before it as it would in a longer rollout, so sampling stops
+        there (unless an outcome is read, which needs the whole completion)."""
+        end = self.positions[1]
+        if self.kind != "position" or end is None or self.needs_outcomes:
+            return max_new_tokens
+        return min(max_new_tokens, end)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ScheduleSettings:
