@@ -1,6 +1,6 @@
 """Time per training step with a <= 50%-token mask against all tokens, side by side in one process.
 
-    python benchmarks/validity/levers/bench_step.py --config CONFIG --out FILE [--repeats 5]
+    python benchmarks/validity/levers/bench_step.py --config CONFIG --out FILE [--repeats 5] [--position-end E]
 
 CONFIG is a lever-study training config (run_levers.py writes them). Each repeat samples one micro-batch
 from the student (the trainer's ``make_micro_batch``), then runs the trainer's micro-batch step on it with
@@ -8,8 +8,10 @@ from the student (the trainer's ``make_micro_batch``), then runs the trainer's m
 reversed every other repeat; the rollouts' outcomes are checked as the trainer does), each followed by
 ``rescale_to_kept`` and the optimizer step on a copy, timed with ``perf_counter``; then ``decoders_only``: the
 decoders' forwards and the student's backward without any LM head or loss, the floor of a mask that reads the
-student's logits (it must run the whole decoder). Written: the median seconds of sampling and of each step, and
-per mask the ratios masked / all of the step alone and of sampling + step (what a training step costs).
+student's logits (it must run the whole decoder). With ``--position-end E`` also ``position_half``: the window
+[0, E), known before any model runs, on rollouts sampled only to E as the trainer samples them
+(``LeverState.sample_to``; their sampling timed apart). Written: the median seconds of sampling and of each step,
+and per mask the ratios masked / all of the step alone and of sampling + step (what a training step costs).
 """
 
 from __future__ import annotations
@@ -80,14 +82,18 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--position-end", type=int, help="also time position_half, the window [0, E) (amendment 8)")
     args = ap.parse_args(argv)
+    masks = dict(MASKS)
+    if args.position_end:
+        masks["position_half"] = TokenMaskSpec(kind="position", positions=[0, args.position_end]).settings()
     torch.manual_seed(0)
     tc = config.load(args.config)
     st = prepare(tc, torch.device("cpu"))
     spec = tc.spec
-    times = {k: [] for k in [*MASKS, "decoders_only"]}
-    kept = {k: [] for k in MASKS}
-    sampling = []
+    times = {k: [] for k in [*masks, "decoders_only"]}
+    kept = {k: [] for k in masks}
+    sampling, sampling_cut = [], []
     for r in range(args.repeats):
         idx = step_problems(len(st.train.problems), r, spec.per_device_train_batch_size, spec.seed)
         t0 = time.perf_counter()
@@ -95,18 +101,29 @@ def main(argv=None) -> int:
             mb = make_micro_batch(st.roles.student, st.tok, st.train, 0, idx, r, spec, st.stop_ids,
                                   checker=(tc.cfg.analysis.checker, tc.cfg.analysis.truncated))
         sampling.append(time.perf_counter() - t0)
-        for name in (list(MASKS) if r % 2 == 0 else list(MASKS)[::-1]):
-            s, k = step_seconds(st, mb, MASKS[name])
+        cut = None
+        if args.position_end:  # the same seeds: each rollout is the whole one's first E tokens
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                cut = make_micro_batch(st.roles.student, st.tok, st.train, 0, idx, r, spec, st.stop_ids,
+                                       sample_to=args.position_end)
+            sampling_cut.append(time.perf_counter() - t0)
+        for name in (list(masks) if r % 2 == 0 else list(masks)[::-1]):
+            s, k = step_seconds(st, cut if name == "position_half" else mb, masks[name])
             times[name].append(s)
-            kept[name].append(k)
+            kept[name].append(k * (cut.n_tokens / mb.n_tokens if name == "position_half" else 1.0))
         times["decoders_only"].append(decoders_seconds(st, mb))
     med = {k: statistics.median(v) for k, v in times.items()}
     samp = statistics.median(sampling)
+    samp_of = {k: statistics.median(sampling_cut) if k == "position_half" else samp for k in masks}
     out = {"config": str(args.config), "repeats": args.repeats, "threads": torch.get_num_threads(),
            "sampling_s": samp, "step_s": med, "kept_share": {k: statistics.mean(v) for k, v in kept.items()},
            "ratio_step": {k: med[k] / med["all"] for k in times if k != "all"},
-           "ratio_sampling_plus_step": {k: (samp + med[k]) / (samp + med["all"]) for k in MASKS if k != "all"},
+           "ratio_sampling_plus_step": {k: (samp_of[k] + med[k]) / (samp + med["all"]) for k in masks if k != "all"},
            "raw": {"sampling_s": sampling, "step_s": times}}
+    if args.position_end:
+        out.update(position_end=args.position_end, sampling_cut_s=samp_of["position_half"])
+        out["raw"]["sampling_cut_s"] = sampling_cut
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if k != "raw"}, indent=1))

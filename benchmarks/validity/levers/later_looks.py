@@ -250,3 +250,59 @@ def pick(p: dict) -> str:
 
 def _rho(x: float) -> str:
     return "n/a" if x != x else f"{x:+.2f}"
+
+
+def seventh_look(plan: dict, root: Path, bench: dict | None) -> dict:
+    """Amendment 8: target 3 with position_half (a window known before any model runs, sampled only to its end)
+    against all-token training run again beside it, in every world; the time from ``bench_step.py --position-end``."""
+    seven = plan["seventh_look"]
+    out = {}
+    for world in seven["worlds"]:
+        wr = world_rows(plan, root, world, list(seven["settings"]), seven["seeds"])
+        st = wr.get("settings", {})
+        if wr.get("status") != "ok" or any(st.get(k, {}).get("status") != "ok" for k in seven["settings"]):
+            out[world] = {"status": wr.get("status") if wr.get("status") != "ok" else "a run did not finish",
+                          "rows": wr}
+            continue
+        a, p = st["all"], st["position_half"]
+        g_all, g = a["d_pass1"]["estimate"], p["d_pass1"]["estimate"]
+        share = p["kept_tokens"] / a["tokens"]  # trained tokens against whole rollouts (same seeds, steps)
+        out[world] = {"status": "ok", "rows": wr, "end": seven["half"][world], "d_pass1_all": g_all,
+                      "d_pass1": g, "gain_kept": bool(g >= g_all - 0.1 * max(g_all, 0.0)), "share": share,
+                      "share_at_most_half": share <= 0.5, "d_pass4_minus_all": p["vs_all"]["d_pass4"]}
+    ok = [w for w in out.values() if w["status"] == "ok"]
+    time_ratio = None if not bench or "position_half" not in bench.get("ratio_sampling_plus_step", {}) else \
+        bench["ratio_sampling_plus_step"]["position_half"]
+    gain = len(ok) == len(seven["worlds"]) and all(w["gain_kept"] for w in ok)
+    share = len(ok) == len(seven["worlds"]) and all(w["share_at_most_half"] for w in ok)
+    fast = time_ratio is not None and time_ratio <= 0.7
+    return {"worlds": out, "n_worlds": len(seven["worlds"]), "gain_kept": sum(w["gain_kept"] for w in ok),
+            "share_at_most_half": sum(w["share_at_most_half"] for w in ok), "time_ratio": time_ratio,
+            "bench": None if not bench else {k: v for k, v in bench.items() if k != "raw"},
+            "met": {"gain": gain, "share": share, "time": fast, "target": gain and share and fast}}
+
+
+def render_seventh_look(f: dict) -> list[str]:
+    """Target 3 again (amendment 8): position_half beside all-token training in every world."""
+    L = ["**3b. Seventh look (amendment 8): target 3 with a position window known before any model runs.** "
+         "`position_half` trains the first E tokens of each rollout (E: half the median length of the world's "
+         "diagnosis rollouts), sampled only to E; all-token training run again beside it, seeds 0 and 1.", "",
+         "| world | E | all's Δpass@1 | position_half's Δpass@1 | keeps the gain | trained tokens / all's | "
+         "Δpass@4 − all's |", "|---|---|---|---|---|---|---|"]
+    for w, r in f["worlds"].items():
+        if r["status"] != "ok":
+            L.append(f"| {w} | not analysed: {r['status']} | | | | | |")
+            continue
+        L.append(f"| {w} | {r['end']} | {r['d_pass1_all']:+.3f} | {r['d_pass1']:+.3f} | "
+                 f"{'yes' if r['gain_kept'] else 'no'} | {r['share']:.2f} | {ci_text(r['d_pass4_minus_all'], 3)} |")
+    b = f["bench"]
+    timing = ("not measured" if f["time_ratio"] is None else
+              f"sampling + step {f['time_ratio']:.2f}× all-token training's (sampling to E {b['sampling_cut_s']:.3f} s "
+              f"against {b['sampling_s']:.3f} s; the step alone {b['ratio_step']['position_half']:.2f}×; median of "
+              f"{b['repeats']} side-by-side repeats, `bench_step.py --position-end {b['position_end']}`, one thread)")
+    m = f["met"]
+    L += ["", f"Gain kept (Δpass@1 ≥ all's − 10% of all's gain) in {f['gain_kept']} of {f['n_worlds']} worlds; trained "
+          f"tokens ≤ half of all's in {f['share_at_most_half']} of {f['n_worlds']}; time: {timing}. Target 3 by "
+          f"position_half: {'met' if m['target'] else 'not met'} (gain {'met' if m['gain'] else 'not met'}, share "
+          f"{'met' if m['share'] else 'not met'}, time {'met' if m['time'] else 'not met'}).", ""]
+    return L

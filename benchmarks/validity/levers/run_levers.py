@@ -1,7 +1,7 @@
 """Run the pre-registered lever study (plan.yaml here): each world's best configuration, every lever setting.
 
     python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b] [--look 3]
-    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]   (or --look 5)
+    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]   (or --look 5, 7)
 
 Per world, the worlds harness lays out the data and the training configs (``run_worlds.layout_world``:
 nothing is run); the best configuration's config gets this plan's budget, evaluation and one lever
@@ -32,7 +32,7 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan.yaml"
-LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look", 6: "sixth_look"}  # a later look's section of plan.yaml
+LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look", 6: "sixth_look", 7: "seventh_look"}  # a later look's section of plan.yaml
 
 
 def load_plan(path: Path = PLAN) -> dict:
@@ -73,7 +73,16 @@ def setting_of(plan: dict, name: str) -> dict:
     raise KeyError(name)
 
 
-def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int) -> dict:
+def setting_in(plan: dict, name: str, world: str | None) -> dict:
+    """A setting as ``world`` runs it: a position window ending at ``half`` ends at the world's E (amendment 8)."""
+    v = json.loads(json.dumps(setting_of(plan, name)))
+    pos = v.get("token_mask", {}).get("positions")
+    if pos is not None and pos[1] == "half":
+        pos[1] = plan["seventh_look"]["half"][world]
+    return v
+
+
+def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int, world: str | None = None) -> dict:
     """The best configuration's training config with this plan's budget, evaluation and one lever setting."""
     cfg = json.loads(json.dumps(base))
     tr, ev = plan["training"], plan["evaluation"]
@@ -81,7 +90,7 @@ def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int) -> 
     training.update({k: tr[k] for k in ("max_steps", "per_device_train_batch_size", "num_generations",
                                          "learning_rate", "warmup_steps", "lr_scheduler_type")})
     training.update(seed=seed, save_total_limit=1, report_to="none",
-                    **{k: v for k, v in setting_of(plan, name).items() if k != "needs_solution"})
+                    **{k: v for k, v in setting_in(plan, name, world).items() if k != "needs_solution"})
     training["eval"] = {
         "data": {"path": str(data_dir / f"{ev['held_out']['split']}.jsonl"), "limit": ev["held_out"]["limit"]},
         "regression": {"path": str(data_dir / f"{ev['forgetting']['split']}.jsonl"),
@@ -119,7 +128,8 @@ def layout(plan: dict, world: str, out: Path, settings: list[str] | None = None,
             name = f"{setting}__s{seed}"
             path = wdir / "levers" / f"{name}.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(yaml.safe_dump(run_config(plan, base, wdir / "data", setting, seed), sort_keys=False))
+            path.write_text(yaml.safe_dump(run_config(plan, base, wdir / "data", setting, seed, world),
+                                           sort_keys=False))
             jobs.append((f"{world}/{name}", path, wdir / "runs" / name))
     return jobs
 
@@ -129,14 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6),
-                    help="3, 6: the third or sixth look's worlds (amendments 4, 7); 4, 5: the fourth or fifth look's "
-                         "worlds, settings and seeds (amendments 5, 6)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6, 7),
+                    help="3, 6: the third or sixth look's worlds (amendments 4, 7); 4, 5, 7: the fourth, fifth or "
+                         "seventh look's worlds, settings and seeds (amendments 5, 6, 8)")
     ap.add_argument("--seeds", help="comma-separated seeds (--look 4: the confirmation seeds)")
     ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
     args = ap.parse_args(argv)
     plan = load_plan()
-    own = plan[LOOKS[args.look]] if args.look in (4, 5) else {}  # a look with its own settings, seeds and out
+    own = plan[LOOKS[args.look]] if args.look in (4, 5, 7) else {}  # a look with its own settings, seeds and out
     settings = args.settings.split(",") if args.settings else (list(own["settings"]) if own else None)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else own.get("seeds")
     out = (args.out or Path(own.get("out") or plan["out"])).resolve()
