@@ -88,15 +88,21 @@ def analyse(shipped: dict) -> dict:
         out["scopes"][name] = {"accuracy_gap": {"spearman": v2.per_world(g[k], sub, "d_pass1")},
                                **{o: scored(sub, product_order(sub, gain[k], rule)) for o, rule in ORDERS.items()}}
     out["pairs_added"] = pairs([r for r, keep in zip(rows, scopes[added]) if keep])
-    new = out["scopes"][added]
+    out["ship"] = ship(out)
+    return out
+
+
+def ship(a: dict) -> dict:
+    """The pre-registered rule on the added world alone: >= 3 pairs, sign_of_g right on at least as many as today's
+    order and on >= 75% of them."""
+    new = a["scopes"][a["added_world"]]
     n, amp, today = (new["sign_of_g"]["method_order"]["n_pairs"], new["sign_of_g"]["method_order"]["n_right"],
                      new["today"]["method_order"]["n_right"])
     ok = n >= 3 and amp >= today and amp >= 0.75 * n
-    out["ship"] = {"choice": "sign_of_g" if ok else "predicted_gain", "n_pairs": n, "right_sign_of_g": amp,
-                   "right_today": today,
-                   "reason": (f"on {added} alone sign_of_g orders {amp} of {n} pairs more than 0.10 apart right, today's "
-                              f"order {today} (needs at least 3 pairs, at least today's count and at least 75%)")}
-    return out
+    return {"choice": "sign_of_g" if ok else "predicted_gain", "n_pairs": n, "right_sign_of_g": amp,
+            "right_today": today,
+            "reason": (f"on {a['added_world']} alone sign_of_g orders {amp} of {n} pairs more than 0.10 apart right, "
+                       f"today's order {today} (needs at least 3 pairs, at least today's count and at least 75%)")}
 
 
 def _pct(x: float) -> str:
