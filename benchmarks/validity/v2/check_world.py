@@ -9,7 +9,8 @@ come from a rediagnosis with the v2 lookahead (``run_v2.py``, into ``--lookahead
 ``DIR/v2-lookahead``; reused when already there). The package's shipped model
 (``opsd_diag/data/predictor_v2.json``) is then applied as it is, and the script prints Spearman with
 the realised d_pass1, the decisive accuracy, the coverage of the 95% intervals and the method-order
-accuracy of every model the file ships, and of the accuracy gap G on the same rows.
+accuracy of every model the file ships, of the accuracy gap G on the same rows, and of the product's own ranking
+when G ranks (G, then the file's method order, then v2's predicted gain: ``looks.product_order``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_v2, run_v2  # noqa: E402
+from benchmarks.validity.v2.looks import product_order  # noqa: E402
 from benchmarks.validity.worlds import analyze_worlds, run_worlds  # noqa: E402
 from opsd_diag.core import predictor  # noqa: E402
 
@@ -60,6 +62,12 @@ def check(world: str, study: Path, lookahead_dir: Path) -> dict:
     out = {"world": world, "choice": ship["choice"], "n_rows": len(rows),
            "models": {"accuracy_gap": {"spearman": stats.spearman(g, y), "decisive": None,
                                        "method_order": report_v2.method_order(g, rows)}}}
+    if ship["choice"] == "accuracy_gap":  # the product's ranking: G, the file's method order, v2's gain
+        rule = (ship.get("method_order") or {}).get("rule", "predicted_gain")
+        m = ship["models"]["v2"]["d_pass1"]
+        order = product_order(rows, predictor.predict(m, report_v2.matrix(rows, m["features"])), rule)
+        out["models"][f"product ({rule})"] = {"spearman": stats.spearman(order, y), "decisive": None,
+                                             "method_order": report_v2.method_order(order, rows)}
     for tier, per in ship["models"].items():  # every shipped model as it is, the chosen one marked by `choice`
         m = per["d_pass1"]
         pred = predictor.predict(m, report_v2.matrix(rows, m["features"]))
