@@ -146,6 +146,11 @@ def render(a: dict) -> str:
                                                                       for m in p["methods"]) for p in a["pairs_added"]]
     if not a["pairs_added"]:
         L.append("- none")
+    n_pos = sum(p["accuracy_gap"] > 0 for p in a["pairs_added"])
+    L += ["", f"{n_pos} of these {len(a['pairs_added'])} configurations have G > 0, so on `{added}` the rule's other "
+          "half (a full-distribution loss last where G <= 0) was " + ("not tested: it rests on the earlier worlds, "
+                                                                      "where the rule was chosen." if n_pos == len(
+                                                                          a["pairs_added"]) else "tested too.")]
     return "\n".join(L) + "\n"
 
 
