@@ -252,7 +252,7 @@ def _rho(x: float) -> str:
     return "n/a" if x != x else f"{x:+.2f}"
 
 
-def seventh_look(plan: dict, root: Path, bench: dict | None) -> dict:
+def seventh_look(plan: dict, root: Path, bench: dict | None, committed: dict | None = None) -> dict:
     """Amendment 8: target 3 with position_half (a window known before any model runs, sampled only to its end)
     against all-token training run again beside it, in every world; the time from ``bench_step.py --position-end``."""
     seven = plan["seventh_look"]
@@ -276,7 +276,11 @@ def seventh_look(plan: dict, root: Path, bench: dict | None) -> dict:
     gain = len(ok) == len(seven["worlds"]) and all(w["gain_kept"] for w in ok)
     share = len(ok) == len(seven["worlds"]) and all(w["share_at_most_half"] for w in ok)
     fast = time_ratio is not None and time_ratio <= 0.7
+    same = [w for w, r in out.items() if r["status"] == "ok" and abs(
+        r["d_pass1_all"] - (committed or {}).get(w, {}).get("settings", {}).get("all", {}).get("d_pass1", {}).get(
+            "estimate", math.inf)) < 1e-9]
     return {"worlds": out, "n_worlds": len(seven["worlds"]), "gain_kept": sum(w["gain_kept"] for w in ok),
+            "all_rerun_as_committed": len(same),
             "share_at_most_half": sum(w["share_at_most_half"] for w in ok), "time_ratio": time_ratio,
             "bench": None if not bench else {k: v for k, v in bench.items() if k != "raw"},
             "met": {"gain": gain, "share": share, "time": fast, "target": gain and share and fast}}
@@ -304,5 +308,6 @@ def render_seventh_look(f: dict) -> list[str]:
     L += ["", f"Gain kept (Δpass@1 ≥ all's − 10% of all's gain) in {f['gain_kept']} of {f['n_worlds']} worlds; trained "
           f"tokens ≤ half of all's in {f['share_at_most_half']} of {f['n_worlds']}; time: {timing}. Target 3 by "
           f"position_half: {'met' if m['target'] else 'not met'} (gain {'met' if m['gain'] else 'not met'}, share "
-          f"{'met' if m['share'] else 'not met'}, time {'met' if m['time'] else 'not met'}).", ""]
+          f"{'met' if m['share'] else 'not met'}, time {'met' if m['time'] else 'not met'}). All-token training run "
+          f"again gave the committed Δpass@1 in {f['all_rerun_as_committed']} of {f['n_worlds']} worlds.", ""]
     return L
