@@ -69,3 +69,14 @@ def test_keeps_pass4_needs_the_gain_and_the_paired_pass4_interval_above_zero():
     assert rows.keeps_pass4("x", row(0.2, 0.001), base)["meets"]
     assert not rows.keeps_pass4("x", row(0.19, 0.01), base)["meets"]
     assert not rows.keeps_pass4("x", row(0.3, 0.0), base)["meets"]
+
+
+def test_training_doc_quotes_the_committed_mask_figures():
+    a = json.loads((HERE / "levers_analysis.json").read_text())
+    t, seven = a["answers"]["targets"], a["seventh_look"]
+    kept = sum(r["loses_at_most_10pct"] for r in t["t3_masked_gain"])
+    doc = " ".join((HERE.parents[2] / "docs" / "training.md").read_text(encoding="utf-8").split())
+    text = doc[doc.index("What the lever study measured of the saving"):][:600]
+    for q in (f"in all {'ten' if kept == 10 else kept} worlds", f"{t['t3_time_ratio']:.2f}×",
+              f"{seven['time_ratio']:.2f}×", f"{seven['gain_kept']} of {seven['n_worlds']} worlds"):
+        assert q in text, q
