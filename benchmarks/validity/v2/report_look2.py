@@ -48,9 +48,11 @@ OUT = HERE / "look2"
 OUT3 = HERE / "look3"
 OUT4 = HERE / "look4"
 OUT5 = HERE / "look5"
+OUT6 = HERE / "look6"
 ANALYSES = {"crossed": OUT / "crossed_analysis.json", "mixed": OUT3 / "mixed_analysis.json",
-            "relay": OUT4 / "relay_analysis.json", "tandem": OUT5 / "tandem_analysis.json"}  # the added worlds' studies
-NUMBERS = {7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven"}
+            "relay": OUT4 / "relay_analysis.json", "tandem": OUT5 / "tandem_analysis.json",
+            "ledger": OUT6 / "ledger_analysis.json"}  # the added worlds' studies
+NUMBERS = {7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
 FIRST_LOOK = HERE / "lookahead"  # the first look's lookahead rows: the second look must reproduce them
 LOOKAHEAD = ("lookahead_fresh", "lookahead_kl", "lookahead_dv", "lookahead_dll")
 SINGLE = ("accuracy_gap", "score", "verdict_value", "teachability", "mean_jsd", "lookahead_fresh", "lookahead_kl",
@@ -73,7 +75,7 @@ def world_rows(w: str) -> list[dict]:
 
 def lookahead_file(w: str) -> Path:
     """A world's lookahead rows (run_v2.py --look 2): the second look's, or a later look's for its added world."""
-    return next((d / "lookahead" / f"{w}.json" for d in (OUT5, OUT4, OUT3) if (d / "lookahead" / f"{w}.json").is_file()),
+    return next((d / "lookahead" / f"{w}.json" for d in (OUT6, OUT5, OUT4, OUT3) if (d / "lookahead" / f"{w}.json").is_file()),
                 OUT / "lookahead" / f"{w}.json")
 
 
