@@ -369,7 +369,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                           + ("" if not cal.later_looks else " Later pre-registered looks, each checked on a new world: "
                              + "; ".join(v["summary"] for _, v in sorted(cal.later_looks.items())) + "."))
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "
-                           f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}, {rec.verdict})" if rec else
+                           f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")
     else:
         tier = cal.lowo.get(cal.choice, {})
