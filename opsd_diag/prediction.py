@@ -88,7 +88,6 @@ class Calibration:
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
     later_looks: dict = field(default_factory=dict)  # look name -> record of a later look (its ``summary`` quoted)
     method_order: str = "predicted_gain"  # when G ranks: how one config's methods are ordered (core.predictor)
-    g_thresholds: dict | None = None  # the verdict read from G (core.predictor.g_verdict); None: the interval rule
 
 
 def _shipped_text() -> str | None:
@@ -127,9 +126,6 @@ def _parse(d: dict, source: str) -> Calibration:
     order = d.get("method_order", {}).get("rule", "predicted_gain")
     if order not in predictor.METHOD_ORDERS:
         raise ValueError(f"method_order {order!r} is none of {', '.join(predictor.METHOD_ORDERS)}")
-    g_rule = d.get("verdict_rule") and {k: float(d["verdict_rule"]["thresholds"][k]) for k in predictor.G_THRESHOLDS}
-    if g_rule and not all(math.isfinite(v) for v in g_rule.values()):
-        raise ValueError("verdict_rule holds a threshold that is not finite")
     for tier in TIERS:
         for outcome in OUTCOMES:
             m = d["models"][tier][outcome]
@@ -145,7 +141,7 @@ def _parse(d: dict, source: str) -> Calibration:
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
                        {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
                        {k: v for k, v in (d.get("later_looks") or {}).items()
-                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, g_rule or None)
+                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order)
 
 
 def _num(x) -> float:
@@ -237,9 +233,7 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     gain = out["d_pass1"]
     lo, hi = gain + band[0], gain + band[1]
     kl = out["kl_to_initial"]  # a linear model can go below 0; a KL cannot
-    verdict = (predictor.g_verdict(method, x["accuracy_gap"], cal.g_thresholds) if cal.g_thresholds
-               else predictor.verdict(lo, hi, cal.delta))
-    return Row(0, config, method, tier, gain, lo, hi, verdict, max(0.0, kl),
+    return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), max(0.0, kl),
                out["d_regression"], out["d_pass4"], x["accuracy_gap"],
                tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),
                tuple(f for f in m["features"] if math.isnan(x[f])))
@@ -333,10 +327,8 @@ def join(verdicts: pd.DataFrame, p: Predictions) -> pd.DataFrame:
     return verdicts.merge(v2, on=["config", "signal"], how="left")
 
 
-def rule_text(delta: float, g_thresholds: dict | None = None) -> str:
+def rule_text(delta: float) -> str:
     """The v2 verdict rule in words (docs/verdict.md, the app and the reports show this text)."""
-    if g_thresholds:
-        return predictor.g_rule_text(g_thresholds) + "; v2's interval is shown beside it."
     return (f"helps if the 95% interval of the predicted held-out pass@1 change lies above +{delta:g}, hurts if it "
             f"lies below -{delta:g}, unclear otherwise; the interval is the prediction plus the 2.5% and 97.5% "
             "quantiles of the study's out-of-fold residuals.")
@@ -396,5 +388,5 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                                    "lookahead.methods for the full model)")
     out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + why + "." + p.note
     out["calibration"] = (f"Calibration: {cal.source}" + (f" ({cal.study})" if cal.source == "shipped" and cal.study
-                                                         else "") + f"; verdict rule: {rule_text(cal.delta, cal.g_thresholds)}")
+                                                         else "") + f"; verdict rule: {rule_text(cal.delta)}")
     return out

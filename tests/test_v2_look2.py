@@ -167,6 +167,6 @@ def test_the_package_file_records_each_later_look_and_the_panel_quotes_it():
         a = json.loads((report_look2.HERE / f"look{look}_analysis.json").read_text())
         assert shipped["later_looks"][f"look{look}"] == report_look2.later_look(a)
     cal = prediction.load()
-    assert cal.choice == "accuracy_gap" and set(cal.later_looks) == {"look2", "look3", "look4"}
+    assert cal.choice == "accuracy_gap" and {"look2", "look3", "look4", "look5", "look6"} <= set(cal.later_looks)
     text = prediction.panel(prediction.Predictions([], cal, "accuracy_gap"))["ranking"]
     assert all(v["summary"] in text for v in shipped["later_looks"].values())

@@ -7,10 +7,10 @@ judged on the added world; look6_analysis.json and RESULTS_look6.md.
         # regenerates the same files from what is committed.
 
 Two verdicts of every row, scored as the earlier looks score a verdict (``report_look4.scored``): ``g_thresholds``
-(``core.predictor.g_verdict`` with the plan's thresholds) and the interval rule on the shipped v2 model's prediction
-(what the product showed before this look). On the added world (judged) and pooled over the twelve worlds. The look's
-outcome is recorded in the package's model file (``later_looks``); a rule that ships is written there as
-``verdict_rule``.
+(``g_verdict`` below, with the plan's thresholds) and the interval rule on the shipped v2 model's prediction (what the
+product shows). On the added world (judged) and pooled over the twelve worlds. The look's outcome is recorded in the
+package's model file (``later_looks``). The rule did not ship (RESULTS_look6.md), so the product has no code for it:
+``g_verdict`` lives here, with the look.
 """
 
 from __future__ import annotations
@@ -42,6 +42,18 @@ def plan() -> dict:
     return yaml.safe_load(PLAN.read_text())
 
 
+def g_verdict(method: str, accuracy_gap: float, t: dict) -> str:
+    """The plan's rule: hurts where G <= ``hurts_full`` for a full-distribution loss (jsd, opsd_jsd) or <=
+    ``hurts_sampled`` for a sampled-token one, helps where G > ``helps_full`` for a full-distribution loss (a
+    sampled-token loss is never called helps), unclear otherwise or where G is unknown."""
+    if not np.isfinite(accuracy_gap):
+        return "unclear"
+    full = model.LOSS_KIND[method] == 1.0
+    if accuracy_gap <= t["hurts_full" if full else "hurts_sampled"]:
+        return "hurts"
+    return "helps" if full and accuracy_gap > t["helps_full"] else "unclear"
+
+
 def worlds() -> list[str]:
     return [*look5.worlds(), plan()["added_world"]["name"]]
 
@@ -58,7 +70,7 @@ def analyse(shipped: dict) -> dict:
     added, t = p["added_world"]["name"], p["rule"]["thresholds"]
     rows = look2.load_rows({"worlds": worlds()})
     w = np.array([r["world"] for r in rows])
-    verdicts = {"g_thresholds": [model.g_verdict(r["method"], v2._num(r["accuracy_gap"]), t) for r in rows],
+    verdicts = {"g_thresholds": [g_verdict(r["method"], v2._num(r["accuracy_gap"]), t) for r in rows],
                 "interval": interval_verdicts(rows, shipped)}
 
     def on(vs: list[str], keep) -> dict:
@@ -90,9 +102,13 @@ def ship(a: dict) -> dict:
             "pooled_condition": c2, "reason": why}
 
 
+def _ok(x) -> bool:
+    return x is not None and bool(np.isfinite(x))  # a NaN is written as null
+
+
 def _line(name: str, scope: str, d: dict) -> str:
-    acc = "n/a" if not np.isfinite(d["accuracy"]) else f"{d['accuracy']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}]"
-    prec = {k: "n/a" if not np.isfinite(d[f"{k}_precision"]) else f"{d[f'{k}_precision']:+.2f}" for k in ("helps", "hurts")}
+    acc = "n/a" if not _ok(d["accuracy"]) else f"{d['accuracy']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}]"
+    prec = {k: "n/a" if not _ok(d[f"{k}_precision"]) else f"{d[f'{k}_precision']:+.2f}" for k in ("helps", "hurts")}
     return (f"| {name} | {scope} | {d['n_correct']}/{d['n_decisive']} ({acc}) | {d['n_helps']} ({prec['helps']}) | "
             f"{d['n_hurts']} ({prec['hurts']}) | {d['unclear_share']:.0%} |")
 
@@ -160,10 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     analysis.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
     results.write_text(render(json.loads(analysis.read_text())))
     shipped.setdefault("later_looks", {})["look6"] = later_look(json.loads(analysis.read_text()))
-    shipped.pop("verdict_rule", None)
-    if a["ship"]["choice"] == "g_thresholds":
-        shipped["verdict_rule"] = {"rule": "g_thresholds", "thresholds": a["thresholds"], "look": 6, "plan": a["plan"],
-                                   "study": "benchmarks/validity/v2/RESULTS_look6.md"}
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print(results.read_text())
     return 0
