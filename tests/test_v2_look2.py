@@ -4,11 +4,11 @@ where nothing is centred, and the pre-registration order in git."""
 from __future__ import annotations
 
 import math
-import subprocess
 
 import numpy as np
 import pytest
 
+from git_history import first_added
 from benchmarks.validity.v2 import looks, report_look2, report_v2
 
 
@@ -65,9 +65,7 @@ def test_centring_removes_a_world_offset_that_misleads_the_raw_fit():
 
 def test_the_second_looks_plan_was_committed_before_its_analysis():
     def first(path: str):
-        out = subprocess.run(["git", "log", "--format=%ct", "--diff-filter=A", "--", path], cwd=report_look2.HERE,
-                             capture_output=True, text=True, check=True).stdout.split()
-        return int(out[-1]) if out else None
+        return first_added(report_look2.HERE, path)
     for look in (2, 3):
         plan = first(f"plan_look{look}.yaml")
         assert plan is not None

@@ -6,11 +6,11 @@ history, and the package's model file records the look (and the method order onl
 from __future__ import annotations
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
+from git_history import first_added
 from benchmarks.validity.v2 import report_look5
 from benchmarks.validity.v2 import report_v2 as v2
 from benchmarks.validity.v2.looks import product_order
@@ -63,9 +63,7 @@ def test_the_product_order_is_an_explicit_sort():
 
 def test_the_plan_was_committed_before_the_analysis():
     def first(path: str):
-        out = subprocess.run(["git", "log", "--format=%ct", "--diff-filter=A", "--", path], cwd=HERE,
-                             capture_output=True, text=True, check=True).stdout.split()
-        return int(out[-1]) if out else None
+        return first_added(HERE, path)
     plan, analysis = first("plan_look5.yaml"), first("look5_analysis.json")
     assert plan is not None and (analysis is None or plan <= analysis)
 

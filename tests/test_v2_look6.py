@@ -7,10 +7,10 @@ stays the interval rule)."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
+from git_history import first_added
 from benchmarks.validity.v2 import report_look2 as look2
 from benchmarks.validity.v2 import report_look6
 from benchmarks.validity.v2 import report_v2 as v2
@@ -66,9 +66,7 @@ def test_the_ship_rule_reads_both_conditions(added, pooled, ships):
 
 def test_the_plan_was_committed_before_the_analysis():
     def first(path: str):
-        out = subprocess.run(["git", "log", "--format=%ct", "--diff-filter=A", "--", path], cwd=HERE,
-                             capture_output=True, text=True, check=True).stdout.split()
-        return int(out[-1]) if out else None
+        return first_added(HERE, path)
     plan, analysis = first("plan_look6.yaml"), first("look6_analysis.json")
     assert plan is not None and (analysis is None or plan <= analysis)
 

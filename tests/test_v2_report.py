@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
+from git_history import first_added
 from benchmarks.validity.v2 import report_v2
 from opsd_diag.core import predictor
 
@@ -46,9 +46,7 @@ def test_shipped_file_carries_the_analysis_figures_and_the_ship_rule():
 def test_plan_was_committed_before_the_analysis():
     """git history: plan.yaml's first commit precedes the first commit of the analysis (pre-registration)."""
     def first(path: str) -> int:
-        out = subprocess.run(["git", "log", "--format=%ct", "--diff-filter=A", "--", path], cwd=HERE,
-                             capture_output=True, text=True, check=True).stdout.split()
-        return int(out[-1]) if out else None
+        return first_added(HERE, path)
     plan, analysis = first("plan.yaml"), first("v2_analysis.json")
     if analysis is None:  # not yet committed in this checkout (a working copy): the plan must be
         assert plan is not None

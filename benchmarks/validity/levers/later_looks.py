@@ -267,7 +267,7 @@ def seventh_look(plan: dict, root: Path, bench: dict | None, committed: dict | N
         a, p = st["all"], st["position_half"]
         g_all, g = a["d_pass1"]["estimate"], p["d_pass1"]["estimate"]
         share = p["kept_tokens"] / a["tokens"]  # trained tokens against whole rollouts (same seeds, steps)
-        out[world] = {"status": "ok", "rows": wr, "end": seven["half"][world], "d_pass1_all": g_all,
+        out[world] = {"status": "ok", "position_half": p, "end": seven["half"][world], "d_pass1_all": g_all,
                       "d_pass1": g, "gain_kept": bool(g >= g_all - 0.1 * max(g_all, 0.0)), "share": share,
                       "share_at_most_half": share <= 0.5, "d_pass4_minus_all": p["vs_all"]["d_pass4"]}
     ok = [w for w in out.values() if w["status"] == "ok"]

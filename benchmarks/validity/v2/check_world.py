@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_v2, run_v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 from benchmarks.validity.worlds import analyze_worlds, run_worlds  # noqa: E402
 from opsd_diag.core import predictor  # noqa: E402
 
@@ -64,13 +64,12 @@ def check(world: str, study: Path, lookahead_dir: Path) -> dict:
                                        "method_order": report_v2.method_order(g, rows)}}}
     if ship["choice"] == "accuracy_gap":  # the product's ranking: G, the file's method order, v2's gain
         rule = (ship.get("method_order") or {}).get("rule", "predicted_gain")
-        m = ship["models"]["v2"]["d_pass1"]
-        order = product_order(rows, predictor.predict(m, report_v2.matrix(rows, m["features"])), rule)
+        order = product_order(rows, shipped_gain(rows, ship), rule)
         out["models"][f"product ({rule})"] = {"spearman": stats.spearman(order, y), "decisive": None,
                                              "method_order": report_v2.method_order(order, rows)}
     for tier, per in ship["models"].items():  # every shipped model as it is, the chosen one marked by `choice`
         m = per["d_pass1"]
-        pred = predictor.predict(m, report_v2.matrix(rows, m["features"]))
+        pred = shipped_gain(rows, ship, tier)
         fold = {"pred": pred, "lo": pred + m["residual_band"][0], "hi": pred + m["residual_band"][1]}
         dec = report_v2.decisions(fold, rows, ship["delta"])
         out["models"][tier] = {"spearman": stats.spearman(pred, y), "method_order": report_v2.method_order(pred, rows),

@@ -1,5 +1,6 @@
 """The later looks' model design and statistics (plan_look2.yaml, plan_look3.yaml): a centred feature ``c(x)``,
-leave-one-world-out fits with the training folds' imputation, and the within-diagnosis Spearman of the third look.
+leave-one-world-out fits with the training folds' imputation, the within-diagnosis Spearman of the third look, and
+the shipped model's gain and the product's order of rows (looks 5 and 6, check_world.py).
 ``report_look2.py`` runs them over the worlds and writes the reports."""
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ def lowo_classes(rows: list[dict], features: list[str], lam: float) -> dict[str,
             m = model.fit_logistic(X[train], (cls[train] == k).astype(float), features, lam)
             out[k][test] = model.probability(m, X[test])
     return out
+
+
+def shipped_gain(rows: list[dict], shipped: dict, tier: str = "v2") -> np.ndarray:
+    """A shipped model file's predicted d_pass1 of each row (``tier``: the one the product uses where a row has a
+    lookahead)."""
+    m = shipped["models"][tier]["d_pass1"]
+    return model.predict(m, v2.matrix(rows, m["features"]))
 
 
 def product_order(rows: list[dict], gain, rule: str) -> np.ndarray:

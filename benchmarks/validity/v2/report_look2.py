@@ -79,6 +79,26 @@ def lookahead_file(w: str) -> Path:
                 OUT / "lookahead" / f"{w}.json")
 
 
+def store_added(name: str, study: Path, lookahead: Path | None) -> None:
+    """An added world's study analysis and rediagnosis lookahead rows, copied where ``load_rows`` reads them, so a
+    look's report regenerates from committed files."""
+    from benchmarks.validity.worlds import analyze_worlds
+    ANALYSES[name].parent.joinpath("lookahead").mkdir(parents=True, exist_ok=True)
+    ANALYSES[name].write_text(json.dumps(v2.stats_jsonable(analyze_worlds.analyse_worlds(study.resolve())), indent=1,
+                                         sort_keys=True) + "\n")
+    shutil.copyfile((lookahead or study / "v2-lookahead") / name / "lookahead.json",
+                    ANALYSES[name].parent / "lookahead" / f"{name}.json")
+
+
+def write_look(look: int, a: dict, render) -> dict:
+    """A look's ``lookN_analysis.json`` and ``RESULTS_lookN.md`` (rendered from the written JSON); the JSON as read."""
+    path = HERE / f"look{look}_analysis.json"
+    path.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
+    written = json.loads(path.read_text())
+    (HERE / f"RESULTS_look{look}.md").write_text(render(written))
+    return written
+
+
 def load_rows(plan: dict) -> list[dict]:
     """Every diagnosed row of the plan's worlds with its lookahead columns."""
     rows = []

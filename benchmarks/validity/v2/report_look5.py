@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -30,8 +29,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
-from opsd_diag.core import predictor as model  # noqa: E402
+from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look5.yaml"
@@ -44,12 +42,6 @@ def plan() -> dict:
 
 def worlds() -> list[str]:
     return [*yaml.safe_load(look2.PLANS[4].read_text())["worlds"], plan()["added_world"]["name"]]
-
-
-def shipped_gain(rows: list[dict], shipped: dict) -> np.ndarray:
-    """The shipped v2 model's predicted d_pass1 of each row (the tier the product uses where a row has a lookahead)."""
-    m = shipped["models"]["v2"]["d_pass1"]
-    return model.predict(m, v2.matrix(rows, m["features"]))
 
 
 def scored(rows: list[dict], scores: np.ndarray) -> dict:
@@ -168,26 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", type=Path, help="run_worlds.py --worlds tandem's output (copied into look5/)")
     ap.add_argument("--lookahead", type=Path, help="its v2 rediagnosis (default STUDY/v2-lookahead)")
     args = ap.parse_args(argv)
-    name = plan()["added_world"]["name"]
     if args.study:
-        from benchmarks.validity.worlds import analyze_worlds
-        (look2.OUT5 / "lookahead").mkdir(parents=True, exist_ok=True)
-        look2.ANALYSES[name].write_text(json.dumps(v2.stats_jsonable(
-            analyze_worlds.analyse_worlds(args.study.resolve())), indent=1, sort_keys=True) + "\n")
-        la = (args.lookahead or args.study / "v2-lookahead") / name / "lookahead.json"
-        shutil.copyfile(la, look2.OUT5 / "lookahead" / f"{name}.json")
+        look2.store_added(plan()["added_world"]["name"], args.study, args.lookahead)
     shipped = json.loads(v2.SHIPPED.read_text())
     a = analyse(shipped)
-    analysis, results = HERE / "look5_analysis.json", HERE / "RESULTS_look5.md"
-    analysis.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
-    results.write_text(render(json.loads(analysis.read_text())))
-    shipped.setdefault("later_looks", {})["look5"] = later_look(json.loads(analysis.read_text()))
+    shipped.setdefault("later_looks", {})["look5"] = later_look(look2.write_look(5, a, render))
     shipped.pop("method_order", None)
     if a["ship"]["choice"] == "sign_of_g":
         shipped["method_order"] = {"rule": "sign_of_g", "look": 5, "plan": a["plan"],
                                    "study": "benchmarks/validity/v2/RESULTS_look5.md"}
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print(results.read_text())
+    print((HERE / "RESULTS_look5.md").read_text())
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ if __package__ in (None, ""):
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look5 as look5  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 from benchmarks.validity.v2.report_look4 import scored  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
@@ -58,11 +57,10 @@ def worlds() -> list[str]:
     return [*look5.worlds(), plan()["added_world"]["name"]]
 
 
-def interval_verdicts(rows: list[dict], shipped: dict) -> list[str]:
-    """The interval rule on the shipped v2 model's prediction (the verdict the product showed before this look)."""
-    m = shipped["models"]["v2"]["d_pass1"]
-    pred = look5.shipped_gain(rows, shipped)
-    return [model.verdict(p + m["residual_band"][0], p + m["residual_band"][1], shipped["delta"]) for p in pred]
+def interval_verdicts(pred: np.ndarray, shipped: dict) -> list[str]:
+    """The interval rule on the shipped v2 model's predictions ``pred`` (the verdict the product shows)."""
+    band = shipped["models"]["v2"]["d_pass1"]["residual_band"]
+    return [model.verdict(p + band[0], p + band[1], shipped["delta"]) for p in pred]
 
 
 def analyse(shipped: dict) -> dict:
@@ -70,8 +68,9 @@ def analyse(shipped: dict) -> dict:
     added, t = p["added_world"]["name"], p["rule"]["thresholds"]
     rows = look2.load_rows({"worlds": worlds()})
     w = np.array([r["world"] for r in rows])
+    gain = shipped_gain(rows, shipped)
     verdicts = {"g_thresholds": [g_verdict(r["method"], v2._num(r["accuracy_gap"]), t) for r in rows],
-                "interval": interval_verdicts(rows, shipped)}
+                "interval": interval_verdicts(gain, shipped)}
 
     def on(vs: list[str], keep) -> dict:
         return scored([v for v, k in zip(vs, keep) if k], [r for r, k in zip(rows, keep) if k])
@@ -81,8 +80,7 @@ def analyse(shipped: dict) -> dict:
                                "per_world": {k: on(vs, w == k) for k in sorted(set(w))}, "verdicts": vs}
                         for name, vs in verdicts.items()}}
     sub = [r for r in rows if r["world"] == added]
-    out["method_order_added"] = look5.scored(sub, product_order(sub, look5.shipped_gain(sub, shipped), "sign_of_g"))[
-        "method_order"]
+    out["method_order_added"] = look5.scored(sub, product_order(sub, gain[w == added], "sign_of_g"))["method_order"]
     out["ship"] = ship(out)
     return out
 
@@ -162,22 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", type=Path, help="run_worlds.py --worlds ledger's output (copied into look6/)")
     ap.add_argument("--lookahead", type=Path, help="its v2 rediagnosis (default STUDY/v2-lookahead)")
     args = ap.parse_args(argv)
-    name = plan()["added_world"]["name"]
     if args.study:
-        from benchmarks.validity.worlds import analyze_worlds
-        (look2.OUT6 / "lookahead").mkdir(parents=True, exist_ok=True)
-        look2.ANALYSES[name].write_text(json.dumps(v2.stats_jsonable(
-            analyze_worlds.analyse_worlds(args.study.resolve())), indent=1, sort_keys=True) + "\n")
-        la = (args.lookahead or args.study / "v2-lookahead") / name / "lookahead.json"
-        shutil.copyfile(la, look2.OUT6 / "lookahead" / f"{name}.json")
+        look2.store_added(plan()["added_world"]["name"], args.study, args.lookahead)
     shipped = json.loads(v2.SHIPPED.read_text())
-    a = analyse(shipped)
-    analysis, results = HERE / "look6_analysis.json", HERE / "RESULTS_look6.md"
-    analysis.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
-    results.write_text(render(json.loads(analysis.read_text())))
-    shipped.setdefault("later_looks", {})["look6"] = later_look(json.loads(analysis.read_text()))
+    shipped.setdefault("later_looks", {})["look6"] = later_look(look2.write_look(6, analyse(shipped), render))
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print(results.read_text())
+    print((HERE / "RESULTS_look6.md").read_text())
     return 0
 
 
