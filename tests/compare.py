@@ -29,6 +29,23 @@ def close(a: float, b: float, rtol: float = RTOL, atol: float = ATOL) -> bool:
     return abs(a - b) <= atol + rtol * abs(a)
 
 
+def assert_tree_close(a, b, rtol: float = RTOL, atol: float = ATOL, where: str = "") -> None:
+    """Two JSON-like trees (a committed analysis and the same computed here): the same keys, lengths, text and
+    integers exactly; floats within tolerance."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        assert isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys(), where
+        for k in a:
+            assert_tree_close(a[k], b[k], rtol, atol, f"{where}/{k}")
+    elif isinstance(a, list) or isinstance(b, list):
+        assert isinstance(a, list) and isinstance(b, list) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_tree_close(x, y, rtol, atol, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert not isinstance(a, bool) and not isinstance(b, bool) and close(a, b, rtol, atol), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
 def _cell_equal(a, b, rtol: float, atol: float) -> bool:
     if isinstance(a, (list, tuple, np.ndarray)) or isinstance(b, (list, tuple, np.ndarray)):
         a, b = np.asarray(a), np.asarray(b)
