@@ -10,7 +10,7 @@ jsd and opsd_jsd), and ``engine.levers.run``: each candidate mask's kept shares 
 recommendation (rule 2 of amendment 4 from then on; the first rule, the largest lookahead Δll, is read off the
 stored settings by report_levers.py). Written to ``OUT/<world>.json``; report_levers.py reads them. ``--look 3``:
 the four first worlds (seen) and the third look's (amendment 4), into ``/work/runs/levers/recommend3`` by default.
-``--look 6`` (amendment 7): the sixth look's worlds, into ``/work/runs/levers/recommend6``. ``--look 5`` (amendment 6): per fifth-look world, its main diagnosis config with the best configuration as its only
+``--look 6`` or ``8`` (amendments 7, 9): the sixth or eighth look's worlds, into ``/work/runs/levers/recommendN``. ``--look 5`` (amendment 6): per fifth-look world, its main diagnosis config with the best configuration as its only
 teacher, no ideal nodes, and the first-look lookahead on that loss with the plan's ``schedule_points``, diagnosed into
 ``/work/runs/levers5/<world>/diag/schedule``; its ``schedule`` entry (both rules read it) goes to ``OUT/<world>.json``.
 """
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--diag-root", type=Path, default=Path("/work/runs/v2"))
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 5, 6))
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 5, 6, 8))
     args = ap.parse_args(argv)
     plan = load_plan()
     if args.look == 5:
@@ -78,10 +78,10 @@ def main(argv=None) -> int:
             (out / f"{world}.json").write_text(json.dumps(schedule, indent=1))
             print(world, (schedule.get("recommendation") or {}).get("share"), flush=True)
         return 0
-    args.out = args.out or Path("/work/runs/levers/recommend" + (str(args.look) if args.look in (3, 6) else ""))
+    args.out = args.out or Path("/work/runs/levers/recommend" + (str(args.look) if args.look in (3, 6, 8) else ""))
     args.out.mkdir(parents=True, exist_ok=True)
     worlds = ([*worlds_of(plan, 3), *worlds_of(plan)] if args.look == 3  # the judged worlds first
-              else list(worlds_of(plan, 6)) if args.look == 6 else list(worlds_of(plan)))
+              else list(worlds_of(plan, args.look)) if args.look in (6, 8) else list(worlds_of(plan)))
     for world in worlds:
         best = best_of(plan, world)
         diag = args.diag_root / world / "diag" / "main"

@@ -32,7 +32,8 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan.yaml"
-LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look", 6: "sixth_look", 7: "seventh_look"}  # a later look's section of plan.yaml
+LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look", 6: "sixth_look", 7: "seventh_look",
+         8: "eighth_look"}  # a later look's section of plan.yaml
 
 
 def load_plan(path: Path = PLAN) -> dict:
@@ -54,14 +55,14 @@ def best_of(plan: dict, world: str) -> dict:
 
 def settings_for(plan: dict, world: str) -> list[str]:
     """The settings run in ``world``: schedules only where the teacher's context shows the solution; then the
-    second look's settings in its worlds (amendment 3); in a third- or sixth-look world, every candidate mask
-    (amendments 4, 7)."""
+    second look's settings in its worlds (amendment 3); in a third-, sixth- or eighth-look world, every candidate mask
+    (amendments 4, 7, 9)."""
     self_teacher = best_of(plan, world)["config"].startswith("self_")
     second = plan.get("second_look") or {}
     third = plan.get("third_look") or {}
     extra = second.get("settings", {}) if world in second.get("worlds", []) else {}
-    if world in third.get("worlds", {}) or world in (plan.get("sixth_look") or {}).get("worlds", {}):
-        extra = {**second.get("settings", {}), **third.get("settings", {})}  # the sixth look: the third's settings
+    if any(world in (plan.get(k) or {}).get("worlds", {}) for k in ("third_look", "sixth_look", "eighth_look")):
+        extra = {**second.get("settings", {}), **third.get("settings", {})}  # the sixth, eighth: the third's settings
     return [s for s, v in plan["settings"].items() if self_teacher or not v.get("needs_solution")] + [
         s for s in extra if s not in plan["settings"]]
 
@@ -139,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6, 7),
-                    help="3, 6: the third or sixth look's worlds (amendments 4, 7); 4, 5, 7: the fourth, fifth or "
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6, 7, 8),
+                    help="3, 6, 8: the third, sixth or eighth look's worlds (amendments 4, 7, 9); 4, 5, 7: the fourth, fifth or "
                          "seventh look's worlds, settings and seeds (amendments 5, 6, 8)")
     ap.add_argument("--seeds", help="comma-separated seeds (--look 4: the confirmation seeds)")
     ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
