@@ -1,4 +1,4 @@
-"""The lever study's later looks (amendments 4-6), each added to the committed analysis by ``report_levers.py
+"""The lever study's later looks (amendments 4-9), each added to the committed analysis by ``report_levers.py
 --look N``: the third (a second recommendation rule for masks, judged on worlds the study had not run), the fourth
 (three more settings for target 1 in diversity) and the fifth (the schedule recommendation against fixed shares)."""
 
@@ -26,7 +26,7 @@ def rule1(rec: dict) -> str | None:
 
 
 def third_look(plan: dict, worlds: dict, recs: dict, look: int = 3) -> dict:
-    """Amendment 4 (and 7, ``look`` 6): per world, both rules' picks against the realised settings; judged on the
+    """Amendment 4 (and 7, 9: ``look`` 6, 8): per world, both rules' picks against the realised settings; judged on the
     look's own worlds."""
     new = set(worlds_of(plan, look))
     rows = []
@@ -73,7 +73,8 @@ def render_third_look(t: dict) -> list[str]:
     look = t.get("look", 3)
     title = ("**2b. Third look (amendment 4): rule 2 moves off all tokens only when a mask's lookahead Δll beats "
              "all-token training's prompt by prompt, its interval above 0.**") if look == 3 else (
-        "**2d. Sixth look (amendment 7): rule 2 unchanged, on the remaining worlds the study had not run.**")
+        "**2d. Sixth look (amendment 7): rule 2 unchanged, on the remaining worlds the study had not run.**"
+        if look == 6 else "**2e. Eighth look (amendment 9): rule 2 unchanged, on the two worlds built since.**")
     L = [title, "",
          f"Computed by `recommend_levers.py --look {look}` on fresh diagnoses of every world (`run_v2.py --look 1`); "
          "the rule was committed before any of this look's runs or diagnoses. Judged on the worlds marked new.",
@@ -102,7 +103,8 @@ def render_third_look(t: dict) -> list[str]:
           "no mask can beat all tokens on evidence and rule 2 keeps all tokens.", ""]
     if t.get("pooled_with_third"):
         q = t["pooled_with_third"]
-        L += [f"Over the {q['worlds']} worlds of the third and sixth looks: rule 2 within 0.02 of the best in "
+        L += [f"Over the {q['worlds']} worlds of the third{' and sixth' if look == 6 else ', sixth and eighth'} looks: "
+              f"rule 2 within 0.02 of the best in "
               f"{q['within']} ({q['within'] / q['worlds']:.0%}; the issue's rate is 3 of 4, 75%).", ""]
     L += ["Each mask's lookahead Δll minus all-token training's, prompt by prompt (estimate [95% interval]):", ""]
     for r in t["rows"]:
