@@ -42,8 +42,8 @@ LOOKAHEAD = {"lookahead_dv": "dv", "lookahead_dll": "dll", "lookahead_kl": "kl"}
 N_WHY = 3  # features named in a row's "why"
 
 COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``), documented in docs/verdict.md
-    "rank": "1 = best: by predicted gain, or by the accuracy gap G (then the model file's method order and the "
-            "predicted gain) when the study chose G",
+    "rank": "1 = best: by predicted gain, or, when the study chose G, by the model file's ranking rule on the "
+            "accuracy gap G (G, or G scaled by the loss; then the method order and the predicted gain)",
     "config": "teacher config",
     "method": "training method (opd, jsd, opd2, exopd with a teacher model; opsd_opd, opsd_jsd with a self-teacher)",
     "signal": "the diagnosed signal the method trains on (what `opsd-train --from-diagnosis --signal` takes)",
@@ -66,7 +66,11 @@ METHOD_ORDER_TEXT = {
     "predicted_gain": "v2's predictions below order the methods within a config and are shown as secondary evidence.",
     "sign_of_g": "Within a config, a full-distribution loss (jsd) ranks above the sampled-token ones where G > 0 and "
                  "below them where G <= 0 (the larger step: more gain where the config helps, more damage where it "
-                 "hurts; predictor v2's fifth look), then v2's prediction, shown as secondary evidence."}
+                 "hurts; predictor v2's fifth look), then v2's prediction, shown as secondary evidence.",
+    "g_scaled": "G is scaled by the loss: a sampled-token loss (opd, opd2, exopd, opsd_opd) counts {scale:g} of its "
+                "config's G, a full-distribution loss (jsd, opsd_jsd) all of it (it moves the student further in "
+                "either direction; predictor v2's seventh look), so configs interleave; ties go by G, the fifth "
+                "look's method order, then v2's prediction, shown as secondary evidence."}
 JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
@@ -87,7 +91,8 @@ class Calibration:
     study: str  # where the study's results are written up
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
     later_looks: dict = field(default_factory=dict)  # look name -> record of a later look (its ``summary`` quoted)
-    method_order: str = "predicted_gain"  # when G ranks: how one config's methods are ordered (core.predictor)
+    method_order: str = "predicted_gain"  # when G ranks: how the rows are ordered (core.predictor.METHOD_ORDERS)
+    sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
 
 
 def _shipped_text() -> str | None:
@@ -126,6 +131,9 @@ def _parse(d: dict, source: str) -> Calibration:
     order = d.get("method_order", {}).get("rule", "predicted_gain")
     if order not in predictor.METHOD_ORDERS:
         raise ValueError(f"method_order {order!r} is none of {', '.join(predictor.METHOD_ORDERS)}")
+    scale = float(d.get("method_order", {}).get("sampled_scale", 1.0))
+    if not 0.0 <= scale <= 1.0:
+        raise ValueError(f"method_order's sampled_scale {scale!r} is not in [0, 1]")
     for tier in TIERS:
         for outcome in OUTCOMES:
             m = d["models"][tier][outcome]
@@ -141,7 +149,7 @@ def _parse(d: dict, source: str) -> Calibration:
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
                        {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
                        {k: v for k, v in (d.get("later_looks") or {}).items()
-                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order)
+                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale)
 
 
 def _num(x) -> float:
@@ -243,9 +251,6 @@ def _key(v: float) -> float:
     return -v if not math.isnan(v) else math.inf  # highest first, missing last
 
 
-def _method_key(cal: Calibration, r: Row) -> float:
-    """The method order within one config when G ranks: the study's rule (``Calibration.method_order``)."""
-    return -predictor.method_term(r.method, r.accuracy_gap) if cal.method_order == "sign_of_g" else 0.0
 
 
 @dataclass(frozen=True)
@@ -285,8 +290,8 @@ def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibrat
     self_teachers = set(self_teachers)
     rows = [_row(summary, cal, c, m) for c in summary.configs for m in methods(c in self_teachers, has_base)]
     by_gap = cal.choice == "accuracy_gap"
-    rows.sort(key=(lambda r: (_key(r.accuracy_gap), _method_key(cal, r), _key(r.gain))) if by_gap
-              else (lambda r: _key(r.gain)))
+    rows.sort(key=(lambda r: predictor.gap_rank_key(r.method, r.accuracy_gap, r.gain, cal.method_order,
+                                                    cal.sampled_scale)) if by_gap else (lambda r: _key(r.gain)))
     rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
     return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain", settings_note(summary, cal))
 
@@ -357,7 +362,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: "
                           f"{cal.reason}. G's Spearman with the realised pass@1 change was "
                           f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. "
-                          + METHOD_ORDER_TEXT[cal.method_order]
+                          + METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale)
                           + ("" if not cal.later_looks else " Later pre-registered looks, each checked on a new world: "
                              + "; ".join(v["summary"] for _, v in sorted(cal.later_looks.items())) + "."))
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "

@@ -204,6 +204,42 @@ def test_the_sign_of_g_method_order_puts_jsd_first_where_g_is_positive_and_last_
         prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "bad.json")
 
 
+@pytest.mark.parametrize("gaps", [(0.4, 0.3), (-0.3, -0.35), (0.1, -0.2)])
+def test_the_g_scaled_ranking_counts_half_of_g_for_a_sampled_token_loss(raw, tmp_path, gaps):
+    r2 = copy.deepcopy(raw)
+    for cfg, gap in zip(("self_full", "teacher"), gaps):
+        r2["configs"][cfg]["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - 0.1, "hi": gap + 0.1,
+                                                                "n_prompts": 6}
+    data = model_file(choice="accuracy_gap")
+    data["method_order"] = {"rule": "g_scaled", "sampled_scale": 0.5, "look": 7}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    assert (p.calibration.method_order, p.calibration.sampled_scale) == ("g_scaled", 0.5)
+
+    def score(r):  # the reference: explicit, per row
+        return r.accuracy_gap * (1.0 if r.method in ("jsd", "opsd_jsd") else 0.5)
+    ranked = [score(r) for r in p.rows]
+    assert ranked == sorted(ranked, reverse=True) and len(p.rows) == 6
+    for i in range(len(p.rows) - 1):  # equal scores: G, then the method order, then v2's prediction
+        a, b = p.rows[i], p.rows[i + 1]
+        if score(a) == score(b) and a.accuracy_gap == b.accuracy_gap and a.method != "jsd" and b.method != "jsd":
+            assert a.gain >= b.gain
+    assert "counts 0.5 of its config's G" in prediction.panel(p)["ranking"]
+    data["method_order"]["sampled_scale"] = 1.5
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(OpsdError, match="sampled_scale 1.5 is not in"):
+        prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "bad.json")
+
+
+def test_scaled_gap_against_its_definition():
+    from opsd_diag.core.predictor import scaled_gap
+    for method in LOSS:
+        full = method in ("jsd", "opsd_jsd")
+        for g in (-0.4, 0.0, 0.3):
+            assert scaled_gap(method, g, 0.25) == (g if full else 0.25 * g)
+        assert math.isnan(scaled_gap(method, math.nan, 0.5))
+
+
 def test_method_term_against_its_definition():
     from opsd_diag.core.predictor import method_term
     for method in LOSS:

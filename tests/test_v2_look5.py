@@ -50,15 +50,17 @@ def test_the_product_order_is_an_explicit_sort():
     rows = [{"accuracy_gap": float(g), "method": methods[i % 6]} for i, g in enumerate(rng.choice([-0.2, 0.0, 0.3], 30))]
     gain = rng.normal(size=30)
     rows[4]["accuracy_gap"], gain[7] = float("nan"), float("nan")  # missing values rank last
-    for rule in ("predicted_gain", "sign_of_g"):
-        scores = product_order(rows, gain, rule)
+    for rule in ("predicted_gain", "sign_of_g", "g_scaled"):
+        scores = product_order(rows, gain, rule, 0.5)
         first = [int(i) for i in np.argsort(-scores)]
 
         def key(i):
             g = rows[i]["accuracy_gap"]
             full = rows[i]["method"] in ("jsd", "opsd_jsd")
             term = 0.0 if rule == "predicted_gain" or g != g or not full else (1.0 if g > 0 else -1.0)
-            return (-(g if g == g else -np.inf), -term, -(gain[i] if gain[i] == gain[i] else -np.inf))
+            scaled = g if rule != "g_scaled" or full else 0.5 * g
+            return (-(scaled if g == g else -np.inf), -(g if g == g else -np.inf), -term,
+                    -(gain[i] if gain[i] == gain[i] else -np.inf))
         assert [key(i) for i in first] == sorted(key(i) for i in range(30))
 
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 LOSS_KIND = {"opd": 0.0, "opd2": 0.0, "exopd": 0.0, "opsd_opd": 0.0, "jsd": 1.0, "opsd_jsd": 1.0}  # is_jsd
-METHOD_ORDERS = ("predicted_gain", "sign_of_g")  # how the methods of one config are ordered when G ranks
+METHOD_ORDERS = ("predicted_gain", "sign_of_g", "g_scaled")  # how the rows are ordered when G ranks
 
 
 def method_term(method: str, accuracy_gap: float) -> float:
@@ -28,6 +28,23 @@ def method_term(method: str, accuracy_gap: float) -> float:
     if not math.isfinite(accuracy_gap):
         return 0.0
     return LOSS_KIND[method] * (1.0 if accuracy_gap > 0 else -1.0)
+
+
+def scaled_gap(method: str, accuracy_gap: float, sampled_scale: float) -> float:
+    """G scaled by how far the method's loss moves the student (predictor v2's seventh look): all of G for a
+    full-distribution loss, ``sampled_scale`` of it for a sampled-token one, which realised less than its config's G
+    in either direction."""
+    return accuracy_gap * (1.0 if LOSS_KIND[method] else sampled_scale)
+
+
+def gap_rank_key(method: str, accuracy_gap: float, gain: float, rule: str, sampled_scale: float = 1.0) -> tuple:
+    """Sort key (ascending: ranked first) of a row when G ranks: G scaled by the loss (``g_scaled`` only), then G,
+    then the method order (``sign_of_g`` and ``g_scaled``), then v2's predicted ``gain``; a missing value last."""
+    def first(v: float) -> float:
+        return -v if math.isfinite(v) else math.inf
+    scaled = scaled_gap(method, accuracy_gap, sampled_scale) if rule == "g_scaled" else accuracy_gap
+    term = method_term(method, accuracy_gap) if rule in ("sign_of_g", "g_scaled") else 0.0
+    return first(scaled), first(accuracy_gap), -term, first(gain)
 
 
 def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict:

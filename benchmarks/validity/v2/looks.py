@@ -116,18 +116,15 @@ def shipped_gain(rows: list[dict], shipped: dict, tier: str = "v2") -> np.ndarra
     return model.predict(m, v2.matrix(rows, m["features"]))
 
 
-def product_order(rows: list[dict], gain, rule: str) -> np.ndarray:
-    """Scores (higher: ranked first) that order ``rows`` as the product does when G ranks: G, then the method order
-    ``rule`` (``core.predictor.METHOD_ORDERS``: ``sign_of_g`` puts a config's full-distribution methods first where
-    G > 0 and last where G <= 0), then ``gain`` (the shipped model's prediction). Missing values rank last."""
-    def up(v) -> float:
-        return v if np.isfinite(v) else -np.inf
-    keys = []
-    for r, p in zip(rows, np.asarray(gain, float)):
-        g = v2._num(r["accuracy_gap"])
-        term = model.method_term(r["method"], g) if rule == "sign_of_g" else 0.0
-        keys.append((up(g), term, up(p)))
-    order = sorted(range(len(rows)), key=lambda i: keys[i])  # ascending: the last is ranked first
+def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0) -> np.ndarray:
+    """Scores (higher: ranked first) that order ``rows`` as the product does when G ranks
+    (``core.predictor.gap_rank_key``): ``sign_of_g`` orders by G, then a config's full-distribution methods first
+    where G > 0 and last where G <= 0, then ``gain`` (the shipped model's prediction); ``g_scaled`` first by G times
+    ``sampled_scale`` for a sampled-token loss (all of G for a full-distribution one), then as ``sign_of_g``. Missing
+    values rank last; exact ties go to the later row."""
+    keys = [model.gap_rank_key(r["method"], v2._num(r["accuracy_gap"]), float(p), rule, sampled_scale)
+            for r, p in zip(rows, np.asarray(gain, float))]
+    order = sorted(range(len(rows)), key=lambda i: keys[i], reverse=True)  # the last is ranked first
     scores = np.empty(len(rows))
     scores[order] = np.arange(len(rows), dtype=float)
     return scores

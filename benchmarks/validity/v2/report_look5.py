@@ -165,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     shipped = json.loads(v2.SHIPPED.read_text())
     a = analyse(shipped)
     shipped.setdefault("later_looks", {})["look5"] = later_look(look2.write_look(5, a, render))
-    shipped.pop("method_order", None)
-    if a["ship"]["choice"] == "sign_of_g":
-        shipped["method_order"] = {"rule": "sign_of_g", "look": 5, "plan": a["plan"],
-                                   "study": "benchmarks/validity/v2/RESULTS_look5.md"}
+    if shipped.get("method_order", {}).get("look", 5) <= 5:  # a later look's ranking rule stands
+        shipped.pop("method_order", None)
+        if a["ship"]["choice"] == "sign_of_g":
+            shipped["method_order"] = {"rule": "sign_of_g", "look": 5, "plan": a["plan"],
+                                       "study": "benchmarks/validity/v2/RESULTS_look5.md"}
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS_look5.md").read_text())
     return 0
