@@ -77,6 +77,16 @@ def test_training_doc_quotes_the_committed_mask_figures():
     kept = sum(r["loses_at_most_10pct"] for r in t["t3_masked_gain"])
     doc = " ".join((HERE.parents[2] / "docs" / "training.md").read_text(encoding="utf-8").split())
     text = doc[doc.index("What the lever study measured of the saving"):][:600]
-    for q in (f"in all {'ten' if kept == 10 else kept} worlds", f"{t['t3_time_ratio']:.2f}×",
+    n = len(t["t3_masked_gain"])
+    for q in (f"in all {n} worlds" if kept == n else f"in {kept} of {n} worlds", f"{t['t3_time_ratio']:.2f}×",
               f"{seven['time_ratio']:.2f}×", f"{seven['gain_kept']} of {seven['n_worlds']} worlds"):
         assert q in text, q
+
+
+def test_training_doc_quotes_the_committed_recommendation_count():
+    q = json.loads((HERE / "levers_analysis.json").read_text())["eighth_look"]["pooled_with_third"]
+    doc = " ".join((HERE.parents[2] / "docs" / "training.md").read_text(encoding="utf-8").split())
+    text = doc[doc.index("This is rule 2 of the lever study"):][:700]
+    for quoted in (f"in {q['within']} of {q['worlds']}", f"all tokens in {q['rule2_picked_all']} of {q['worlds']}",
+                   f"within 0.02 of the best in {q['all_within_0.02']} of {q['worlds']}"):
+        assert quoted in text, quoted

@@ -105,7 +105,9 @@ def render_third_look(t: dict) -> list[str]:
         q = t["pooled_with_third"]
         L += [f"Over the {q['worlds']} worlds of the third{' and sixth' if look == 6 else ', sixth and eighth'} looks: "
               f"rule 2 within 0.02 of the best in "
-              f"{q['within']} ({q['within'] / q['worlds']:.0%}; the issue's rate is 3 of 4, 75%).", ""]
+              f"{q['within']} ({q['within'] / q['worlds']:.0%}; the issue's rate is 3 of 4, 75%)."
+              + (f" Rule 2 picked all tokens in {q['rule2_picked_all']} of the {q['worlds']}; always training all tokens "
+                 f"is within 0.02 of the best in {q['all_within_0.02']} of them." if "rule2_picked_all" in q else ""), ""]
     L += ["Each mask's lookahead Δll minus all-token training's, prompt by prompt (estimate [95% interval]):", ""]
     for r in t["rows"]:
         if r["status"] != "ok":
