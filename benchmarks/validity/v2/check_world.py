@@ -10,7 +10,8 @@ come from a rediagnosis with the v2 lookahead (``run_v2.py``, into ``--lookahead
 (``opsd_diag/data/predictor_v2.json``) is then applied as it is, and the script prints Spearman with
 the realised d_pass1, the decisive accuracy, the coverage of the 95% intervals and the method-order
 accuracy of every model the file ships, of the accuracy gap G on the same rows, and of the product's own ranking
-when G ranks (G, then the file's method order, then v2's predicted gain: ``looks.product_order``).
+when G ranks (the file's ranking rule on G, then its method order, then v2's predicted gain:
+``looks.product_order``).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def check(world: str, study: Path, lookahead_dir: Path) -> dict:
            "models": {"accuracy_gap": {"spearman": stats.spearman(g, y), "decisive": None,
                                        "method_order": report_v2.method_order(g, rows)}}}
     if ship["choice"] == "accuracy_gap":  # the product's ranking: G, the file's method order, v2's gain
-        rule = (ship.get("method_order") or {}).get("rule", "predicted_gain")
-        order = product_order(rows, shipped_gain(rows, ship), rule)
+        mo = ship.get("method_order") or {}
+        rule = mo.get("rule", "predicted_gain")
+        order = product_order(rows, shipped_gain(rows, ship), rule, mo.get("sampled_scale", 1.0))
         out["models"][f"product ({rule})"] = {"spearman": stats.spearman(order, y), "decisive": None,
                                              "method_order": report_v2.method_order(order, rows)}
     for tier, per in ship["models"].items():  # every shipped model as it is, the chosen one marked by `choice`
