@@ -251,8 +251,6 @@ def _key(v: float) -> float:
     return -v if not math.isnan(v) else math.inf  # highest first, missing last
 
 
-
-
 @dataclass(frozen=True)
 class Predictions:
     rows: list[Row]  # ranked
