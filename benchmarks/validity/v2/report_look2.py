@@ -75,9 +75,9 @@ def world_rows(w: str) -> list[dict]:
 
 
 def lookahead_file(w: str) -> Path:
-    """A world's lookahead rows (run_v2.py --look 2): the second look's, or a later look's for its added world."""
-    return next((d / "lookahead" / f"{w}.json" for d in (OUT6, OUT5, OUT4, OUT3) if (d / "lookahead" / f"{w}.json").is_file()),
-                OUT / "lookahead" / f"{w}.json")
+    """A world's lookahead rows (run_v2.py --look 2): beside its study's analysis for an added world, else the second
+    look's."""
+    return (ANALYSES[w].parent if w in ANALYSES else OUT) / "lookahead" / f"{w}.json"
 
 
 def store_added(name: str, study: Path, lookahead: Path | None) -> None:

@@ -127,7 +127,7 @@ def render(a: dict) -> str:
     L += [f"- {k}: {_ci(wi[k]['mean'])}; minus G {_ci(wi[k]['vs_accuracy_gap'])}" for k in ("shipped", "g_scaled")]
     po = a["pooled"]
     L += ["", f"Pooled over {n} worlds (the scores themselves; cluster bootstrap): scaled G {_ci(po['g_scaled'])}, "
-          f"G {_ci(po['accuracy_gap'])}, paired difference {_ci(po['g_scaled_vs_accuracy_gap']['difference'])}.", "",
+          f"G {_ci(po['accuracy_gap'])}, paired difference {_ci(po['g_scaled_vs_accuracy_gap'])}.", "",
           f"Method pairs of one configuration more than 0.10 apart on `{added}`: "
           + "; ".join(f"{k} {d['n_right']} of {d['n_pairs']}" for k, d in a["method_order_added"].items())
           + f"; over the {n} worlds (the earlier ones seen when the fifth look chose the order): "
