@@ -123,7 +123,8 @@ def render(a: dict) -> str:
              f"{f(pw['g_scaled']['mean'])} |")
     wi = a["within"]
     L += ["", "Mean of worlds with a stratified cluster bootstrap (a world's configurations resampled, realised values "
-          "redrawn from their intervals), and the paired difference against G:", ""]
+          "redrawn from their intervals: the redraws add noise, so an interval can sit below its estimate), and the "
+          "paired difference against G:", ""]
     L += [f"- {k}: {_ci(wi[k]['mean'])}; minus G {_ci(wi[k]['vs_accuracy_gap'])}" for k in ("shipped", "g_scaled")]
     po = a["pooled"]
     L += ["", f"Pooled over {n} worlds (the scores themselves; cluster bootstrap): scaled G {_ci(po['g_scaled'])}, "
