@@ -60,7 +60,17 @@ def predictor_block() -> str:
                    f"{_x(d.get('decisive_accuracy'), '.2f')} | {_x(d.get('coverage'), '.2f')} | "
                    f"{_x(d.get('unclear_share'), '.2f')} |")
     out += [f"| accuracy gap G alone | {_ci(cal.accuracy_gap)} | | | | |", "",
-            f"Verdict rule (delta = {cal.delta:g}): {prediction.rule_text(cal.delta)}", ""]
+            f"Verdict rule (delta = {cal.delta:g}): {prediction.rule_text(cal.delta)}", "",
+            f"Method order when G ranks: `{cal.method_order}`: "
+            + prediction.METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale), ""]
+    if cal.later_looks:
+        out += ["Later pre-registered looks, each judged on a world built after its plan (the model file's "
+                "`later_looks`):", "", "| look | rule tried | new world | outcome | plan | results |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {k} | `{v.get('model')}` | `{v.get('added_world')}` | {cell(v.get('summary', ''))} | "
+                f"[plan](../{v.get('plan')}) | [results](../{v.get('study')}) |"
+                for k, v in sorted(cal.later_looks.items(), key=lambda kv: int(kv[0].removeprefix("look")))]
+        out.append("")
     for tier, models in cal.models.items():
         if tier not in prediction.TIERS:
             continue
