@@ -90,3 +90,5 @@ def test_readme_and_verdict_doc_quote_the_committed_figures():
             f"{v2.fmt(a['pooled']['accuracy_gap']['estimate'])}") in seventh
     assert ("so the shipped order stays" in seventh) == (a["ship"]["choice"] == "sign_of_g")
     assert f"ranked the new world {quote}" in readme
+    assert (f"mean within-world Spearman of {v2.fmt(pw['shipped']['mean'])} over thirteen worlds, G alone "
+            f"{v2.fmt(pw['accuracy_gap']['mean'])}") in readme and a["n_worlds"] == 13
