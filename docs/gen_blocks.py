@@ -69,7 +69,7 @@ def predictor_block() -> str:
                 "|---|---|---|---|---|---|"]
         out += [f"| {k} | `{v.get('model')}` | `{v.get('added_world')}` | {cell(v.get('summary', ''))} | "
                 f"[plan](../{v.get('plan')}) | [results](../{v.get('study')}) |"
-                for k, v in sorted(cal.later_looks.items(), key=lambda kv: int(kv[0].removeprefix("look")))]
+                for k, v in cal.later_looks.items()]
         out.append("")
     for tier, models in cal.models.items():
         if tier not in prediction.TIERS:

@@ -90,7 +90,7 @@ class Calibration:
     studies: dict  # earlier studies' figures (decision.validity's dicts)
     study: str  # where the study's results are written up
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
-    later_looks: dict = field(default_factory=dict)  # look name -> record of a later look (its ``summary`` quoted)
+    later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look10 in order
     method_order: str = "predicted_gain"  # when G ranks: how the rows are ordered (core.predictor.METHOD_ORDERS)
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
 
@@ -148,7 +148,8 @@ def _parse(d: dict, source: str) -> Calibration:
     return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
                        {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
-                       {k: v for k, v in (d.get("later_looks") or {}).items()
+                       {k: v for k, v in sorted((d.get("later_looks") or {}).items(),
+                                                key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
                         if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale)
 
 
@@ -362,7 +363,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                           f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. "
                           + METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale)
                           + ("" if not cal.later_looks else " Later pre-registered looks, each checked on a new world: "
-                             + "; ".join(v["summary"] for _, v in sorted(cal.later_looks.items())) + "."))
+                             + "; ".join(v["summary"] for v in cal.later_looks.values()) + "."))
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "
                            f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")
