@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 feats[(w, run.name, f["config"])] = f
     world = np.array([r["world"] for r in rows])
     g = np.array([v2._num(r["accuracy_gap"]) for r in rows])
-    x = {c: np.array([feats[(r["world"], r["diagnosis_run"], r["config"])][c] for r in rows]) for c in COLUMNS}
+    x = {c: np.array([feats[(r["world"], r["diagnosis_run"], r["diagnosis_config"])][c] for r in rows]) for c in COLUMNS}
     rules = {"shipped (G)": lambda k: product_order([rows[i] for i in k], gain[k], "sign_of_g")}
     for c in COLUMNS:
         rules[c] = lambda k, c=c: order_by([rows[i] for i in k], x[c][k], x[c][k], gain[k])
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper config (world, run, config): G and the columns")
     seen = set()
     for r in rows:
-        key = (r["world"], r["diagnosis_run"], r["config"])
+        key = (r["world"], r["diagnosis_run"], r["diagnosis_config"])
         if key in seen:
             continue
         seen.add(key)
