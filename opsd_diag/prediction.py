@@ -353,7 +353,8 @@ def effects_text(r: Row) -> str:
 
 def panel(p: Predictions, trainable=None) -> dict[str, str]:
     """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking,
-    tiers, calibration; plain text, names as the run holds them."""
+    tiers, calibration, looks (the later looks that chose the rule in force); plain text, names as the run holds
+    them."""
     cal, rec = p.calibration, p.recommended(trainable)
     best = rec or (p.rows[0] if p.rows else None)
     out = {}
@@ -361,9 +362,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: "
                           f"{cal.reason}. G's Spearman with the realised pass@1 change was "
                           f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. "
-                          + METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale)
-                          + ("" if not cal.later_looks else " Later pre-registered looks, each checked on a new world: "
-                             + "; ".join(v["summary"] for v in cal.later_looks.values()) + "."))
+                          + METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale))
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "
                            f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")
@@ -379,6 +378,10 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                                f": the best, {best.config} with {best.method}, is predicted {best.interval()} "
                                f"({best.verdict}); helps needs the whole 95% interval above +{cal.delta:g}"
                                if best else ""))
+    if cal.later_looks:  # how the rule in force was chosen: the app folds it away, the reports print it last
+        n = len(cal.later_looks)
+        out["looks"] = (f"{n} later pre-registered look{'s' * (n != 1)}, each judged on a world built after its plan: "
+                        + "; ".join(v["summary"] for v in cal.later_looks.values()) + ".")
     if best is not None:
         who = "" if best is rec else f" ({best.config} with {best.method})"
         out["effects"] = effects_text(best)

@@ -31,7 +31,8 @@ def synthetic_rows(n: int = 80, seed: int = 0) -> dict:
     return {"x": cols, "y": ys}
 
 
-def model_file(choice: str = "v2", delta: float = 0.02, studies: dict | None = None) -> dict:
+def model_file(choice: str = "v2", delta: float = 0.02, studies: dict | None = None,
+               later_looks: dict | None = None) -> dict:
     data = synthetic_rows()
     models = {}
     for tier, features in TIERS.items():
@@ -46,7 +47,8 @@ def model_file(choice: str = "v2", delta: float = 0.02, studies: dict | None = N
             "delta": delta, "models": models,
             "lowo": {t: {"spearman": rho, "mean_of_worlds": 0.8, "decisive_accuracy": 0.9, "coverage": 0.95,
                          "unclear_share": 0.3} for t in TIERS},
-            "accuracy_gap": {"estimate": 0.73, "lo": 0.53, "hi": 0.84}, "studies": studies or {}}
+            "accuracy_gap": {"estimate": 0.73, "lo": 0.53, "hi": 0.84}, "studies": studies or {},
+            "later_looks": later_looks or {}}
 
 
 def write(path: Path, **kw) -> Path:

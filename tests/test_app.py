@@ -823,7 +823,7 @@ def test_overview_leads_with_the_v2_decision(runs_root, tmp_path, monkeypatch):
     assert "collapse" in text["effects"] and "drift" in text["effects"].lower() and "forgetting" in text["effects"]
     captions = [c.value for c in at.caption]
     assert common_md(text["tiers"]) in captions and "v2_no_lookahead" in text["tiers"]  # the tiny run has no lookahead
-    assert any("secondary evidence" in c for c in captions)  # the v1 rule stays visible, below
+    assert any("secondary evidence" in e.label for e in at.expander)  # the v1 rule stays, folded away below
     assert any(h.value == "Predicted effect per (config, method)" for h in at.subheader)
     table = next(d.value for d in at.dataframe if "predicted_gain" in d.value.columns)
     assert table["rank"].tolist() == [r.rank for r in p.rows] and table["predicted_gain"].tolist() == pytest.approx(
@@ -833,11 +833,19 @@ def test_overview_leads_with_the_v2_decision(runs_root, tmp_path, monkeypatch):
 
 
 def test_overview_ranks_by_g_when_the_study_chose_it(runs_root, tmp_path, monkeypatch):
-    run = _with_calibration(monkeypatch, runs_root, tmp_path, "g", choice="accuracy_gap")
+    looks = {"look2": {"summary": "look 2 (a rule): on the new world w +0.1: G stays"},
+             "look10": {"summary": "look 10 (another): on the new world v +0.2: G stays"}}
+    run = _with_calibration(monkeypatch, runs_root, tmp_path, "g", choice="accuracy_gap", later_looks=looks)
     at = _app(run.parent, "g")
     _ok(at)
     text = next(m.value for m in at.markdown if "v2 lost to G" in m.value)  # in the panel, not a caption
     assert "Ranked by the accuracy gap G" in text and not any("v2 lost to G" in c.value for c in at.caption)
+    # the looks that chose the rule are folded away, in look order, not in the panel's running text
+    box = next(e for e in at.expander if e.label == "How the rule in force was chosen")
+    assert [c.value for c in box.caption] == [common_md(
+        "2 later pre-registered looks, each judged on a world built after its plan: look 2 (a rule): on the new world "
+        "w +0.1: G stays; look 10 (another): on the new world v +0.2: G stays.")]
+    assert not any("look 2 (a rule)" in m.value for m in at.markdown)
     table = next(d.value for d in at.dataframe if "predicted_gain" in d.value.columns)
     gaps = table["accuracy_gap"].tolist()
     assert gaps == sorted(gaps, reverse=True)

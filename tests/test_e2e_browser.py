@@ -375,6 +375,7 @@ def test_decision_panel_recommends_and_trains_it(server, page):
     v2 = Run.load(server["root"] / "tiny-judged").predictions() is not None
     if v2:
         expect(page.get_by_text("Predicted effect per (config, method)")).to_be_visible(timeout=60_000)
+        page.get_by_text("The v1 rule's call").click()  # folded away under v2's decision
     expect(page.get_by_text(("The v1 rule recommends" if v2 else "Recommended") + ": teacher · jsd")).to_be_visible(
         timeout=60_000)
     expect(page.get_by_text("Runner-up (best of another config)")).to_be_visible(timeout=60_000)

@@ -320,7 +320,7 @@ def test_without_a_model_file_nothing_is_predicted(tiny_run, monkeypatch):
     assert "predictions" not in run.table_names()
 
 
-def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, capsys):
+def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, capsys, monkeypatch):
     from opsd_diag import cli
 
     run = Run.load(tiny_run)
@@ -337,10 +337,16 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
     out = capsys.readouterr().out
     assert "decision (predictor v2):" in out and text["headline"] in out and "Calibration: shipped" in out
     assert out.index("decision (predictor v2)") < out.index("v1 verdicts, ranked")
-    cal = write(tmp_path / "g.json", choice="accuracy_gap")
+    looks = {"look2": {"summary": "look 2 (a rule): on the new world w +0.1: G stays"}}
+    cal = write(tmp_path / "g.json", choice="accuracy_gap", later_looks=looks)
     assert cli.main(["report", str(tiny_run), "--calibration", str(cal)]) == 0
     out = capsys.readouterr().out
     assert "v2 lost to G" in out and f"Calibration: {cal}" in out
+    looks_line = "1 later pre-registered look, each judged on a world built after its plan: look 2 (a rule)"
+    assert out.index(f"Calibration: {cal}") < out.index(looks_line)  # the history comes after the decision
+    monkeypatch.setattr(prediction, "_shipped_text", lambda: cal.read_text())
+    html = Run.load(tiny_run).report_html(n_heatmaps=0)
+    assert "<details><summary>How the rule in force was chosen</summary><p>" + h.escape(looks_line) in html
 
 
 def test_the_decision_quotes_the_studies_from_the_package_file(shipped):

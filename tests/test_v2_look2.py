@@ -166,5 +166,7 @@ def test_the_package_file_records_each_later_look_and_the_panel_quotes_it():
         assert shipped["later_looks"][f"look{look}"] == report_look2.later_look(a)
     cal = prediction.load()
     assert cal.choice == "accuracy_gap" and {"look2", "look3", "look4", "look5", "look6"} <= set(cal.later_looks)
-    text = prediction.panel(prediction.Predictions([], cal, "accuracy_gap"))["ranking"]
-    assert all(v["summary"] in text for v in shipped["later_looks"].values())
+    text = prediction.panel(prediction.Predictions([], cal, "accuracy_gap"))
+    assert all(v["summary"] in text["looks"] for v in shipped["later_looks"].values())
+    assert text["looks"].startswith(f"{len(shipped['later_looks'])} later pre-registered looks")
+    assert not any(v["summary"] in text["ranking"] for v in shipped["later_looks"].values())  # folded away, not repeated

@@ -68,60 +68,70 @@ def prediction_panel(p: prediction.Predictions) -> None:
                 st.markdown(common.md(text[k]))
         for k in ("tiers", "calibration") if by_gap else ("ranking", "tiers", "calibration"):
             st.caption(common.md(text[k]))
+        if "looks" in text:
+            with st.expander("How the rule in force was chosen"):
+                st.caption(common.md(text["looks"]))
         lever_lines()
 
 
+V1_FOLDED = "The v1 rule's call (verdicts on the ideal-gradient quantities): secondary evidence"
+
+
 def decision_panel(d: decision.Decision, secondary: bool) -> None:
-    """The v1 rule's call with everything that qualifies it: the box at the top, or under v2's (``secondary``)."""
+    """The v1 rule's call with everything that qualifies it: the box at the top, or folded away under v2's
+    (``secondary``: its verdict can disagree with v2's, and the study ranks it below G)."""
+    with st.expander(V1_FOLDED) if secondary else st.container(border=True):
+        v1_call(d, secondary)
+
+
+def v1_call(d: decision.Decision, secondary: bool) -> None:
+    """The v1 recommendation, its runner-up, the cheap baselines' picks and what the validity studies found."""
     rec = d.recommended
-    with st.container(border=True):
-        if secondary:
-            st.caption("The v1 rule (verdicts on the ideal-gradient quantities), secondary evidence:")
-        if rec is None:
-            counts = {v: sum(r.verdict == v for r in d.rows) for v in ("unclear", "hurts")}
-            st.markdown(f"#### No (config, signal) is predicted to help{' by the v1 rule' if secondary else ''}\n"
-                        f"{counts['unclear']} unclear, "
-                        f"{counts['hurts']} hurts: the evidence does not support training any of them yet "
-                        "(a larger predictor budget or more prompts narrows the intervals).")
+    if rec is None:
+        counts = {v: sum(r.verdict == v for r in d.rows) for v in ("unclear", "hurts")}
+        st.markdown(f"#### No (config, signal) is predicted to help{' by the v1 rule' if secondary else ''}\n"
+                    f"{counts['unclear']} unclear, "
+                    f"{counts['hurts']} hurts: the evidence does not support training any of them yet "
+                    "(a larger predictor budget or more prompts narrows the intervals).")
+    else:
+        a, b = st.columns([5, 1.3], vertical_alignment="center")
+        a.markdown(f"#### {'The v1 rule recommends' if secondary else 'Recommended'}: {common.md(rec.config)} · "
+                   f"{common.signal_name(rec.signal)} "
+                   f"({method(rec.config, rec.signal) or 'not trainable'})\n"
+                   f"Verdict {BADGE['helps']} · predicted effect (score, first-order gain per unit step, 95% "
+                   f"interval over prompts) **{rec.interval()}**")
+        with b:
+            train_button(rec.config, rec.signal, "Train it", "decide-train-v1" if secondary else "decide-train",
+                         type="secondary" if secondary else "primary")
+        r = d.runner_up
+        if r is None:
+            st.markdown("No other config to compare with.")
         else:
-            a, b = st.columns([5, 1.3], vertical_alignment="center")
-            a.markdown(f"#### {'The v1 rule recommends' if secondary else 'Recommended'}: {common.md(rec.config)} · "
-                       f"{common.signal_name(rec.signal)} "
-                       f"({method(rec.config, rec.signal) or 'not trainable'})\n"
-                       f"Verdict {BADGE['helps']} · predicted effect (score, first-order gain per unit step, 95% "
-                       f"interval over prompts) **{rec.interval()}**")
-            with b:
-                train_button(rec.config, rec.signal, "Train it", "decide-train-v1" if secondary else "decide-train",
-                             type="secondary" if secondary else "primary")
-            r = d.runner_up
-            if r is None:
-                st.markdown("No other config to compare with.")
-            else:
-                sep = {True: "**separable**: the intervals do not overlap",
-                       False: "**not separable**: the 95% intervals overlap",
-                       None: "separability unknown (an interval is missing)"}[d.separable]
-                st.markdown(f"Runner-up (best of another config): {common.md(r.config)} · {common.signal_name(r.signal)}, "
-                            f"{r.verdict}, score {r.interval()}: {sep}.")
-            spread = d.tied_within.get(rec.config)
-            n_sig = sum(x.config == rec.config for x in d.rows)
-            if spread is not None and n_sig > 1:
-                st.markdown(f"The {n_sig} signals of {common.md(rec.config)} lie within {spread:.3f} of each other (they share "
-                            "its teacher advantage): the ranking is mostly a choice of config.")
-        base = []
-        if d.by_accuracy_gap:
-            c, v = d.by_accuracy_gap
-            base.append(f"largest accuracy gap G: **{common.md(c)}** ({v:+.3f})")
-        if d.by_advantage:
-            c, v = d.by_advantage
-            base.append(f"largest teacher advantage A_T: **{common.md(c)}** ({v:+.3f})")
-        if base:
-            agree = rec is not None and all(x[0] == rec.config for x in (d.by_accuracy_gap, d.by_advantage) if x)
-            tail = "" if rec is None else " (the same config)." if agree else " (another config than the recommendation)."
-            st.markdown("Cheap baselines pick: " + "; ".join(base) + tail)
-        for study in decision.studies().values():
-            st.caption(decision.validity_text(study, rec.verdict if rec else None))
-        if not secondary:
-            lever_lines()
+            sep = {True: "**separable**: the intervals do not overlap",
+                   False: "**not separable**: the 95% intervals overlap",
+                   None: "separability unknown (an interval is missing)"}[d.separable]
+            st.markdown(f"Runner-up (best of another config): {common.md(r.config)} · {common.signal_name(r.signal)}, "
+                        f"{r.verdict}, score {r.interval()}: {sep}.")
+        spread = d.tied_within.get(rec.config)
+        n_sig = sum(x.config == rec.config for x in d.rows)
+        if spread is not None and n_sig > 1:
+            st.markdown(f"The {n_sig} signals of {common.md(rec.config)} lie within {spread:.3f} of each other (they share "
+                        "its teacher advantage): the ranking is mostly a choice of config.")
+    base = []
+    if d.by_accuracy_gap:
+        c, v = d.by_accuracy_gap
+        base.append(f"largest accuracy gap G: **{common.md(c)}** ({v:+.3f})")
+    if d.by_advantage:
+        c, v = d.by_advantage
+        base.append(f"largest teacher advantage A_T: **{common.md(c)}** ({v:+.3f})")
+    if base:
+        agree = rec is not None and all(x[0] == rec.config for x in (d.by_accuracy_gap, d.by_advantage) if x)
+        tail = "" if rec is None else " (the same config)." if agree else " (another config than the recommendation)."
+        st.markdown("Cheap baselines pick: " + "; ".join(base) + tail)
+    for study in decision.studies().values():
+        st.caption(decision.validity_text(study, rec.verdict if rec else None))
+    if not secondary:
+        lever_lines()
 
 
 def verdict_rows(d: decision.Decision) -> None:
