@@ -282,6 +282,47 @@ def test_worlds_layout_writes_valid_configs_for_every_arm(tmp_path):
         assert (cfg.base is not None) == (spec.method in ("opd2", "exopd")), p.name
 
 
+def test_a_world_nobody_has_seen_is_studied_and_checked_from_its_spec_alone(tmp_path, capsys):
+    """run_worlds.py --spec adds a built world that is not in plan.yaml (the study records it), a rerun resumes it,
+    and check_world.py finds it from the study; a spec reusing a plan world's name, or a study without the world,
+    is one clear error."""
+    import shutil
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.validity.v2 import check_world
+    from benchmarks.validity.worlds import run_worlds
+
+    spec = tmp_path / "hidden.yaml"  # ledger's built models under a new name, in the user's own folder
+    spec.write_text((WORLDS / "ledger.yaml").read_text().replace("name: ledger", "name: hidden"))
+    for d in ("models", "problems"):
+        shutil.copytree(WORLDS / "ledger" / d, tmp_path / "hidden" / d)
+    study = tmp_path / "study"
+    for _ in range(2):  # the second run finds the spec recorded and lays the same world out again
+        assert run_worlds.main(["--spec", str(spec), "--layout-only", "--out", str(study)]) == 0
+        assert json.loads((study / "worlds.json").read_text())["specs"] == {"hidden": str(spec.resolve())}
+    diag = yaml.safe_load((study / "hidden" / "configs" / "diag.main.yaml").read_text())
+    assert diag["student"]["model"] == str(tmp_path / "hidden" / "models" / "student")
+    assert {c["name"] for c in diag["teachers"]} >= {"teacher", "teacher_full", "self_full", "base_teacher"}
+    assert len(list((study / "hidden" / "configs" / "train").glob("*.yaml"))) == 46  # as quarry's study
+    plans = run_worlds.load_study(study)
+    assert run_worlds.resolve(plans, "hidden")["world"]["models"] == str(tmp_path / "hidden" / "models")
+    assert "hidden" not in run_worlds.load("default")["worlds"]  # plan.yaml itself is untouched
+    capsys.readouterr()
+
+    clash = tmp_path / "ledger.yaml"
+    clash.write_text((WORLDS / "ledger.yaml").read_text())
+    assert run_worlds.main(["--spec", str(clash), "--layout-only", "--out", str(tmp_path / "s2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "world 'ledger'" in err and "already in the plan" in err
+    assert not (tmp_path / "s2").exists()  # nothing written
+    assert check_world.main(["--spec", str(spec), "--study", str(tmp_path / "s2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "has no study of world 'hidden'" in err and f"--spec {spec}" in err
+    assert check_world.main(["--spec", str(tmp_path / "nowhere.yaml"), "--study", str(study)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("check_world: error: ") and "nowhere.yaml" in err
+
+
 @pytest.mark.parametrize("seed, k", [(0, 5), (1, 3), (2, 20)])
 def test_teachability_and_topk_overlap_against_float64_loops(seed, k):
     """The product's formula (core.signals.topk_compat), which compat.py uses, against explicit loops."""

@@ -1,9 +1,11 @@
 """The shipped predictor on a world nobody fitted it on: no refit, one command (issue 32, item 5).
 
-    python benchmarks/validity/v2/check_world.py --world NAME --study DIR [--lookahead DIR] [--write FILE]
+    python benchmarks/validity/v2/check_world.py (--world NAME | --spec NEW.yaml) --study DIR [--lookahead DIR]
+        [--write FILE]
 
 ``DIR/NAME/`` is a world's study made by ``worlds/run_worlds.py`` (diagnoses, training runs, evaluations;
-NAME one of the worlds plan's, or one added to it). The world's rows and realised outcomes are read
+NAME one of the worlds plan's, or a world nobody has seen: ``run_worlds.py --out DIR --spec NEW.yaml`` after
+``opsd-diag zoo build --world NEW.yaml``, no edit of the plan). The world's rows and realised outcomes are read
 exactly as the worlds analysis reads them (``worlds/analyze_worlds.world_rows``); the lookahead columns
 come from a rediagnosis with the v2 lookahead (``run_v2.py``, into ``--lookahead``, default
 ``DIR/v2-lookahead``; reused when already there). The package's shipped model
@@ -33,6 +35,8 @@ from benchmarks.validity.v2 import report_v2, run_v2  # noqa: E402
 from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 from benchmarks.validity.worlds import analyze_worlds, run_worlds  # noqa: E402
 from opsd_diag.core import predictor  # noqa: E402
+from opsd_diag.errors import OpsdError  # noqa: E402
+from opsd_diag.zoo import world as world_mod  # noqa: E402
 
 
 def shipped() -> dict:
@@ -41,12 +45,12 @@ def shipped() -> dict:
 
 def world_rows(world: str, study: Path, lookahead_dir: Path) -> list[dict]:
     """The world's product rows with their realised outcomes and lookahead columns (rediagnosing if needed)."""
-    plans = run_worlds.load("default")
+    plans = run_worlds.load_study(study)  # the plan's worlds and those its run_worlds.py --spec added
     plan = run_worlds.resolve(plans, world)
     rows, _, _ = analyze_worlds.world_rows(study / world, plan, np.random.default_rng(0))
     rows = [r for r in rows if r.get("kind") == "product"]
     if not (lookahead_dir / world / "lookahead.json").is_file():
-        run_v2.main(["--out", str(lookahead_dir), "--worlds", world])
+        run_v2.main(["--out", str(lookahead_dir), "--worlds", world, "--study", str(study)])
     la = {(r["config"], r["method"]): r for r in json.loads((lookahead_dir / world / "lookahead.json").read_text())["rows"]}
     for r in rows:
         x = la[(r["config"], r["method"])]
@@ -99,12 +103,23 @@ def text(c: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--world", required=True)
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--world", help="a world of the plan, or one the study added with run_worlds.py --spec")
+    which.add_argument("--spec", type=Path, help="the new world's spec (its name is the world's)")
     ap.add_argument("--study", required=True, type=Path, help="run_worlds.py's output directory")
     ap.add_argument("--lookahead", type=Path, help="where the v2 rediagnosis goes (default STUDY/v2-lookahead)")
     ap.add_argument("--write", type=Path, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
-    c = check(args.world, args.study.resolve(), (args.lookahead or args.study / "v2-lookahead").resolve())
+    try:
+        world = args.world or world_mod.load(args.spec).name
+    except OpsdError as e:
+        print(f"check_world: error: {e}", file=sys.stderr)
+        return 2
+    if world not in run_worlds.load_study(args.study)["worlds"]:
+        print(f"check_world: error: {args.study} has no study of world {world!r}: run run_worlds.py --out "
+              f"{args.study} {'--spec ' + str(args.spec) if args.spec else '--worlds ' + world} first", file=sys.stderr)
+        return 2
+    c = check(world, args.study.resolve(), (args.lookahead or args.study / "v2-lookahead").resolve())
     print(text(c))
     if args.write:
         args.write.write_text(json.dumps(report_v2.stats_jsonable(c), indent=1) + "\n")

@@ -1,6 +1,7 @@
 """Rediagnose the outcome worlds with the lookahead of predictor v2 (plan.yaml here), one world after another.
 
     python benchmarks/validity/v2/run_v2.py --out DIR [--worlds capacity,style] [--plan default|quick] [--look 2]
+        [--study WORLDS_STUDY]   # with the worlds its run_worlds.py --spec added
 
 Each world's diagnosis configs are the worlds study's own (``worlds/run_worlds.py`` lays them out:
 same data, seeds, sampling and scoring, so the same student rollouts), plus this plan's ``lookahead``
@@ -88,11 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worlds", help="comma-separated subset (default: the plan's seven)")
     ap.add_argument("--plan", default="default", choices=("default", "quick"), help="the worlds plan variant")
     ap.add_argument("--look", type=int, default=1, choices=(1, 2), help="the first look's settings or the second's")
+    ap.add_argument("--study", type=Path, help="the worlds study (run_worlds.py --out) whose --spec worlds to add")
     args = ap.parse_args(argv)
     v2 = yaml.safe_load(PLAN.read_text())
     look2 = yaml.safe_load(PLAN_LOOK2.read_text()) if args.look == 2 else None
     fresh = look2["lookahead"]["fresh_samples"] if look2 else 0
-    plans = run_worlds.load(args.plan)
+    plans = run_worlds.load_study(args.study, args.plan) if args.study else run_worlds.load(args.plan)
     worlds = args.worlds.split(",") if args.worlds else (look2 or v2)["worlds"]
     for name in worlds:
         world_dir = (args.out / name).resolve()

@@ -1,13 +1,15 @@
 """Run the pre-registered study over outcome worlds (plan.yaml here), one world after another.
 
     python benchmarks/validity/worlds/run_worlds.py [--plan default|quick|tiny] --out DIR [--workers 2]
-        [--worlds capacity,style] [--layout-only]
+        [--worlds capacity,style] [--spec NEW_WORLD.yaml] [--layout-only]
 
 Each world is one study of ``benchmarks/validity`` in ``DIR/<world>/`` (same driver, jobs, evaluation
 and stored files as ``run_study.py``), resolved from this plan by ``resolve``. Resumable: rerun the
 same command and finished diagnoses, training runs and evaluations are skipped; a world whose
 evaluations are all written is marked in ``DIR/worlds.json`` and skipped. Progress goes to
-``DIR/<world>/study.log``; the per-world wall time to ``DIR/worlds.json``.
+``DIR/<world>/study.log``; the per-world wall time to ``DIR/worlds.json``. ``--spec``: a world not in the plan
+(one nobody has seen), from its built spec with the common settings; the study records it in ``worlds.json`` so
+``v2/check_world.py --study DIR`` finds it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import plan as plan_mod  # noqa: E402
 from benchmarks.validity import run_study, runs_io  # noqa: E402
+from opsd_diag.errors import OpsdError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -46,6 +49,32 @@ def load(variant: str = "default", path: Path = PLAN_FILE) -> dict:
     common = plan_mod._merge(raw["common"], over)
     return {"variant": variant, "order": order, "worlds": raw["worlds"], "common": common,
             "configuration_names": names, "methods_only": only}
+
+
+def add_world(plans: dict, spec_path: Path) -> str:
+    """A world nobody has seen, from its spec alone (built by ``opsd-diag zoo build --world SPEC``), added to the
+    loaded plan with the common settings as the plan's amendments add one, so checking it needs no edit of
+    plan.yaml; its name (the spec's) must be new."""
+    from opsd_diag.zoo import world as world_mod
+
+    spec = world_mod.load(spec_path)
+    if spec.name in plans["worlds"]:
+        raise ValueError(f"world {spec.name!r} of {spec_path} is already in the plan: run it with --worlds "
+                         f"{spec.name}, or give the new world another name in its spec")
+    models, problems = world_mod.folders(spec, Path(spec_path))
+    plans["worlds"][spec.name] = {"models": str(models), "problems": str(problems),
+                                  "spec": str(Path(spec_path).resolve())}
+    return spec.name
+
+
+def load_study(study: Path, variant: str = "default") -> dict:
+    """The plan a study directory was run with: ``load(variant)`` plus the worlds ``--spec`` added to it (recorded
+    in ``STUDY/worlds.json``)."""
+    state = Path(study) / "worlds.json"
+    plans = load(variant)
+    for spec in (json.loads(state.read_text()).get("specs", {}) if state.is_file() else {}).values():
+        add_world(plans, Path(spec))
+    return plans
 
 
 def resolve(plans: dict, name: str, repo: Path = REPO, models_root: Path | None = None) -> dict:
@@ -146,23 +175,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="study directory (created; rerun to resume)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds", help="comma-separated subset of the plan's order")
+    ap.add_argument("--spec", type=Path, action="append", default=[],
+                    help="a world not in plan.yaml, from its spec (built first: opsd-diag zoo build --world SPEC); "
+                         "repeatable; without --worlds only these worlds run")
     ap.add_argument("--layout-only", action="store_true", help="write data and configs, run nothing")
     ap.add_argument("--models-root", type=Path,
                     help="read each world from ROOT/<world>/models and ROOT/<world>/problems (e.g. ci-size builds)")
     args = ap.parse_args(argv)
-    plans = load(args.plan)
     out = Path(args.out).resolve()
-    order = args.worlds.split(",") if args.worlds else plans["order"]
-    unknown = [w for w in order if w not in plans["worlds"]]
-    if unknown:
-        print(f"run_worlds: error: unknown world(s) {unknown}: use {', '.join(plans['worlds'])}", file=sys.stderr)
-        return 2
     state_path = out / "worlds.json"
-    out.mkdir(parents=True, exist_ok=True)
     state = json.loads(state_path.read_text()) if state_path.is_file() else {"plan": args.plan, "worlds": {}}
     if state["plan"] != args.plan:
         print(f"run_worlds: error: {out} holds the '{state['plan']}' plan, not '{args.plan}'", file=sys.stderr)
         return 2
+    plans = load_study(out, args.plan)  # with the worlds an earlier --spec added to this study
+    recorded = state.get("specs", {})  # world name -> its spec's resolved path
+    names = []
+    try:
+        for p in args.spec:  # a spec this study already holds resumes its world
+            known = [n for n, q in recorded.items() if q == str(p.resolve())]
+            names.append(known[0] if known else add_world(plans, p))
+    except (ValueError, OpsdError) as e:  # the world spec's own errors are one clear line too
+        print(f"run_worlds: error: {e}", file=sys.stderr)
+        return 2
+    order = args.worlds.split(",") if args.worlds else names or plans["order"]
+    unknown = [w for w in order if w not in plans["worlds"]]
+    if unknown:
+        print(f"run_worlds: error: unknown world(s) {unknown}: use {', '.join(plans['worlds'])}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    state["specs"] = {**recorded, **{n: plans["worlds"][n]["spec"] for n in names}}
     rc = 0
     for name in order:
         if state["worlds"].get(name, {}).get("finished"):
