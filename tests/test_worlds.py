@@ -308,6 +308,20 @@ def test_a_world_nobody_has_seen_is_studied_and_checked_from_its_spec_alone(tmp_
     assert run_worlds.resolve(plans, "hidden")["world"]["models"] == str(tmp_path / "hidden" / "models")
     assert "hidden" not in run_worlds.load("default")["worlds"]  # plan.yaml itself is untouched
     capsys.readouterr()
+    assert check_world.main(["--spec", str(spec), "--study", str(study)]) == 2  # laid out, never run
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "has no study of world 'hidden': run run_worlds.py" in err
+    state = json.loads((study / "worlds.json").read_text())
+    state["worlds"]["hidden"] = {"finished": False, "seconds": 5.0}  # stopped part way
+    (study / "worlds.json").write_text(json.dumps(state))
+    assert check_world.main(["--spec", str(spec), "--study", str(study)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "has not finished: rerun run_worlds.py" in err and "(it resumes)" in err
+    state["worlds"]["hidden"] = {"finished": True, "excluded": "no level where the teacher beats the student"}
+    (study / "worlds.json").write_text(json.dumps(state))
+    assert check_world.main(["--world", "hidden", "--study", str(study)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "excluded by the plan's level rule (no level where" in err
 
     clash = tmp_path / "ledger.yaml"
     clash.write_text((WORLDS / "ledger.yaml").read_text())

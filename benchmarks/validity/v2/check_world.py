@@ -115,9 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     except OpsdError as e:
         print(f"check_world: error: {e}", file=sys.stderr)
         return 2
-    if world not in run_worlds.load_study(args.study)["worlds"]:
-        print(f"check_world: error: {args.study} has no study of world {world!r}: run run_worlds.py --out "
-              f"{args.study} {'--spec ' + str(args.spec) if args.spec else '--worlds ' + world} first", file=sys.stderr)
+    state = args.study / "worlds.json"
+    entry = (json.loads(state.read_text()) if state.is_file() else {}).get("worlds", {}).get(world, {})
+    rerun = f"run_worlds.py --out {args.study} {'--spec ' + str(args.spec) if args.spec else '--worlds ' + world}"
+    problem = (f"{args.study} has no study of world {world!r}: run {rerun} first"
+               if world not in run_worlds.load_study(args.study)["worlds"] or not entry else
+               f"world {world!r} was excluded by the plan's level rule ({entry['excluded']}): there is nothing to check"
+               if entry.get("excluded") else
+               f"the study of world {world!r} in {args.study} has not finished: rerun {rerun} (it resumes)"
+               if not entry.get("finished") else None)
+    if problem:
+        print(f"check_world: error: {problem}", file=sys.stderr)
         return 2
     c = check(world, args.study.resolve(), (args.lookahead or args.study / "v2-lookahead").resolve())
     print(text(c))
