@@ -64,7 +64,7 @@ def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_
         return {"pretrained_model_name_or_path": name, "revision": revision, "local_files_only": True,
                 "trust_remote_code": trust_remote_code, "_hint": "save the model (and tokenizer) again, or fetch it "
                                                                  "again with allow_download: true",
-                "_uncached": (f"there is no directory of that name and it is not in the local Hugging Face cache: "
+                "_uncached": ("there is no directory of that name and it is not in the local Hugging Face cache: "
                               "give a local directory, or a hub id 'org/name' with allow_download: true"
                               if name.count("/") == 0 else
                               "it is not in the local Hugging Face cache and allow_download is false: set "

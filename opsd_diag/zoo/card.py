@@ -51,7 +51,7 @@ def world_section(r, world, cols: list[str]) -> str:
                      "same problems):\n\n" + _table(r.pass_k, cols_k))
     if r.second_skill:
         parts.append("Second skill (reversing digit strings, never in any distillation data; "
-                     f"`second_skill.jsonl`, greedy): " + ", ".join(f"{k} {v:.2f}" for k, v in r.second_skill.items()))
+                     "`second_skill.jsonl`, greedy): " + ", ".join(f"{k} {v:.2f}" for k, v in r.second_skill.items()))
     if r.style:
         parts.append(f"Style: share of greedy replies that open with the base's preamble "
                      f"`{world.base.prefers}`: " + ", ".join(f"{k} {v:.2f}" for k, v in r.style.items()))
