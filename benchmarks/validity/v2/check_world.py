@@ -31,7 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
-from benchmarks.validity.v2 import report_v2, run_v2  # noqa: E402
+from benchmarks.validity.v2 import report_look2, report_v2, run_v2  # noqa: E402
 from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 from benchmarks.validity.worlds import analyze_worlds, run_worlds  # noqa: E402
 from opsd_diag.core import predictor  # noqa: E402
@@ -51,7 +51,12 @@ def world_rows(world: str, study: Path, lookahead_dir: Path) -> list[dict]:
     rows = [r for r in rows if r.get("kind") == "product"]
     if not (lookahead_dir / world / "lookahead.json").is_file():
         run_v2.main(["--out", str(lookahead_dir), "--worlds", world, "--study", str(study)])
-    la = {(r["config"], r["method"]): r for r in json.loads((lookahead_dir / world / "lookahead.json").read_text())["rows"]}
+    return with_lookahead(world, rows, json.loads((lookahead_dir / world / "lookahead.json").read_text())["rows"])
+
+
+def with_lookahead(world: str, rows: list[dict], lookahead: list[dict]) -> list[dict]:
+    """The product rows with their lookahead columns (``lookahead.json``'s rows) and the model's row keys."""
+    la = {(r["config"], r["method"]): r for r in lookahead}
     for r in rows:
         x = la[(r["config"], r["method"])]
         r.update({k: x[k]["estimate"] for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl")},
@@ -60,7 +65,11 @@ def world_rows(world: str, study: Path, lookahead_dir: Path) -> list[dict]:
 
 
 def check(world: str, study: Path, lookahead_dir: Path) -> dict:
-    rows = world_rows(world, study, lookahead_dir)
+    return figures(world, world_rows(world, study, lookahead_dir))
+
+
+def figures(world: str, rows: list[dict]) -> dict:
+    """The shipped file's models, G and the product's ranking scored on one world's rows (no refit)."""
     ship = shipped()
     y = report_v2.target(rows, "d_pass1")
     g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
@@ -109,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", required=True, type=Path, help="run_worlds.py's output directory")
     ap.add_argument("--lookahead", type=Path, help="where the v2 rediagnosis goes (default STUDY/v2-lookahead)")
     ap.add_argument("--write", type=Path, help="also write the figures as JSON here")
+    ap.add_argument("--keep", action="store_true",
+                    help="also copy the world's analysis and lookahead rows into benchmarks/validity/v2/checks/ "
+                         "(the committed rows a later look reads, and a test recomputes the figures from)")
     args = ap.parse_args(argv)
     try:
         world = args.world or world_mod.load(args.spec).name
@@ -129,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     c = check(world, args.study.resolve(), (args.lookahead or args.study / "v2-lookahead").resolve())
     print(text(c))
+    if args.keep:
+        report_look2.ANALYSES.setdefault(world, report_look2.CHECKS / f"{world}_analysis.json")
+        report_look2.store_added(world, args.study, args.lookahead)
     if args.write:
         args.write.write_text(json.dumps(report_v2.stats_jsonable(c), indent=1) + "\n")
     return 0

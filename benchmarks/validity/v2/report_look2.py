@@ -50,9 +50,11 @@ OUT4 = HERE / "look4"
 OUT5 = HERE / "look5"
 OUT6 = HERE / "look6"
 OUT7 = HERE / "look7"
+CHECKS = HERE / "checks"  # worlds the shipped model was checked on after the last look (check_world.py --keep)
 ANALYSES = {"crossed": OUT / "crossed_analysis.json", "mixed": OUT3 / "mixed_analysis.json",
             "relay": OUT4 / "relay_analysis.json", "tandem": OUT5 / "tandem_analysis.json",
-            "ledger": OUT6 / "ledger_analysis.json", "quarry": OUT7 / "quarry_analysis.json"}  # the added worlds' studies
+            "ledger": OUT6 / "ledger_analysis.json", "quarry": OUT7 / "quarry_analysis.json",
+            **{p.name.removesuffix("_analysis.json"): p for p in sorted(CHECKS.glob("*_analysis.json"))}}
 NUMBERS = {7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve", 13: "thirteen"}
 FIRST_LOOK = HERE / "lookahead"  # the first look's lookahead rows: the second look must reproduce them
 LOOKAHEAD = ("lookahead_fresh", "lookahead_kl", "lookahead_dv", "lookahead_dll")
