@@ -41,3 +41,30 @@ def test_the_world_spec_was_committed_before_its_results(world):
     spec = first(f"sample_data/worlds/{world}.yaml")
     for path in (f"benchmarks/validity/v2/check_{world}.json", f"sample_data/worlds/{world}/models/build_report.json"):
         assert spec < first(path), path
+
+
+def _means(path, rows: dict[str, str]) -> dict[str, list[float]]:
+    """The last numbers of the lines of an exploration's output that start with each row's text."""
+    lines = (HERE / path).read_text().splitlines()
+    return {k: [float(x) for x in next(line for line in lines if line.startswith(start)).split()[-2:]]
+            for k, start in rows.items()}
+
+
+def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
+    f, fmt = _committed("kiln")["models"], report_v2.fmt
+    product, g = fmt(f["product (sign_of_g)"]["spearman"]), fmt(f["accuracy_gap"]["spearman"])
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert f"checked from its spec alone (`check_world.py --spec`), {product} (G alone {g};" in readme
+    mo = f["product (sign_of_g)"]["method_order"]
+    assert (f"the product's ranking reached Spearman {product}, G alone {g}, with {mo['n_right']} of {mo['n_pairs']} "
+            "method pairs ordered right and every v2 verdict `unclear`") in verdict
+    assert all(m["decisive"]["n_decisive"] == 0 for k, m in f.items() if k.startswith("v2"))
+    within = _means("explore_look8.txt", {"auc": "disc_auc ", "cov": "disc_cov_mean ", "shipped": "shipped (G) "})
+    run = _means("explore_look8_global.txt", {"full": "mean of worlds     full", "sampled": "mean of worlds     sampled"})
+    assert (f"+{within['auc'][-1]:.2f} to +{within['cov'][-1]:.2f} against the shipped order's "
+            f"+{within['shipped'][-1]:.2f}") in verdict
+    assert (f"+{run['full'][1]:.2f} and +{run['sampled'][1]:.2f} (full-distribution and sampled-token rows) against "
+            f"G's +{run['full'][0]:.2f} and +{run['sampled'][0]:.2f}") in verdict
+    assert "foundry: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
+        HERE / "check_foundry.txt").read_text()
