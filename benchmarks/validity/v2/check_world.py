@@ -1,7 +1,7 @@
 """The shipped predictor on a world nobody fitted it on: no refit, one command (issue 32, item 5).
 
     python benchmarks/validity/v2/check_world.py (--world NAME | --spec NEW.yaml) --study DIR [--lookahead DIR]
-        [--write FILE]
+        [--write FILE] [--keep]
 
 ``DIR/NAME/`` is a world's study made by ``worlds/run_worlds.py`` (diagnoses, training runs, evaluations;
 NAME one of the worlds plan's, or a world nobody has seen: ``run_worlds.py --out DIR --spec NEW.yaml`` after
@@ -13,7 +13,8 @@ come from a rediagnosis with the v2 lookahead (``run_v2.py``, into ``--lookahead
 the realised d_pass1, the decisive accuracy, the coverage of the 95% intervals and the method-order
 accuracy of every model the file ships, of the accuracy gap G on the same rows, and of the product's own ranking
 when G ranks (the file's ranking rule on G, then its method order, then v2's predicted gain:
-``looks.product_order``).
+``looks.product_order``). ``--keep`` copies the world's analysis and lookahead rows into ``checks/`` here, where
+a later look reads them as a seen world's and tests/test_v2_checks.py recomputes the figures from them.
 """
 
 from __future__ import annotations
