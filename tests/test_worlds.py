@@ -335,6 +335,11 @@ def test_a_world_nobody_has_seen_is_studied_and_checked_from_its_spec_alone(tmp_
     assert check_world.main(["--spec", str(tmp_path / "nowhere.yaml"), "--study", str(study)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("check_world: error: ") and "nowhere.yaml" in err
+    spec.rename(tmp_path / "moved.yaml")  # the study recorded a spec that is no longer there
+    assert check_world.main(["--world", "hidden", "--study", str(study)]) == 2
+    assert run_worlds.main(["--worlds", "hidden", "--layout-only", "--out", str(study)]) == 2
+    for err in capsys.readouterr().err.strip().splitlines():
+        assert err.startswith(("check_world: error: ", "run_worlds: error: ")) and "hidden.yaml" in err
 
 
 @pytest.mark.parametrize("seed, k", [(0, 5), (1, 3), (2, 20)])

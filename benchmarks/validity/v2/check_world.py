@@ -125,14 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         world = args.world or world_mod.load(args.spec).name
-    except OpsdError as e:
+        plans = run_worlds.load_study(args.study)  # a spec the study recorded must still be there
+    except (OpsdError, ValueError) as e:
         print(f"check_world: error: {e}", file=sys.stderr)
         return 2
     state = args.study / "worlds.json"
     entry = (json.loads(state.read_text()) if state.is_file() else {}).get("worlds", {}).get(world, {})
     rerun = f"run_worlds.py --out {args.study} {'--spec ' + str(args.spec) if args.spec else '--worlds ' + world}"
     problem = (f"{args.study} has no study of world {world!r}: run {rerun} first"
-               if world not in run_worlds.load_study(args.study)["worlds"] or not entry else
+               if world not in plans["worlds"] or not entry else
                f"world {world!r} was excluded by the plan's level rule ({entry['excluded']}): there is nothing to check"
                if entry.get("excluded") else
                f"the study of world {world!r} in {args.study} has not finished: rerun {rerun} (it resumes)"

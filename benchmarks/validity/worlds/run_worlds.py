@@ -188,10 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     if state["plan"] != args.plan:
         print(f"run_worlds: error: {out} holds the '{state['plan']}' plan, not '{args.plan}'", file=sys.stderr)
         return 2
-    plans = load_study(out, args.plan)  # with the worlds an earlier --spec added to this study
     recorded = state.get("specs", {})  # world name -> its spec's resolved path
     names = []
     try:
+        plans = load_study(out, args.plan)  # with the worlds an earlier --spec added to this study
         for p in args.spec:  # a spec this study already holds resumes its world
             known = [n for n, q in recorded.items() if q == str(p.resolve())]
             names.append(known[0] if known else add_world(plans, p))
