@@ -71,6 +71,7 @@ METHOD_ORDER_TEXT = {
                 "config's G, a full-distribution loss (jsd, opsd_jsd) all of it (it moves the student further in "
                 "either direction; predictor v2's seventh look), so configs interleave; ties go by G, the fifth "
                 "look's method order, then v2's prediction, shown as secondary evidence."}
+PANEL_TEXT = ("effects", "why", "ranking", "tiers", "calibration")  # the panel's paragraphs, in order
 JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",

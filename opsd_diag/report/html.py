@@ -28,7 +28,7 @@ def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], he
     if predictions is not None:
         text = prediction.panel(predictions)
         parts += ["<h2>Decision (predictor v2)</h2>", f"<p><b>{e(text['headline'])}</b></p>",
-                  *(f"<p>{e(text[k])}</p>" for k in ("effects", "why", "ranking", "tiers", "calibration") if k in text),
+                  *(f"<p>{e(text[k])}</p>" for k in prediction.PANEL_TEXT if k in text),
                   *([f"<details><summary>How the rule in force was chosen</summary><p>{e(text['looks'])}</p></details>"]
                     if "looks" in text else []),
                   predictions.frame().drop(columns="calibration").to_html(

@@ -44,9 +44,9 @@ def shipped() -> dict:
     return json.loads(resources.files("opsd_diag").joinpath("data/predictor_v2.json").read_text())
 
 
-def world_rows(world: str, study: Path, lookahead_dir: Path) -> list[dict]:
-    """The world's product rows with their realised outcomes and lookahead columns (rediagnosing if needed)."""
-    plans = run_worlds.load_study(study)  # the plan's worlds and those its run_worlds.py --spec added
+def world_rows(world: str, study: Path, lookahead_dir: Path, plans: dict) -> list[dict]:
+    """The world's product rows with their realised outcomes and lookahead columns (rediagnosing if needed);
+    ``plans``: the study's (``run_worlds.load_study``: the plan's worlds and those its --spec added)."""
     plan = run_worlds.resolve(plans, world)
     rows, _, _ = analyze_worlds.world_rows(study / world, plan, np.random.default_rng(0))
     rows = [r for r in rows if r.get("kind") == "product"]
@@ -63,10 +63,6 @@ def with_lookahead(world: str, rows: list[dict], lookahead: list[dict]) -> list[
         r.update({k: x[k]["estimate"] for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl")},
                  world=world, is_jsd=predictor.LOSS_KIND[r["method"]])
     return rows
-
-
-def check(world: str, study: Path, lookahead_dir: Path) -> dict:
-    return figures(world, world_rows(world, study, lookahead_dir))
 
 
 def figures(world: str, rows: list[dict]) -> dict:
@@ -111,6 +107,19 @@ def text(c: dict) -> str:
     return "\n".join(lines)
 
 
+def unusable(world: str, study: Path, plans: dict, rerun: str) -> str | None:
+    """Why ``study`` holds nothing to check for ``world`` (``rerun``: the command that makes it), or None."""
+    state = study / "worlds.json"
+    entry = (json.loads(state.read_text()) if state.is_file() else {}).get("worlds", {}).get(world, {})
+    if world not in plans["worlds"] or not entry:
+        return f"{study} has no study of world {world!r}: run {rerun} first"
+    if entry.get("excluded"):
+        return f"world {world!r} was excluded by the plan's level rule ({entry['excluded']}): there is nothing to check"
+    if not entry.get("finished"):
+        return f"the study of world {world!r} in {study} has not finished: rerun {rerun} (it resumes)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = ap.add_mutually_exclusive_group(required=True)
@@ -129,23 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OpsdError, ValueError) as e:
         print(f"check_world: error: {e}", file=sys.stderr)
         return 2
-    state = args.study / "worlds.json"
-    entry = (json.loads(state.read_text()) if state.is_file() else {}).get("worlds", {}).get(world, {})
-    rerun = f"run_worlds.py --out {args.study} {'--spec ' + str(args.spec) if args.spec else '--worlds ' + world}"
-    problem = (f"{args.study} has no study of world {world!r}: run {rerun} first"
-               if world not in plans["worlds"] or not entry else
-               f"world {world!r} was excluded by the plan's level rule ({entry['excluded']}): there is nothing to check"
-               if entry.get("excluded") else
-               f"the study of world {world!r} in {args.study} has not finished: rerun {rerun} (it resumes)"
-               if not entry.get("finished") else None)
+    problem = unusable(world, args.study, plans, f"run_worlds.py --out {args.study} "
+                       + (f"--spec {args.spec}" if args.spec else f"--worlds {world}"))
     if problem:
         print(f"check_world: error: {problem}", file=sys.stderr)
         return 2
-    c = check(world, args.study.resolve(), (args.lookahead or args.study / "v2-lookahead").resolve())
+    study = args.study.resolve()
+    c = figures(world, world_rows(world, study, (args.lookahead or study / "v2-lookahead").resolve(), plans))
     print(text(c))
     if args.keep:
-        report_look2.ANALYSES.setdefault(world, report_look2.CHECKS / f"{world}_analysis.json")
-        report_look2.store_added(world, args.study, args.lookahead)
+        report_look2.store_added(world, args.study, args.lookahead, report_look2.CHECKS / f"{world}_analysis.json")
     if args.write:
         args.write.write_text(json.dumps(report_v2.stats_jsonable(c), indent=1) + "\n")
     return 0

@@ -82,15 +82,16 @@ def lookahead_file(w: str) -> Path:
     return (ANALYSES[w].parent if w in ANALYSES else OUT) / "lookahead" / f"{w}.json"
 
 
-def store_added(name: str, study: Path, lookahead: Path | None) -> None:
-    """An added world's study analysis and rediagnosis lookahead rows, copied where ``load_rows`` reads them, so a
-    look's report regenerates from committed files."""
+def store_added(name: str, study: Path, lookahead: Path | None, dest: Path | None = None) -> None:
+    """An added world's study analysis (to ``dest``, default ``ANALYSES[name]``) and rediagnosis lookahead rows
+    (beside it), copied where ``load_rows`` reads them, so a look's report regenerates from committed files."""
     from benchmarks.validity.worlds import analyze_worlds
-    ANALYSES[name].parent.joinpath("lookahead").mkdir(parents=True, exist_ok=True)
-    ANALYSES[name].write_text(json.dumps(v2.stats_jsonable(analyze_worlds.analyse_worlds(study.resolve())), indent=1,
-                                         sort_keys=True) + "\n")
+    dest = dest or ANALYSES[name]
+    dest.parent.joinpath("lookahead").mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(v2.stats_jsonable(analyze_worlds.analyse_worlds(study.resolve())), indent=1,
+                               sort_keys=True) + "\n")
     shutil.copyfile((lookahead or study / "v2-lookahead") / name / "lookahead.json",
-                    ANALYSES[name].parent / "lookahead" / f"{name}.json")
+                    dest.parent / "lookahead" / f"{name}.json")
 
 
 def write_look(look: int, a: dict, render) -> dict:
