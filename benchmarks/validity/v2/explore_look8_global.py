@@ -62,9 +62,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w:18s} {fam:8s} {len(k):3d} {rg:+6.2f} {rd:+12.2f}")
     for fam in ("full", "sampled"):
         print(f"mean of worlds     {fam:8s}     {np.nanmean(acc[(fam, 'G')]):+6.2f} {np.nanmean(acc[(fam, 'disc')]):+12.2f}")
-    print("\nper config: G and disc_global")
-    for key in sorted(feats):
-        print(f"  {key[0]:17s} {key[1]:15s} {key[2]:15s} {feats[key]:+.3f}")
     return 0
 
 
