@@ -342,6 +342,24 @@ def test_a_world_nobody_has_seen_is_studied_and_checked_from_its_spec_alone(tmp_
         assert err.startswith(("check_world: error: ", "run_worlds: error: ")) and "hidden.yaml" in err
 
 
+def test_a_new_world_with_a_second_skill_is_measured_for_forgetting_on_it(tmp_path):
+    """As the plan's forgetting world: run_worlds.py --spec takes a student's second skill as the forgetting set;
+    a world without one keeps the task's easy levels (the test above)."""
+    import shutil
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.validity.worlds import run_worlds
+
+    spec = tmp_path / "skilled.yaml"
+    spec.write_text((WORLDS / "forgetting.yaml").read_text().replace("name: forgetting", "name: skilled"))
+    for d in ("models", "problems"):
+        shutil.copytree(WORLDS / "forgetting" / d, tmp_path / "skilled" / d)
+    assert run_worlds.main(["--spec", str(spec), "--layout-only", "--out", str(tmp_path / "study")]) == 0
+    stored = (tmp_path / "skilled" / "problems" / "second_skill.jsonl").read_text().splitlines()
+    written = (tmp_path / "study" / "skilled" / "data" / "regression.jsonl").read_text().splitlines()
+    assert [json.loads(x) for x in written] == [json.loads(x) for x in stored[:96]]
+
+
 @pytest.mark.parametrize("seed, k", [(0, 5), (1, 3), (2, 20)])
 def test_teachability_and_topk_overlap_against_float64_loops(seed, k):
     """The product's formula (core.signals.topk_compat), which compat.py uses, against explicit loops."""

@@ -54,7 +54,8 @@ def load(variant: str = "default", path: Path = PLAN_FILE) -> dict:
 def add_world(plans: dict, spec_path: Path) -> str:
     """A world nobody has seen, from its spec alone (built by ``opsd-diag zoo build --world SPEC``), added to the
     loaded plan with the common settings as the plan's amendments add one, so checking it needs no edit of
-    plan.yaml; its name (the spec's) must be new."""
+    plan.yaml; its name (the spec's) must be new. A student with a second skill is measured for forgetting on it,
+    as the plan's ``forgetting`` world is (the task's easy levels otherwise)."""
     from opsd_diag.zoo import world as world_mod
 
     spec = world_mod.load(spec_path)
@@ -64,6 +65,8 @@ def add_world(plans: dict, spec_path: Path) -> str:
     models, problems = world_mod.folders(spec, Path(spec_path))
     plans["worlds"][spec.name] = {"models": str(models), "problems": str(problems),
                                   "spec": str(Path(spec_path).resolve())}
+    if spec.student.second_skill is not None:
+        plans["worlds"][spec.name]["splits"] = copy.deepcopy(plans["worlds"]["forgetting"]["splits"])
     return spec.name
 
 
