@@ -13,7 +13,8 @@ come from a rediagnosis with the v2 lookahead (``run_v2.py``, into ``--lookahead
 the realised d_pass1, the decisive accuracy, the coverage of the 95% intervals and the method-order
 accuracy of every model the file ships, of the accuracy gap G on the same rows, and of the product's own ranking
 when G ranks (the file's ranking rule on G, then its method order, then v2's predicted gain:
-``looks.product_order``). ``--keep`` copies the world's analysis and lookahead rows into ``checks/`` here, where
+``looks.product_order``), and each model's Spearman with the realised d_pass4, forgetting-set change
+(d_regression) and KL to the initial student. ``--keep`` copies the world's analysis and lookahead rows into ``checks/`` here, where
 a later look reads them as a seen world's and tests/test_v2_checks.py recomputes the figures from them.
 """
 
@@ -38,6 +39,9 @@ from benchmarks.validity.worlds import analyze_worlds, run_worlds  # noqa: E402
 from opsd_diag.core import predictor  # noqa: E402
 from opsd_diag.errors import OpsdError  # noqa: E402
 from opsd_diag.zoo import world as world_mod  # noqa: E402
+
+
+OTHER = ("d_pass4", "d_regression", "kl_to_initial")  # the shipped models' other outcomes (d_regression: forgetting)
 
 
 def shipped() -> dict:
@@ -86,7 +90,9 @@ def figures(world: str, rows: list[dict]) -> dict:
         dec = report_v2.decisions(fold, rows, ship["delta"])
         out["models"][tier] = {"spearman": stats.spearman(pred, y), "method_order": report_v2.method_order(pred, rows),
                                "decisive": {k: dec[k] for k in ("n_decisive", "n_correct", "accuracy", "unclear_share",
-                                                                "coverage")}}
+                                                                "coverage")},
+                               "other": {o: stats.spearman(shipped_gain(rows, ship, tier, o), report_v2.target(rows, o))
+                                         for o in OTHER}}
     return out
 
 
@@ -102,7 +108,8 @@ def text(c: dict) -> str:
         if d:
             acc = "n/a" if d["accuracy"] is None or not math.isfinite(d["accuracy"]) else f"{d['accuracy']:.0%}"
             line += (f"; decisive verdicts right {d['n_correct']}/{d['n_decisive']} ({acc}), unclear "
-                     f"{d['unclear_share']:.0%}, 95% intervals cover {d['coverage']:.0%}")
+                     f"{d['unclear_share']:.0%}, 95% intervals cover {d['coverage']:.0%}\n    its other predictions' "
+                     "Spearman with the realised " + ", ".join(f"{o} {f(m['other'][o])}" for o in OTHER))
         lines.append(line)
     return "\n".join(lines)
 

@@ -109,10 +109,10 @@ def lowo_classes(rows: list[dict], features: list[str], lam: float) -> dict[str,
     return out
 
 
-def shipped_gain(rows: list[dict], shipped: dict, tier: str = "v2") -> np.ndarray:
-    """A shipped model file's predicted d_pass1 of each row (``tier``: the one the product uses where a row has a
-    lookahead)."""
-    m = shipped["models"][tier]["d_pass1"]
+def shipped_gain(rows: list[dict], shipped: dict, tier: str = "v2", outcome: str = "d_pass1") -> np.ndarray:
+    """A shipped model file's predicted ``outcome`` of each row (``tier``: the one the product uses where a row
+    has a lookahead)."""
+    m = shipped["models"][tier][outcome]
     return model.predict(m, v2.matrix(rows, m["features"]))
 
 
