@@ -161,6 +161,38 @@ def render_fourth_look(f: dict) -> list[str]:
     return L
 
 
+def ninth_look(plan: dict, root: Path) -> dict:
+    """Amendment 10: target 1's test again on fresh seeds for the two settings that nearly met it, judged at the
+    Bonferroni interval (``level``), the 95% one beside it."""
+    nine = plan["ninth_look"]
+    world = next(iter(nine["worlds"]))
+    rows = world_rows(plan, root, world, list(nine["settings"]), nine["seeds"], nine["level"])
+    st = rows.get("settings", {})
+    ok = [s for s, r in st.items() if s != "all" and r.get("status") == "ok" and st["all"].get("status") == "ok"]
+    tests = [{**keeps_pass4(s, st[s], st["all"], "vs_all_judged"),
+              "at_95": keeps_pass4(s, st[s], st["all"])} for s in ok]
+    return {"world": world, "seeds": nine["seeds"], "level": nine["level"], "rows": rows, "tests": tests,
+            "not_run": [s for s in nine["settings"] if s != "all" and s not in ok],
+            "met": any(t["meets"] for t in tests)}
+
+
+def render_ninth_look(f: dict) -> list[str]:
+    """Question 1 a last time (amendment 10): the two near misses on fresh seeds."""
+    pct = f"{f['level']:.1%}".replace(".0%", "%")
+    L = [f"**1c. Ninth look (amendment 10): the two settings whose Δpass@4 − all's interval touched 0 from above, "
+         f"on fresh seeds {', '.join(map(str, f['seeds']))} only, all-token training beside them; judged at the "
+         f"{pct} interval (two settings tested), the 95% one beside it.**", ""]
+    if f["rows"].get("status") != "ok":
+        return L + [f"Not analysed: {f['rows'].get('status')}.", ""]
+    L += world_table(f["rows"])
+    for t in f["tests"]:
+        L.append(f"- {t['setting']}: Δpass@1 {t['d_pass1']:+.3f} (all {t['d_pass1_all']:+.3f}), Δpass@4 − all's "
+                 f"{ci_text(t['d_pass4_minus_all'], 3)} at {pct} ({ci_text(t['at_95']['d_pass4_minus_all'], 3)} at "
+                 f"95%): {'meets' if t['meets'] else 'does not meet'} the test")
+    L += [f"- {s}: not run or not finished" for s in f["not_run"]]
+    return L + ["", f"Answer: {'yes' if f['met'] else 'no'}.", ""]
+
+
 def share_of(setting: str) -> float:
     """The fifth look's settings as shares of the solution: ``all`` is the whole solution."""
     return 1.0 if setting == "all" else float(setting.split("_")[1])

@@ -1,7 +1,7 @@
 """Run the pre-registered lever study (plan.yaml here): each world's best configuration, every lever setting.
 
     python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b] [--look 3]
-    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]   (or --look 5, 7)
+    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]   (or --look 5, 7, 9)
 
 Per world, the worlds harness lays out the data and the training configs (``run_worlds.layout_world``:
 nothing is run); the best configuration's config gets this plan's budget, evaluation and one lever
@@ -33,7 +33,7 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan.yaml"
 LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look", 6: "sixth_look", 7: "seventh_look",
-         8: "eighth_look"}  # a later look's section of plan.yaml
+         8: "eighth_look", 9: "ninth_look"}  # a later look's section of plan.yaml
 
 
 def load_plan(path: Path = PLAN) -> dict:
@@ -83,8 +83,11 @@ def setting_in(plan: dict, name: str, world: str | None) -> dict:
     return v
 
 
-def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int, world: str | None = None) -> dict:
-    """The best configuration's training config with this plan's budget, evaluation and one lever setting."""
+def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int, world: str | None = None,
+               first_seed: int | None = None) -> dict:
+    """The best configuration's training config with this plan's budget, evaluation and one lever setting; the
+    ``all`` run of ``first_seed`` (default the plan's first; a look's own seeds: its first) evaluates the initial
+    student."""
     cfg = json.loads(json.dumps(base))
     tr, ev = plan["training"], plan["evaluation"]
     training = {k: v for k, v in cfg["training"].items() if k not in ("max_steps", "seed", "eval")}
@@ -98,7 +101,7 @@ def run_config(plan: dict, base: dict, data_dir: Path, name: str, seed: int, wor
                        "limit": ev["forgetting"]["limit"]},
         "num_samples": ev["num_samples"], "pass_k": ev["pass_k"], "temperature": ev["temperature"],
         "max_completion_length": ev["max_completion_length"], "seed": ev["seed"], "batch_size": ev["batch_size"],
-        "kl_to_initial": True, "at_start": name == "all" and seed == plan["training"]["seeds"][0]}
+        "kl_to_initial": True, "at_start": name == "all" and seed == (plan["training"]["seeds"][0] if first_seed is None else first_seed)}
     reg = data_dir / f"{ev['forgetting']['split']}.jsonl"
     first = json.loads(reg.read_text().splitlines()[0]) if reg.is_file() else {}
     if not first.get("solution"):  # the trainer's regression NLL reads sft_target; no solution: the answer
@@ -129,8 +132,8 @@ def layout(plan: dict, world: str, out: Path, settings: list[str] | None = None,
             name = f"{setting}__s{seed}"
             path = wdir / "levers" / f"{name}.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(yaml.safe_dump(run_config(plan, base, wdir / "data", setting, seed, world),
-                                           sort_keys=False))
+            path.write_text(yaml.safe_dump(run_config(plan, base, wdir / "data", setting, seed, world,
+                                                      (seeds or plan["training"]["seeds"])[0]), sort_keys=False))
             jobs.append((f"{world}/{name}", path, wdir / "runs" / name))
     return jobs
 
@@ -140,14 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6, 7, 8),
-                    help="3, 6, 8: the third, sixth or eighth look's worlds (amendments 4, 7, 9); 4, 5, 7: the fourth, fifth or "
-                         "seventh look's worlds, settings and seeds (amendments 5, 6, 8)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6, 7, 8, 9),
+                    help="3, 6, 8: the third, sixth or eighth look's worlds (amendments 4, 7, 9); 4, 5, 7, 9: the fourth, "
+                         "fifth, seventh or ninth look's worlds, settings and seeds (amendments 5, 6, 8, 10)")
     ap.add_argument("--seeds", help="comma-separated seeds (--look 4: the confirmation seeds)")
     ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
     args = ap.parse_args(argv)
     plan = load_plan()
-    own = plan[LOOKS[args.look]] if args.look in (4, 5, 7) else {}  # a look with its own settings, seeds and out
+    own = plan[LOOKS[args.look]] if args.look in (4, 5, 7, 9) else {}  # a look with its own settings, seeds and out
     settings = args.settings.split(",") if args.settings else (list(own["settings"]) if own else None)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else own.get("seeds")
     out = (args.out or Path(own.get("out") or plan["out"])).resolve()
