@@ -149,7 +149,8 @@ BUILT = sorted(p.parent for p in WORLDS.glob("*/models/build_report.json"))
 # and studied, because a world is data either way; the worlds README and RESULTS.md say so). A rebuild
 # that passes must take its entry out.
 FAILS_ITS_CHECKS = {"capacity": ["more SFT on correct solutions barely moves the student alone"],
-                    "rule_vs_instance": ["the answer-only context has the larger gap"]}
+                    "rule_vs_instance": ["the answer-only context has the larger gap"],
+                    "mill": ["the teacher is above the student on the task"]}  # overall; its level 4 passes the plan's rule
 
 
 def test_effect_checks_against_explicit_arithmetic():
