@@ -94,6 +94,7 @@ class Calibration:
     later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look10 in order
     method_order: str = "predicted_gain"  # when G ranks: how the rows are ordered (core.predictor.METHOD_ORDERS)
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
+    checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
 
 
 def _shipped_text() -> str | None:
@@ -151,7 +152,8 @@ def _parse(d: dict, source: str) -> Calibration:
                        {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
                        {k: v for k, v in sorted((d.get("later_looks") or {}).items(),
                                                 key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
-                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale)
+                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
+                       str((d.get("checks") or {}).get("summary") or ""))
 
 
 def _num(x) -> float:
@@ -177,9 +179,7 @@ def features(summary: Summary, config: str, method: str) -> dict[str, float]:
 
 def methods(is_self: bool, has_base: bool) -> tuple[str, ...]:
     """The training methods a teacher config can be trained with."""
-    if is_self:
-        return SELF_METHODS
-    return tuple(m for m in EXTERNAL_METHODS if m != "opd2" or has_base)
+    return SELF_METHODS if is_self else tuple(m for m in EXTERNAL_METHODS if m != "opd2" or has_base)
 
 
 def tier_for(cal: Calibration, has_lookahead: bool) -> str:
@@ -230,14 +230,10 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     x = features(summary, config, method)
     has_la = not all(math.isnan(x[f]) for f in LOOKAHEAD)
     tier = tier_for(cal, has_la)
-    out = {}
-    for outcome in OUTCOMES:
-        m = cal.models[tier][outcome]
-        X = np.array([[x[f] for f in m["features"]]], dtype=np.float64)  # [1, f]
-        out[outcome] = float(predictor.predict(m, X)[0])
+    X = {o: np.array([[x[f] for f in cal.models[tier][o]["features"]]], dtype=np.float64) for o in OUTCOMES}  # [1, f]
+    out = {o: float(predictor.predict(cal.models[tier][o], X[o])[0]) for o in OUTCOMES}
     m = cal.models[tier]["d_pass1"]
-    X = np.array([[x[f] for f in m["features"]]], dtype=np.float64)  # [1, f]
-    contrib = predictor.contributions(m, X)[0]  # [f]
+    contrib = predictor.contributions(m, X["d_pass1"])[0]  # [f]
     order = sorted(range(len(contrib)), key=lambda i: -abs(contrib[i]))
     band = [_num(b) for b in m["residual_band"]]
     gain = out["d_pass1"]
@@ -363,7 +359,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: "
                           f"{cal.reason}. G's Spearman with the realised pass@1 change was "
                           f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. "
-                          + METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale))
+                          + METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale)
+                          + (f" {cal.checks}" if cal.checks else ""))
         out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "
                            f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")

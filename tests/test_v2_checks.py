@@ -25,7 +25,12 @@ def _figures(world: str) -> dict:
 def test_checks_report_renders_from_the_committed_rows():
     """CHECKS.md is the rendering of every planned world's committed rows; every planned world is accounted for."""
     assert "kiln" in CHECKED and all((HERE / f"check_{w}.txt").is_file() for w in CHECKED)
-    assert (HERE / "CHECKS.md").read_text() == report_checks.render(report_checks.analysis())
+    a = report_checks.analysis()
+    assert (HERE / "CHECKS.md").read_text() == report_checks.render(a)
+    shipped = report_checks.check_world.shipped()  # the package's model file carries the same figures
+    assert shipped["checks"] == report_checks.sentence(a) and report_checks.main(["--check"]) == 0
+    from opsd_diag import prediction
+    assert prediction.load().checks == shipped["checks"]["summary"] and CHECKED == shipped["checks"]["worlds"]
 
 
 @pytest.mark.parametrize("world", CHECKED)

@@ -6,7 +6,9 @@ Reads only committed files: each checked world's rows in ``checks/`` (``check_wo
 figures ``check_world.py`` printed for it, and adds what no single world shows: the mean of the per-world
 Spearman coefficients, method pairs and decisive verdicts summed over the worlds, and the forgetting Spearman
 pooled over their rows, each beside the issue's target. A world of the plan that the level rule excluded is
-listed with its line; one not checked yet is listed as such. ``--check`` fails when CHECKS.md differs.
+listed with its line; one not checked yet is listed as such. The same figures, in one sentence, go into the
+package's model file (``checks``), which the decision panel quotes after its ranking rule. ``--check`` fails
+when CHECKS.md or that sentence differs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from benchmarks.validity.v2.looks import shipped_gain  # noqa: E402
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_checks.yaml"
 OUT = HERE / "CHECKS.md"
-PRODUCT = "product (sign_of_g)"
+SHIPPED = report_v2.SHIPPED
+PRODUCT = f"product ({check_world.shipped()['method_order']['rule']})"  # the model file's ranking when G ranks
 MODELS = (PRODUCT, "accuracy_gap", "v2", "v2_no_lookahead")
 TARGETS = {"spearman": 0.80, "method_order": 0.90, "decisive": 0.85, "unclear": 0.40, "forgetting": 0.70}
 
@@ -120,18 +123,34 @@ def render(a: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sentence(a: dict) -> dict:
+    """The model file's ``checks`` record: the figures the decision panel quotes."""
+    checked = [w for w, s in a["worlds"].items() if s == "checked"]
+    ms, (right, pairs) = a["over"]["mean_spearman"], a["over"]["method_order"][PRODUCT]
+    n = len(checked)
+    return {"plan": "benchmarks/validity/v2/plan_checks.yaml", "report": "benchmarks/validity/v2/CHECKS.md",
+            "worlds": checked, "summary": (
+                f"Checked as shipped on {n} world{'s' * (n != 1)} built after the last look ({', '.join(checked)}; "
+                f"benchmarks/validity/v2/CHECKS.md): this ranking's mean within-world Spearman with the realised "
+                f"pass@1 change {report_v2.fmt(ms[PRODUCT])}, G alone {report_v2.fmt(ms['accuracy_gap'])}; "
+                f"method pairs ordered right {right} of {pairs}.")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail when CHECKS.md differs from its rendering")
     args = ap.parse_args(argv)
-    text = render(analysis())
+    a = analysis()
+    text, shipped = render(a), json.loads(SHIPPED.read_text())
     if args.check:
-        if OUT.read_text() != text:
-            print(f"report_checks: {OUT} is stale: rerun python benchmarks/validity/v2/report_checks.py",
-                  file=sys.stderr)
+        if OUT.read_text() != text or shipped.get("checks") != sentence(a):
+            print(f"report_checks: {OUT} or the checks of {SHIPPED} are stale: rerun python "
+                  "benchmarks/validity/v2/report_checks.py", file=sys.stderr)
             return 1
         return 0
     OUT.write_text(text)
+    shipped["checks"] = sentence(a)
+    SHIPPED.write_text(json.dumps(report_v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print(text, end="")
     return 0
 
