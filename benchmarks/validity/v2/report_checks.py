@@ -57,9 +57,11 @@ def status(world: str) -> str:
 
 
 def analysis() -> dict:
+    """Every planned world's status, the checked ones' figures, and the figures over them."""
     worlds = yaml.safe_load(PLAN.read_text())["worlds"]
     checked = [w for w in worlds if status(w) == "checked"]
     per = {w: world_figures(w) for w in checked}
+    rows = [r for w in checked for r in rows_of(w)]  # every checked row, for the pooled forgetting Spearman
     over = {"mean_spearman": {m: float(np.mean([per[w]["models"][m]["spearman"] for w in checked])) if checked
                               else None for m in MODELS},
             "method_order": {m: [sum(per[w]["models"][m]["method_order"][k] for w in checked)
@@ -70,7 +72,6 @@ def analysis() -> dict:
         over[tier] = {"decisive": [sum(x["n_correct"] for x in d), sum(x["n_decisive"] for x in d)],
                       "unclear": sum(x["unclear_share"] * per[w]["n_rows"] for x, w in zip(d, checked)) / n_rows
                       if n_rows else None}
-        rows = [r for w in checked for r in rows_of(w)]  # the forgetting Spearman pooled over every checked row
         over[tier]["forgetting_pooled"] = stats.spearman(shipped_gain(rows, check_world.shipped(), tier,
                                                                       "d_regression"),
                                                          report_v2.target(rows, "d_regression")) if rows else None
