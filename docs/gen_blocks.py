@@ -45,6 +45,7 @@ def _x(v, fmt: str = "+.3f") -> str:
 def predictor_block() -> str:
     """Predictor v2 as shipped: the study's choice, its leave-one-world-out figures against G, the models."""
     from opsd_diag import prediction
+    from opsd_diag.core import predictor
 
     cal = prediction.load()
     if cal is None:
@@ -62,7 +63,7 @@ def predictor_block() -> str:
     out += [f"| accuracy gap G alone | {_ci(cal.accuracy_gap)} | | | | |", "",
             f"Verdict rule (delta = {cal.delta:g}): {prediction.rule_text(cal.delta)}", "",
             f"Method order when G ranks: `{cal.method_order}`: "
-            + prediction.METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale), ""]
+            + predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale), ""]
     if cal.later_looks:
         out += ["Later pre-registered looks, each judged on a world built after its plan (the model file's "
                 "`later_looks`):", "", "| look | rule tried | new world | outcome | plan | results |",

@@ -62,15 +62,6 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
     "imputed": "features missing for this row, set to the study's mean (contribute 0)",
     "calibration": "shipped (the package's model file) or the calibration file's path",
 }
-METHOD_ORDER_TEXT = {
-    "predicted_gain": "v2's predictions below order the methods within a config and are shown as secondary evidence.",
-    "sign_of_g": "Within a config, a full-distribution loss (jsd) ranks above the sampled-token ones where G > 0 and "
-                 "below them where G <= 0 (the larger step: more gain where the config helps, more damage where it "
-                 "hurts; predictor v2's fifth look), then v2's prediction, shown as secondary evidence.",
-    "g_scaled": "G is scaled by the loss: a sampled-token loss (opd, opd2, exopd, opsd_opd) counts {scale:g} of its "
-                "config's G, a full-distribution loss (jsd, opsd_jsd) all of it (it moves the student further in "
-                "either direction; predictor v2's seventh look), so configs interleave; ties go by G, the fifth "
-                "look's method order, then v2's prediction, shown as secondary evidence."}
 PANEL_TEXT = ("effects", "why", "ranking", "tiers", "calibration")  # the panel's paragraphs, in order
 JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
@@ -136,17 +127,15 @@ def _parse(d: dict, source: str) -> Calibration:
     scale = float(d.get("method_order", {}).get("sampled_scale", 1.0))
     if not 0.0 <= scale <= 1.0:
         raise ValueError(f"method_order's sampled_scale {scale!r} is not in [0, 1]")
-    for tier in TIERS:
-        for outcome in OUTCOMES:
-            m = d["models"][tier][outcome]
-            n = len(m["features"])
-            if not all(len(m[k]) == n for k in ("mean", "sd", "coef")) or len(m["residual_band"]) != 2:
-                raise ValueError(f"model {tier}/{outcome} has mismatched lengths")
-            if sorted(m["features"]) != sorted(TIERS[tier]):
-                raise ValueError(f"model {tier}/{outcome} takes {m['features']}, not {list(TIERS[tier])}")
-            if not all(math.isfinite(float(v)) for k in ("mean", "sd", "coef") for v in m[k]) or not math.isfinite(
-                    float(m["intercept"])):
-                raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
+    for tier, outcome in ((t, o) for t in TIERS for o in OUTCOMES):
+        m = d["models"][tier][outcome]
+        n = len(m["features"])
+        if not all(len(m[k]) == n for k in ("mean", "sd", "coef")) or len(m["residual_band"]) != 2:
+            raise ValueError(f"model {tier}/{outcome} has mismatched lengths")
+        if sorted(m["features"]) != sorted(TIERS[tier]):
+            raise ValueError(f"model {tier}/{outcome} takes {m['features']}, not {list(TIERS[tier])}")
+        if not all(math.isfinite(float(v)) for v in [*m["mean"], *m["sd"], *m["coef"], m["intercept"]]):
+            raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
     return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
                        {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
@@ -271,8 +260,7 @@ class Predictions:
     def recommended(self, trainable=None) -> Row | None:
         """The best-ranked trainable row that the ranking supports: verdict helps (v2), or G > 0 (G ranks)."""
         ok = trainable or (lambda config, signal: True)
-        good = ((lambda r: r.accuracy_gap > 0) if self.ranked_by == "accuracy_gap"
-                else (lambda r: r.verdict == "helps"))
+        good = (lambda r: r.accuracy_gap > 0) if self.ranked_by == "accuracy_gap" else (lambda r: r.verdict == "helps")
         return next((r for r in self.rows if good(r) and ok(r.config, r.signal)), None)
 
 
@@ -286,9 +274,10 @@ def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibrat
     self_teachers = set(self_teachers)
     rows = [_row(summary, cal, c, m) for c in summary.configs for m in methods(c in self_teachers, has_base)]
     by_gap = cal.choice == "accuracy_gap"
-    rows.sort(key=(lambda r: predictor.gap_rank_key(r.method, r.accuracy_gap, r.gain, cal.method_order,
-                                                    cal.sampled_scale)) if by_gap else (lambda r: _key(r.gain)))
-    rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
+    cg = predictor.config_gains([r.config for r in rows], [r.gain for r in rows])  # v2_config's order
+    keys = [predictor.gap_rank_key(r.method, r.accuracy_gap, r.gain, cal.method_order, cal.sampled_scale, c)
+            if by_gap else _key(r.gain) for r, c in zip(rows, cg)]
+    rows = [replace(rows[j], rank=i + 1) for i, j in enumerate(sorted(range(len(rows)), key=keys.__getitem__))]
     return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain", settings_note(summary, cal))
 
 
@@ -356,13 +345,18 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
     best = rec or (p.rows[0] if p.rows else None)
     out = {}
     if p.ranked_by == "accuracy_gap":
-        out["ranking"] = (f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: "
-                          f"{cal.reason}. G's Spearman with the realised pass@1 change was "
-                          f"{_rho(cal.accuracy_gap)}; v2's {_rho(cal.lowo.get('v2', {}).get('spearman'))}. "
-                          + METHOD_ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale)
-                          + (f" {cal.checks}" if cal.checks else ""))
-        out["headline"] = (f"Recommended by the accuracy gap: {rec.config} trained with {rec.method} (G "
-                           f"{rec.accuracy_gap:+.3f}; v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
+        v2_first = cal.method_order in ("v2_gain", "v2_config")  # v2 ranks, G gates (the eighth look)
+        study = (f"{cal.reason}. G's Spearman with the realised pass@1 change was {_rho(cal.accuracy_gap)}; v2's "
+                 f"{_rho(cal.lowo.get('v2', {}).get('spearman'))}")
+        lead = (f"Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy gap G > 0: in "
+                f"the first validity study v2 lost to G ({study}), but on the worlds built since it ranked better "
+                "(predictor v2's eighth look)." if v2_first else
+                f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: {study}.")
+        out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale),
+                                   *([cal.checks] if cal.checks else [])])
+        by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"
+        out["headline"] = (f"Recommended by {by}: {rec.config} trained with {rec.method} (G {rec.accuracy_gap:+.3f}; "
+                           f"v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")
     else:
         tier = cal.lowo.get(cal.choice, {})

@@ -180,6 +180,48 @@ def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
     assert p.recommended() is None and "nothing is recommended" in prediction.panel(p)["headline"]
 
 
+def test_the_v2_gain_rule_ranks_by_v2_and_recommends_only_where_g_is_positive(raw, tmp_path):
+    """Predictor v2's eighth look's rule: the rows in order of v2's predicted gain (ties by G), against a sort written
+    out here; the recommendation is the best-ranked row with G > 0, even when a row with G <= 0 ranks above it."""
+    r2 = copy.deepcopy(raw)
+    for name, cfg in r2["configs"].items():
+        gap = 0.3 if name == "self_full" else -0.2
+        cfg["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - 0.1, "hi": gap + 0.1, "n_prompts": 6}
+    data = model_file(choice="accuracy_gap")
+    data["method_order"] = {"rule": "v2_gain", "look": 8}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    gains = [r.gain for r in p.rows]
+    assert gains == sorted(gains, reverse=True) and [r.rank for r in p.rows] == list(range(1, len(gains) + 1))
+    rec = p.recommended()
+    assert rec.config == "self_full" and rec is next(r for r in p.rows if r.accuracy_gap > 0)
+    text = prediction.panel(p)
+    assert text["ranking"].startswith("Ranked by predictor v2's predicted pass@1 change, recommended only where")
+    assert text["headline"].startswith("Recommended by predictor v2 among configs with G > 0: self_full trained with")
+
+
+def test_the_v2_config_rule_ranks_configs_by_their_mean_v2_gain_then_the_sign_of_g_order(raw, tmp_path):
+    """Predictor v2's eighth look's rule as amended: configurations in order of the mean of v2's predicted gains over
+    their methods (computed here by hand), within one a full-distribution loss first where G > 0 and last where
+    G <= 0, then the gain; the recommendation the best-ranked row with G > 0."""
+    r2 = copy.deepcopy(raw)
+    for name, cfg in r2["configs"].items():
+        gap = 0.3 if name == "self_full" else -0.2
+        cfg["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - 0.1, "hi": gap + 0.1, "n_prompts": 6}
+    data = model_file(choice="accuracy_gap")
+    data["method_order"] = {"rule": "v2_config", "look": 8}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    mean = {c: sum(r.gain for r in p.rows if r.config == c) / sum(r.config == c for r in p.rows) for c in r2["configs"]}
+    configs = list(dict.fromkeys(r.config for r in p.rows))
+    assert configs == sorted(mean, key=lambda c: -mean[c]) and [r.config for r in p.rows] == sorted(
+        (r.config for r in p.rows), key=configs.index)  # a config's rows stay together
+    for config, full in (("self_full", "opsd_jsd"), ("teacher", "jsd")):
+        rows = [r for r in p.rows if r.config == config]
+        assert (rows[0].method == full) if config == "self_full" else (rows[-1].method == full)
+    assert p.recommended().config == "self_full" and "mean of v2's predictions" in prediction.panel(p)["ranking"]
+
+
 @pytest.mark.parametrize("gap", [0.4, -0.3])
 def test_the_sign_of_g_method_order_puts_jsd_first_where_g_is_positive_and_last_elsewhere(raw, tmp_path, gap):
     r2 = copy.deepcopy(raw)

@@ -18,7 +18,19 @@ import math
 import numpy as np
 
 LOSS_KIND = {"opd": 0.0, "opd2": 0.0, "exopd": 0.0, "opsd_opd": 0.0, "jsd": 1.0, "opsd_jsd": 1.0}  # is_jsd
-METHOD_ORDERS = ("predicted_gain", "sign_of_g", "g_scaled")  # how the rows are ordered when G ranks
+ORDER_TEXT = {  # how the rows are ordered when G gates the recommendation, in the panel's words
+    "predicted_gain": "v2's predictions below order the methods within a config and are shown as secondary evidence.",
+    "sign_of_g": "Within a config, a full-distribution loss (jsd) ranks above the sampled-token ones where G > 0 and "
+                 "below them where G <= 0 (the larger step: more gain where the config helps, more damage where it "
+                 "hurts; predictor v2's fifth look), then v2's prediction, shown as secondary evidence.",
+    "g_scaled": "G is scaled by the loss: a sampled-token loss (opd, opd2, exopd, opsd_opd) counts {scale:g} of its "
+                "config's G, a full-distribution loss (jsd, opsd_jsd) all of it (it moves the student further in "
+                "either direction; predictor v2's seventh look), so configs interleave; ties go by G, the fifth "
+                "look's method order, then v2's prediction, shown as secondary evidence.",
+    "v2_gain": "Ties go by G, then a full-distribution loss (jsd) first where G > 0 and last where G <= 0.",
+    "v2_config": "Configs go by the mean of v2's predictions over their methods; within one, a full-distribution loss "
+                 "(jsd) first where G > 0 and last where G <= 0 (predictor v2's fifth look), then v2's prediction."}
+METHOD_ORDERS = tuple(ORDER_TEXT)
 
 
 def method_term(method: str, accuracy_gap: float) -> float:
@@ -37,14 +49,32 @@ def scaled_gap(method: str, accuracy_gap: float, sampled_scale: float) -> float:
     return accuracy_gap * (1.0 if LOSS_KIND[method] else sampled_scale)
 
 
-def gap_rank_key(method: str, accuracy_gap: float, gain: float, rule: str, sampled_scale: float = 1.0) -> tuple:
-    """Sort key (ascending: ranked first) of a row when G ranks: G scaled by the loss (``g_scaled`` only), then G,
-    then the method order (``sign_of_g`` and ``g_scaled``), then v2's predicted ``gain``; a missing value last."""
+def gap_rank_key(method: str, accuracy_gap: float, gain: float, rule: str, sampled_scale: float = 1.0,
+                 config_gain: float = math.nan) -> tuple:
+    """Sort key (ascending: ranked first) of a row when G gates the recommendation: G scaled by the loss (``g_scaled``
+    only), then G, then the method order (``sign_of_g`` and ``g_scaled``), then v2's predicted ``gain``. Predictor
+    v2's eighth look: ``v2_gain`` puts the gain first, then G and the sign-of-G order; ``v2_config`` the
+    configuration's ``config_gain`` (the mean of v2's gains over its methods), then the sign-of-G order, then the
+    gain. A missing value last."""
     def first(v: float) -> float:
         return -v if math.isfinite(v) else math.inf
+    term = method_term(method, accuracy_gap) if rule in ("sign_of_g", "g_scaled", "v2_gain", "v2_config") else 0.0
+    if rule == "v2_gain":
+        return first(gain), first(accuracy_gap), -term, 0.0
+    if rule == "v2_config":
+        return first(config_gain), -term, first(gain), 0.0
     scaled = scaled_gap(method, accuracy_gap, sampled_scale) if rule == "g_scaled" else accuracy_gap
-    term = method_term(method, accuracy_gap) if rule in ("sign_of_g", "g_scaled") else 0.0
     return first(scaled), first(accuracy_gap), -term, first(gain)
+
+
+def config_gains(configs: list[str], gains) -> list[float]:
+    """Each row's configuration's mean predicted gain over its rows (the ``v2_config`` order; NaN rows left out)."""
+    g, c = np.asarray(gains, dtype=np.float64), np.asarray(configs)
+    means = {}
+    for name in set(configs):
+        v = g[(c == name) & np.isfinite(g)]
+        means[name] = float(v.mean()) if v.size else math.nan
+    return [means[x] for x in configs]
 
 
 def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict:

@@ -122,8 +122,9 @@ def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0)
     where G > 0 and last where G <= 0, then ``gain`` (the shipped model's prediction); ``g_scaled`` first by G times
     ``sampled_scale`` for a sampled-token loss (all of G for a full-distribution one), then as ``sign_of_g``. Missing
     values rank last; exact ties go to the later row."""
-    keys = [model.gap_rank_key(r["method"], v2._num(r["accuracy_gap"]), float(p), rule, sampled_scale)
-            for r, p in zip(rows, np.asarray(gain, float))]
+    cg = model.config_gains([r["config"] for r in rows], gain)  # v2_config: a configuration's mean gain
+    keys = [model.gap_rank_key(r["method"], v2._num(r["accuracy_gap"]), float(p), rule, sampled_scale, c)
+            for r, p, c in zip(rows, np.asarray(gain, float), cg)]
     order = sorted(range(len(rows)), key=lambda i: keys[i], reverse=True)  # the last is ranked first
     scores = np.empty(len(rows))
     scores[order] = np.arange(len(rows), dtype=float)
