@@ -64,6 +64,34 @@ def test_the_product_order_is_an_explicit_sort():
         assert [key(i) for i in first] == sorted(key(i) for i in range(30))
 
 
+def test_the_eighth_looks_order_is_an_explicit_sort():
+    """v2_config: configurations by the mean of their rows' gains (NaN left out), then the sign-of-G method order,
+    then the gain; v2_gain: the gain, then G, then the method order."""
+    rng = np.random.default_rng(4)
+    methods = ["opd", "jsd", "opd2", "exopd", "opsd_opd", "opsd_jsd"]
+    rows = [{"accuracy_gap": float(rng.choice([-0.2, 0.3])), "method": methods[i % 6], "config": f"c{i % 5}"}
+            for i in range(30)]
+    gain = rng.normal(size=30)
+    gain[7] = float("nan")
+    for c in range(5):  # G is one number per configuration
+        for r in rows[c::5]:
+            r["accuracy_gap"] = rows[c]["accuracy_gap"]
+    mean = {c: float(np.mean([gain[i] for i in range(30) if rows[i]["config"] == c and gain[i] == gain[i]]))
+            for c in {r["config"] for r in rows}}
+
+    def term(i):
+        full = rows[i]["method"] in ("jsd", "opsd_jsd")
+        return (1.0 if rows[i]["accuracy_gap"] > 0 else -1.0) if full else 0.0
+
+    def last(v):
+        return -v if v == v else np.inf
+    keys = {"v2_config": lambda i: (-mean[rows[i]["config"]], -term(i), last(gain[i])),
+            "v2_gain": lambda i: (last(gain[i]), -rows[i]["accuracy_gap"], -term(i))}
+    for rule, key in keys.items():
+        first = [int(i) for i in np.argsort(-product_order(rows, gain, rule))]
+        assert [key(i) for i in first] == sorted(key(i) for i in range(30)), rule
+
+
 def test_the_plan_was_committed_before_the_analysis():
     def first(path: str):
         return first_added(HERE, path)

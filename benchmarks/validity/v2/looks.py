@@ -120,9 +120,11 @@ def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0)
     """Scores (higher: ranked first) that order ``rows`` as the product does when G ranks
     (``core.predictor.gap_rank_key``): ``sign_of_g`` orders by G, then a config's full-distribution methods first
     where G > 0 and last where G <= 0, then ``gain`` (the shipped model's prediction); ``g_scaled`` first by G times
-    ``sampled_scale`` for a sampled-token loss (all of G for a full-distribution one), then as ``sign_of_g``. Missing
+    ``sampled_scale`` for a sampled-token loss (all of G for a full-distribution one), then as ``sign_of_g``;
+    ``v2_config`` (the eighth look) first by a configuration's mean ``gain``, then as ``sign_of_g`` within it. Missing
     values rank last; exact ties go to the later row."""
-    cg = model.config_gains([r["config"] for r in rows], gain)  # v2_config: a configuration's mean gain
+    cg = (model.config_gains([r["config"] for r in rows], gain) if rule == "v2_config"  # a configuration's mean gain
+          else [np.nan] * len(rows))
     keys = [model.gap_rank_key(r["method"], v2._num(r["accuracy_gap"]), float(p), rule, sampled_scale, c)
             for r, p, c in zip(rows, np.asarray(gain, float), cg)]
     order = sorted(range(len(rows)), key=lambda i: keys[i], reverse=True)  # the last is ranked first
