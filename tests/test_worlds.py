@@ -150,7 +150,8 @@ BUILT = sorted(p.parent for p in WORLDS.glob("*/models/build_report.json"))
 # that passes must take its entry out.
 FAILS_ITS_CHECKS = {"capacity": ["more SFT on correct solutions barely moves the student alone"],
                     "rule_vs_instance": ["the answer-only context has the larger gap"],
-                    "mill": ["the teacher is above the student on the task"]}  # overall; its level 4 passes the plan's rule
+                    "mill": ["the teacher is above the student on the task"],  # overall; its level 4 passes the plan's rule
+                    "spindle": ["the student's pass@4 is above the teacher's"]}
 
 
 def test_effect_checks_against_explicit_arithmetic():
