@@ -240,7 +240,7 @@ def test_the_sign_of_g_method_order_puts_jsd_first_where_g_is_positive_and_last_
         sampled = [r.gain for r in rows if r.method != full]
         assert sampled == sorted(sampled, reverse=True)  # then v2's prediction, as before
     assert "full-distribution loss (jsd) ranks above" in prediction.panel(p)["ranking"]
-    assert "Checked as shipped" not in prediction.panel(p)["ranking"]  # a file without checks quotes none
+    assert "Checked" not in prediction.panel(p)["ranking"]  # a file without checks quotes none
     data["checks"] = {"summary": "Checked as shipped on 2 worlds: +0.50."}  # report_checks.py's record
     (tmp_path / "c.json").write_text(json.dumps(data))
     p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")

@@ -69,9 +69,10 @@ def with_lookahead(world: str, rows: list[dict], lookahead: list[dict]) -> list[
     return rows
 
 
-def figures(world: str, rows: list[dict]) -> dict:
-    """The shipped file's models, G and the product's ranking scored on one world's rows (no refit)."""
-    ship = shipped()
+def figures(world: str, rows: list[dict], ship: dict | None = None) -> dict:
+    """The shipped file's models, G and the product's ranking scored on one world's rows (no refit); ``ship``: the
+    model file as it stood when a world was checked (default: as it is)."""
+    ship = ship or shipped()
     y = report_v2.target(rows, "d_pass1")
     g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
     out = {"world": world, "choice": ship["choice"], "n_rows": len(rows),
