@@ -66,7 +66,21 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
     product, g = fmt(f["product (sign_of_g)"]["spearman"]), fmt(f["accuracy_gap"]["spearman"])
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
-    assert f"checked from its spec alone (`check_world.py --spec`), {product} (G alone {g};" in readme
+    over = report_checks.analysis()["over"]
+    ms, (right, pairs) = over["mean_spearman"], over["method_order"][report_checks.PRODUCT]
+    five = [fmt(ms[k]) for k in (report_checks.PRODUCT, "accuracy_gap", "v2")]
+    assert (f"on five worlds built after the last look and checked from their specs alone (`check_world.py --spec`; "
+            f"[CHECKS.md](benchmarks/validity/v2/CHECKS.md)), {five[0]} (G alone {five[1]}, the shipped v2 model "
+            f"{five[2]})") in readme and len(CHECKED) == 5
+    assert (f"of {five[0]} (G alone {five[1]}) and ordered {right} of {pairs} method pairs right, while the shipped v2 "
+            f"model, never refitted, reached {five[2]}") in verdict
+    ember = report_checks.rows_of("ember")
+    teacher = next(r for r in ember if (r["config"], r["method"]) == ("teacher", "jsd"))
+    e = _figures("ember")["models"]
+    assert (f"G ranked it first (G {fmt(teacher['accuracy_gap'])}) and it realised {fmt(teacher['d_pass1']['estimate'])}"
+            f"; v2, whose lookahead saw training move the student far, ranked the world at {fmt(e['v2']['spearman'])} "
+            f"against the product's {fmt(e['product (sign_of_g)']['spearman'])}") in verdict
+    assert max(r["accuracy_gap"] for r in ember) == teacher["accuracy_gap"]  # ranked first by G
     mo = f["product (sign_of_g)"]["method_order"]
     assert (f"the product's ranking reached Spearman {product}, G alone {g}, with {mo['n_right']} of {mo['n_pairs']} "
             "method pairs ordered right and every v2 verdict `unclear`") in verdict
