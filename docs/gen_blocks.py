@@ -62,7 +62,7 @@ def predictor_block() -> str:
                    f"{_x(d.get('unclear_share'), '.2f')} |")
     out += [f"| accuracy gap G alone | {_ci(cal.accuracy_gap)} | | | | |", "",
             f"Verdict rule (delta = {cal.delta:g}): {prediction.rule_text(cal.delta)}", "",
-            f"Method order when G ranks: `{cal.method_order}`: "
+            f"Ranking when the study chose G (G > 0 to recommend; `method_order`): `{cal.method_order}`: "
             + predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale), ""]
     if cal.later_looks:
         out += ["Later pre-registered looks, each judged on a world built after its plan (the model file's "

@@ -63,3 +63,24 @@ def test_the_package_file_records_the_look_and_its_ranking_rule_only_if_it_shipp
         assert cal.method_order == "v2_config" and shipped["method_order"]["look"] == 8
     else:
         assert cal.method_order == "sign_of_g" and shipped["method_order"]["look"] == 5
+
+
+def test_readme_and_verdict_doc_quote_the_committed_figures():
+    a, f = _analysis(), v2.fmt
+    pw, um, added = a["per_world"], a["unseen_mean"], a["added_world"]
+    new = {k: f(pw[k]["worlds"][added]) for k in ("v2_config", "shipped", "accuracy_gap")}
+    mo = {k: a["method_order"][k] for k in ("shipped", "v2_config")}
+    rec = {k: sum(v for v in a["recommended"][k].values() if v is not None) / sum(
+        v is not None for v in a["recommended"][k].values()) for k in ("shipped", "v2_config")}
+    verdict = " ".join((v2.REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    readme = " ".join((v2.REPO / "README.md").read_text(encoding="utf-8").split())
+    text = verdict[verdict.index("The eighth look"):][:1800]
+    for q in (f"reached Spearman {new['v2_config']} against the shipped order's {new['shipped']} (G alone "
+              f"{new['accuracy_gap']})", f"{f(um['v2_config'])} against {f(um['shipped'])}, so it ships",
+              f"method pairs stay {mo['v2_config']['n_right']} of {mo['v2_config']['n_pairs']} right",
+              f"realised {rec['v2_config']:+.3f} on average over the nineteen worlds against {rec['shipped']:+.3f}",
+              f"({a['recommended']['v2_config']['ember']:+.3f} against {a['recommended']['shipped']['ember']:+.3f})"):
+        assert q in text, q
+    assert mo["v2_config"] == mo["shipped"] and a["ship"]["choice"] == "v2_config"
+    assert (f"on the new world `{added}` {new['v2_config']} against {new['shipped']}, over the twelve worlds v2 was "
+            f"never fitted on {f(um['v2_config'])} against {f(um['shipped'])}") in readme
