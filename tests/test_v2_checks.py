@@ -69,9 +69,9 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
     over = report_checks.analysis()["over"]
     ms, (right, pairs) = over["mean_spearman"], over["method_order"][report_checks.PRODUCT]
     five = [fmt(ms[k]) for k in (report_checks.PRODUCT, "accuracy_gap", "v2")]
-    assert (f"on five worlds built after the last look and checked from their specs alone (`check_world.py --spec`; "
-            f"[CHECKS.md](benchmarks/validity/v2/CHECKS.md)), {five[0]} (G alone {five[1]}, the shipped v2 model "
-            f"{five[2]})") in readme and len(CHECKED) == 5
+    assert (f"on five worlds built after the seventh look and checked from their specs alone (`check_world.py "
+            f"--spec`; [CHECKS.md](benchmarks/validity/v2/CHECKS.md)) {five[0]} (G alone {five[1]}, the shipped v2 "
+            f"model {five[2]})") in readme and len(CHECKED) == 5
     assert (f"of {five[0]} (G alone {five[1]}) and ordered {right} of {pairs} method pairs right, while the shipped v2 "
             f"model, never refitted, reached {five[2]}") in verdict
     ember = report_checks.rows_of("ember")
