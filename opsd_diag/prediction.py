@@ -348,8 +348,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         v2_first = cal.method_order in ("v2_gain", "v2_config")  # v2 ranks, G gates (the eighth look)
         study = (f"{cal.reason}. G's Spearman with the realised pass@1 change was {_rho(cal.accuracy_gap)}; v2's "
                  f"{_rho(cal.lowo.get('v2', {}).get('spearman'))}")
-        lead = (f"Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy gap G > 0: in "
-                f"the first validity study v2 lost to G ({study}), but on the worlds built since it ranked better "
+        lead = (f"Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy gap G > 0. In "
+                f"the first validity study v2 lost to G: {study}; on the worlds built since, it ranked better "
                 "(predictor v2's eighth look)." if v2_first else
                 f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: {study}.")
         out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale),
