@@ -180,17 +180,22 @@ def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
     assert p.recommended() is None and "nothing is recommended" in prediction.panel(p)["headline"]
 
 
-def test_the_v2_gain_rule_ranks_by_v2_and_recommends_only_where_g_is_positive(raw, tmp_path):
-    """Predictor v2's eighth look's rule: the rows in order of v2's predicted gain (ties by G), against a sort written
-    out here; the recommendation is the best-ranked row with G > 0, even when a row with G <= 0 ranks above it."""
+def _gated(raw: dict, tmp_path, rule: str):
+    """The run's predictions under a G-gated ranking ``rule``: self_full with G +0.3, every other config G -0.2."""
     r2 = copy.deepcopy(raw)
     for name, cfg in r2["configs"].items():
         gap = 0.3 if name == "self_full" else -0.2
         cfg["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - 0.1, "hi": gap + 0.1, "n_prompts": 6}
     data = model_file(choice="accuracy_gap")
-    data["method_order"] = {"rule": "v2_gain", "look": 8}
+    data["method_order"] = {"rule": rule, "look": 8}
     (tmp_path / "c.json").write_text(json.dumps(data))
-    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    return prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+
+
+def test_the_v2_gain_rule_ranks_by_v2_and_recommends_only_where_g_is_positive(raw, tmp_path):
+    """Predictor v2's eighth look's first rule: the rows in order of v2's predicted gain; the recommendation is the
+    best-ranked row with G > 0, whatever ranks above it."""
+    p = _gated(raw, tmp_path, "v2_gain")
     gains = [r.gain for r in p.rows]
     assert gains == sorted(gains, reverse=True) and [r.rank for r in p.rows] == list(range(1, len(gains) + 1))
     rec = p.recommended()
@@ -201,19 +206,12 @@ def test_the_v2_gain_rule_ranks_by_v2_and_recommends_only_where_g_is_positive(ra
 
 
 def test_the_v2_config_rule_ranks_configs_by_their_mean_v2_gain_then_the_sign_of_g_order(raw, tmp_path):
-    """Predictor v2's eighth look's rule as amended: configurations in order of the mean of v2's predicted gains over
-    their methods (computed here by hand), within one a full-distribution loss first where G > 0 and last where
-    G <= 0, then the gain; the recommendation the best-ranked row with G > 0."""
-    r2 = copy.deepcopy(raw)
-    for name, cfg in r2["configs"].items():
-        gap = 0.3 if name == "self_full" else -0.2
-        cfg["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - 0.1, "hi": gap + 0.1, "n_prompts": 6}
-    data = model_file(choice="accuracy_gap")
-    data["method_order"] = {"rule": "v2_config", "look": 8}
-    (tmp_path / "c.json").write_text(json.dumps(data))
-    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
-    mean = {c: sum(r.gain for r in p.rows if r.config == c) / sum(r.config == c for r in p.rows) for c in r2["configs"]}
+    """Predictor v2's eighth look's rule as amended (shipped): configurations in order of the mean of v2's predicted
+    gains over their methods (computed here by hand), within one a full-distribution loss first where G > 0 and last
+    where G <= 0, then the gain; the recommendation the best-ranked row with G > 0."""
+    p = _gated(raw, tmp_path, "v2_config")
     configs = list(dict.fromkeys(r.config for r in p.rows))
+    mean = {c: sum(r.gain for r in p.rows if r.config == c) / sum(r.config == c for r in p.rows) for c in configs}
     assert configs == sorted(mean, key=lambda c: -mean[c]) and [r.config for r in p.rows] == sorted(
         (r.config for r in p.rows), key=configs.index)  # a config's rows stay together
     for config, full in (("self_full", "opsd_jsd"), ("teacher", "jsd")):
