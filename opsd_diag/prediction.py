@@ -6,9 +6,10 @@ The models are the ridge regressions of ``core.predictor`` that the pre-register
 over seven outcome worlds (benchmarks/validity/v2/), shipped as ``opsd_diag/data/predictor_v2.json``
 (written by ``benchmarks/validity/v2/report_v2.py``, never by hand) or given as a calibration file of the
 same format. The file also says what the study's ship rule chose (``choice``): ``v2`` (with the lookahead
-where a run has one), ``v2_no_lookahead``, or ``accuracy_gap``, in which case the ranking follows the
-accuracy gap G, because v2 lost to it in the study and the product must never recommend less well than a
-number it shows. A row without a lookahead result gets the ``v2_no_lookahead`` tier, never the lookahead
+where a run has one), ``v2_no_lookahead``, or ``accuracy_gap``, in which case G gates the recommendation
+(only a row with G > 0 is recommended), because v2 lost to it in the study and the product must never
+recommend less well than a number it shows, and the file's ``method_order`` ranks (since the eighth look:
+configurations by v2's mean predicted gain, which ranked the worlds built after the study better than G). A row without a lookahead result gets the ``v2_no_lookahead`` tier, never the lookahead
 tier with every lookahead feature imputed. Pure functions of a ``Summary`` and the model file.
 """
 
@@ -42,8 +43,8 @@ LOOKAHEAD = {"lookahead_dv": "dv", "lookahead_dll": "dll", "lookahead_kl": "kl"}
 N_WHY = 3  # features named in a row's "why"
 
 COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``), documented in docs/verdict.md
-    "rank": "1 = best: by predicted gain, or, when the study chose G, by the model file's ranking rule on the "
-            "accuracy gap G (G, or G scaled by the loss; then the method order and the predicted gain)",
+    "rank": "1 = best: by predicted gain, or, when the study chose G, by the model file's ranking rule "
+            "(core.predictor.ORDER_TEXT: as shipped, configs by v2's mean predicted gain, then the method order)",
     "config": "teacher config",
     "method": "training method (opd, jsd, opd2, exopd with a teacher model; opsd_opd, opsd_jsd with a self-teacher)",
     "signal": "the diagnosed signal the method trains on (what `opsd-train --from-diagnosis --signal` takes)",
@@ -83,7 +84,7 @@ class Calibration:
     study: str  # where the study's results are written up
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
     later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look10 in order
-    method_order: str = "predicted_gain"  # when G ranks: how the rows are ordered (core.predictor.METHOD_ORDERS)
+    method_order: str = "predicted_gain"  # when G gates: how the rows are ordered (core.predictor.METHOD_ORDERS)
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
 
