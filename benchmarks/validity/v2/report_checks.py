@@ -101,7 +101,7 @@ def render(a: dict) -> str:
              "Worlds: " + ", ".join(f"{w} ({s if s != 'pending' else 'not checked yet'})"
                                     for w, s in a["worlds"].items()) + ".", "",
              "## Spearman with the realised held-out Δpass@1, per world", "",
-             "| world | rows | product ranking | G alone | v2 | v2 without lookahead | method pairs right (product) "
+             f"| world | rows | product ranking ({ORDER}) | G alone | v2 | v2 without lookahead | method pairs right (product) "
              "| v2 forgetting Spearman |", "|---|---|---|---|---|---|---|---|"]
     for w in checked:
         m = a["per_world"][w]["models"]
@@ -112,7 +112,7 @@ def render(a: dict) -> str:
                      f"{f(m['v2']['other']['d_regression'])} |")
     ms, mo = o["mean_spearman"], o["method_order"]
     lines += ["", f"## Over the {len(checked)} checked worlds, against the issue's targets", "",
-              "| figure | product ranking | G alone | v2 | v2 without lookahead | target |", "|---|---|---|---|---|---|",
+              f"| figure | product ranking ({ORDER}) | G alone | v2 | v2 without lookahead | target |", "|---|---|---|---|---|---|",
               "| mean of per-world Spearman | " + " | ".join(f(ms[m]) for m in MODELS) + f" | >= {t['spearman']:.2f} |",
               "| method pairs > 0.10 apart ordered right | " + " | ".join(_share(*mo[m]) for m in MODELS)
               + f" | >= {t['method_order']:.0%} |",
