@@ -44,15 +44,17 @@ def rows_of(world: str) -> list[dict]:
                                       json.loads(report_look2.lookahead_file(world).read_text())["rows"])
 
 
-def as_checked() -> dict:
-    """The model file as it stood when the plan's worlds were checked: its models (never refitted since) with the
-    plan's ranking rule."""
-    return {**check_world.shipped(), "method_order": {"rule": ORDER}}
+def as_checked(world: str | None = None) -> dict:
+    """The model file as it stood when ``world`` was checked (default: the plan's five): its models (never refitted
+    since) with the ranking rule then in force (a world of amendment 2: the one after the eighth look)."""
+    later = (yaml.safe_load(PLAN.read_text()).get("after_look8") or {}).get(world, {})
+    return {**check_world.shipped(), "method_order": {"rule": later.get("product_order", ORDER)}}
 
 
 def world_figures(world: str) -> dict:
     """``check_world.py``'s figures for a checked world, recomputed from the committed rows (JSON values)."""
-    return json.loads(json.dumps(report_v2.stats_jsonable(check_world.figures(world, rows_of(world), as_checked()))))
+    figures = check_world.figures(world, rows_of(world), as_checked(world))
+    return json.loads(json.dumps(report_v2.stats_jsonable(figures)))
 
 
 def status(world: str) -> str:
