@@ -84,3 +84,16 @@ def test_readme_and_verdict_doc_quote_the_committed_figures():
     assert mo["v2_config"] == mo["shipped"] and a["ship"]["choice"] == "v2_config"
     assert (f"on the new world `{added}` {new['v2_config']} against {new['shipped']}, over the twelve worlds v2 was "
             f"never fitted on {f(um['v2_config'])} against {f(um['shipped'])}") in readme
+
+
+def test_readme_and_verdict_doc_quote_the_check_after_the_look():
+    """tallow, checked with the file as shipped by this look (plan_checks.yaml amendment 2)."""
+    from benchmarks.validity.v2 import report_checks
+
+    m, f = report_checks.world_figures("tallow")["models"], v2.fmt
+    product, g = f(m["product (v2_config)"]["spearman"]), f(m["accuracy_gap"]["spearman"])
+    verdict = " ".join((v2.REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    readme = " ".join((v2.REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"the shipped ranking reached {product}, G alone {g}: no better than G there" in verdict
+    assert f"on `tallow`, built after it shipped, {product} (G alone {g};" in readme
+
