@@ -305,17 +305,16 @@ def main(argv=None) -> int:
         return update(args.out, lambda a: a["answers"]["targets"].update(masked_gain(a["worlds"])) or "targets read again")
     if args.look in (3, 6, 8):
         return look3(args.out, args.root, args.recommend or args.root / f"recommend{args.look}", args.look)
-    if args.look == 7:
-        root = Path(load_plan()["seventh_look"]["out"]) if args.root == ROOT else args.root
-        bench = args.bench or root / "bench_step.json"
-        return look7(args.out, root, json.loads(bench.read_text()) if bench.is_file() else None)
-    if args.look in (4, 5, 9):
-        key = {4: "fourth_look", 5: "fifth_look", 9: "ninth_look"}[args.look]
+    if args.look in (4, 5, 7, 9):  # a later look with its own runs (its plan's `out` by default)
+        key = {4: "fourth_look", 5: "fifth_look", 7: "seventh_look", 9: "ninth_look"}[args.look]
         root = Path(load_plan()[key]["out"]) if args.root == ROOT else args.root
-        if args.look == 9:
-            return update(args.out, lambda a: a.update(ninth_look=ninth_look(load_plan(), root))
-                          or f"ninth look: {'met' if a['ninth_look']['met'] else 'not met'}")
-        return look4(args.out, root) if args.look == 4 else look5(args.out, root, args.recommend or root / "recommend")
+        bench = args.bench or root / "bench_step.json"
+        make = {4: lambda a: fourth_look(load_plan(), root, a["worlds"]["diversity"]["settings"].get("all")),
+                5: lambda a: fifth_look(load_plan(), root, args.recommend or root / "recommend"),
+                7: lambda a: seventh_look(load_plan(), root, json.loads(bench.read_text()) if bench.is_file() else None,
+                                          a["worlds"]),
+                9: lambda a: ninth_look(load_plan(), root)}[args.look]
+        return add_look(args.out, key, make)
     plan = load_plan()
     worlds = {w: world_rows(plan, args.root, w) for w in plan["worlds"]}
     rdir = args.recommend or args.root / "recommend"
@@ -378,28 +377,12 @@ def baseline(looks: list[dict], within: int, n: int) -> dict:
             "all_within_0.02": sum(r["best_d_pass1"] - r["all_d_pass1"] <= 0.02 for r in judged)}
 
 
-def look4(out: Path, root: Path) -> int:
-    """The committed analysis with the fourth look added."""
+def add_look(out: Path, key: str, make) -> int:
+    """The committed analysis with a later look added under ``key``, computed by ``make(analysis)``."""
     def change(analysis: dict) -> str:
-        committed = analysis["worlds"]["diversity"]["settings"].get("all")
-        analysis["fourth_look"] = fourth_look(load_plan(), root, committed)
-        return f"fourth look: {'met' if analysis['fourth_look']['met'] else 'not met'}"
-    return update(out, change)
-
-
-def look7(out: Path, root: Path, bench: dict | None) -> int:
-    """The committed analysis with the seventh look added."""
-    def change(analysis: dict) -> str:
-        analysis["seventh_look"] = seventh_look(load_plan(), root, bench, analysis["worlds"])
-        return f"seventh look: target 3 {'met' if analysis['seventh_look']['met']['target'] else 'not met'}"
-    return update(out, change)
-
-
-def look5(out: Path, root: Path, rdir: Path) -> int:
-    """The committed analysis with the fifth look added."""
-    def change(analysis: dict) -> str:
-        analysis["fifth_look"] = fifth_look(load_plan(), root, rdir)
-        return f"fifth look: {'met' if analysis['fifth_look']['met'] else 'not met'}"
+        analysis[key] = make(analysis)
+        met = analysis[key]["met"]
+        return f"{key.replace('_', ' ')}: {'met' if (met['target'] if isinstance(met, dict) else met) else 'not met'}"
     return update(out, change)
 
 

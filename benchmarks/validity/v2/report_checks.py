@@ -51,9 +51,10 @@ def as_checked(world: str | None = None) -> dict:
     return {**check_world.shipped(), "method_order": {"rule": later.get("product_order", ORDER)}}
 
 
-def world_figures(world: str) -> dict:
-    """``check_world.py``'s figures for a checked world, recomputed from the committed rows (JSON values)."""
-    figures = check_world.figures(world, rows_of(world), as_checked(world))
+def world_figures(world: str, rows: list[dict] | None = None) -> dict:
+    """``check_world.py``'s figures for a checked world, recomputed from the committed rows (``rows_of``; JSON
+    values)."""
+    figures = check_world.figures(world, rows if rows is not None else rows_of(world), as_checked(world))
     return json.loads(json.dumps(report_v2.stats_jsonable(figures)))
 
 
@@ -67,10 +68,11 @@ def status(world: str) -> str:
 
 def analysis() -> dict:
     """Every planned world's status, the checked ones' figures, and the figures over them."""
-    worlds = yaml.safe_load(PLAN.read_text())["worlds"]
-    checked = [w for w in worlds if status(w) == "checked"]
-    per = {w: world_figures(w) for w in checked}
-    rows = [r for w in checked for r in rows_of(w)]  # every checked row, for the pooled forgetting Spearman
+    states = {w: status(w) for w in yaml.safe_load(PLAN.read_text())["worlds"]}
+    checked = [w for w, st in states.items() if st == "checked"]
+    by_world = {w: rows_of(w) for w in checked}
+    per = {w: world_figures(w, by_world[w]) for w in checked}
+    rows = [r for w in checked for r in by_world[w]]  # every checked row, for the pooled forgetting Spearman
     over = {"mean_spearman": {m: float(np.mean([per[w]["models"][m]["spearman"] for w in checked])) if checked
                               else None for m in MODELS},
             "method_order": {m: [sum(per[w]["models"][m]["method_order"][k] for w in checked)
@@ -85,7 +87,7 @@ def analysis() -> dict:
                                                                       "d_regression"),
                                                          report_v2.target(rows, "d_regression")) if rows else None
     return json.loads(json.dumps(report_v2.stats_jsonable(
-        {"worlds": {w: status(w) for w in worlds}, "per_world": per, "over": over})))
+        {"worlds": states, "per_world": per, "over": over})))
 
 
 def _share(a: int, b: int) -> str:
