@@ -33,13 +33,13 @@ def test_checks_report_renders_from_the_committed_rows():
     assert prediction.load().checks == shipped["checks"]["summary"] and CHECKED == shipped["checks"]["worlds"]
 
 
-@pytest.mark.parametrize("world", [*CHECKED, "spindle", "tallow"])  # spindle: the eighth look's world; tallow: after it
+@pytest.mark.parametrize("world", [*CHECKED, "spindle", "tallow", "wick"])  # the eighth look's, after it, the ninth's
 def test_check_figures_recompute_from_the_committed_rows(world):
     printed = (HERE / f"check_{world}.txt").read_text()
     assert printed.endswith(check_world.text(_figures(world)) + "\n")
 
 
-@pytest.mark.parametrize("world", [*CHECKED, "spindle", "tallow"])  # spindle: the eighth look's world; tallow: after it
+@pytest.mark.parametrize("world", [*CHECKED, "spindle", "tallow", "wick"])  # the eighth look's, after it, the ninth's
 def test_the_world_spec_was_committed_before_its_results(world):
     def first(path: str) -> int:  # commit time of the first commit that added the path
         out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%ct", "--", path], cwd=REPO,
