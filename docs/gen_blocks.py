@@ -61,7 +61,7 @@ def predictor_block() -> str:
                    f"{_x(d.get('decisive_accuracy'), '.2f')} | {_x(d.get('coverage'), '.2f')} | "
                    f"{_x(d.get('unclear_share'), '.2f')} |")
     out += [f"| accuracy gap G alone | {_ci(cal.accuracy_gap)} | | | | |", "",
-            f"Verdict rule (delta = {cal.delta:g}): {prediction.rule_text(cal.delta, cal.g_thresholds)}", "",
+            f"Verdict rule (delta = {cal.delta:g}): {prediction.rule_text(cal.delta)}", "",
             f"Ranking when the study chose G (G > 0 to recommend; `method_order`): `{cal.method_order}`: "
             + predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale), ""]
     if cal.later_looks:

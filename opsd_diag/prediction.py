@@ -87,7 +87,6 @@ class Calibration:
     method_order: str = "predicted_gain"  # when G gates: how the rows are ordered (core.predictor.METHOD_ORDERS)
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
-    g_thresholds: dict | None = None  # the verdict read from G (core.predictor.g_verdict); None: the interval rule
 
 
 def _shipped_text() -> str | None:
@@ -129,9 +128,6 @@ def _parse(d: dict, source: str) -> Calibration:
     scale = float(d.get("method_order", {}).get("sampled_scale", 1.0))
     if not 0.0 <= scale <= 1.0:
         raise ValueError(f"method_order's sampled_scale {scale!r} is not in [0, 1]")
-    g_rule = d.get("verdict_rule") and {k: float(d["verdict_rule"]["thresholds"][k]) for k in predictor.G_THRESHOLDS}
-    if g_rule and not all(math.isfinite(v) for v in g_rule.values()):
-        raise ValueError("verdict_rule holds a threshold that is not finite")
     for tier, outcome in ((t, o) for t in TIERS for o in OUTCOMES):
         m = d["models"][tier][outcome]
         n = len(m["features"])
@@ -147,7 +143,7 @@ def _parse(d: dict, source: str) -> Calibration:
                        {k: v for k, v in sorted((d.get("later_looks") or {}).items(),
                                                 key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
                         if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
-                       str((d.get("checks") or {}).get("summary") or ""), g_rule or None)
+                       str((d.get("checks") or {}).get("summary") or ""))
 
 
 def _num(x) -> float:
@@ -233,9 +229,7 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     gain = out["d_pass1"]
     lo, hi = gain + band[0], gain + band[1]
     kl = out["kl_to_initial"]  # a linear model can go below 0; a KL cannot
-    verdict = (predictor.g_verdict(method, x["accuracy_gap"], cal.g_thresholds) if cal.g_thresholds
-               else predictor.verdict(lo, hi, cal.delta))
-    return Row(0, config, method, tier, gain, lo, hi, verdict, max(0.0, kl),
+    return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), max(0.0, kl),
                out["d_regression"], out["d_pass4"], x["accuracy_gap"],
                tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),
                tuple(f for f in m["features"] if math.isnan(x[f])))
@@ -324,10 +318,8 @@ def join(verdicts: pd.DataFrame, p: Predictions) -> pd.DataFrame:
     return verdicts.merge(v2, on=["config", "signal"], how="left")
 
 
-def rule_text(delta: float, g_thresholds: dict | None = None) -> str:
+def rule_text(delta: float) -> str:
     """The v2 verdict rule in words (docs/verdict.md, the app and the reports show this text)."""
-    if g_thresholds:
-        return predictor.g_rule_text(g_thresholds) + "; v2's interval is shown beside it for the size."
     return (f"helps if the 95% interval of the predicted held-out pass@1 change lies above +{delta:g}, hurts if it "
             f"lies below -{delta:g}, unclear otherwise; the interval is the prediction plus the 2.5% and 97.5% "
             "quantiles of the study's out-of-fold residuals.")
@@ -396,5 +388,5 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                                    "lookahead.methods for the full model)")
     out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + why + "." + p.note
     out["calibration"] = (f"Calibration: {cal.source}" + (f" ({cal.study})" if cal.source == "shipped" and cal.study
-                                                         else "") + f"; verdict rule: {rule_text(cal.delta, cal.g_thresholds)}")
+                                                         else "") + f"; verdict rule: {rule_text(cal.delta)}")
     return out

@@ -296,43 +296,6 @@ def test_method_term_against_its_definition():
         assert method_term(method, math.nan) == 0.0
 
 
-def test_g_verdict_against_its_definition():
-    from opsd_diag.core.predictor import g_verdict
-    t = {"hurts_full": -0.2, "hurts_sampled": -0.4, "helps_full": 0.1}
-    for method in LOSS:
-        full = method in ("jsd", "opsd_jsd")
-        for g in (-0.5, -0.4, -0.3, -0.2, -0.1, 0.0, 0.1, 0.11, 0.6, math.nan):
-            want = ("unclear" if g != g else "hurts" if g <= (-0.2 if full else -0.4)
-                    else "helps" if full and g > 0.1 else "unclear")
-            assert g_verdict(method, g, t) == want, (method, g)
-
-
-def test_a_g_threshold_verdict_rule_gives_each_row_its_verdict(raw, tmp_path):
-    from opsd_diag.core.predictor import g_verdict
-    data = model_file(choice="accuracy_gap")
-    t = {"hurts_full": -0.2, "hurts_sampled": -0.4, "helps_full": 0.1}
-    data["verdict_rule"] = {"rule": "g_thresholds", "thresholds": t}
-    (tmp_path / "c.json").write_text(json.dumps(data))
-    r2 = copy.deepcopy(raw)
-    gaps = {"self_full": 0.3, "teacher": -0.3}
-    for name, gap in gaps.items():
-        r2["configs"][name]["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - .1, "hi": gap + .1,
-                                                                 "n_prompts": 6}
-    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
-    assert [(r.config, r.method, r.verdict) for r in p.rows if r.config in gaps] == [
-        (r.config, r.method, g_verdict(r.method, gaps[r.config], t)) for r in p.rows if r.config in gaps]
-    assert {r.verdict for r in p.rows if r.config in gaps} == {"helps", "hurts", "unclear"}
-    assert "read from the accuracy gap G" in prediction.panel(p)["calibration"]
-    without = prediction.predict(Summary.model_validate(r2), {"self_full"}, True,
-                                 write(tmp_path / "i.json", choice="accuracy_gap"))
-    assert "read from the accuracy gap G" not in prediction.panel(without)["calibration"]
-    for bad in ({"hurts_full": -0.2, "hurts_sampled": -0.4}, {**t, "helps_full": float("inf")}):
-        data["verdict_rule"] = {"rule": "g_thresholds", "thresholds": bad}
-        (tmp_path / "bad.json").write_text(json.dumps(data))
-        with pytest.raises(OpsdError, match="not a predictor v2 model file"):
-            prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "bad.json")
-
-
 def test_recommendation_needs_a_helps_verdict(raw, tmp_path):
     _edited(raw, tmp_path / "c.json", d_pass1=0.0)
     p = prediction.predict(Summary.model_validate(raw), {"self_full"}, True, tmp_path / "c.json")

@@ -42,30 +42,6 @@ def method_term(method: str, accuracy_gap: float) -> float:
     return LOSS_KIND[method] * (1.0 if accuracy_gap > 0 else -1.0)
 
 
-G_THRESHOLDS = ("hurts_full", "hurts_sampled", "helps_full")  # a g_thresholds verdict rule's keys
-
-
-def g_verdict(method: str, accuracy_gap: float, t: dict) -> str:
-    """The verdict read from G and the loss family (predictor v2's sixth and ninth looks): hurts where G <=
-    ``hurts_full`` for a full-distribution loss or <= ``hurts_sampled`` for a sampled-token one, helps where G >
-    ``helps_full`` for a full-distribution loss (a sampled-token loss is never called helps), unclear otherwise or
-    where G is unknown."""
-    if not math.isfinite(accuracy_gap):
-        return "unclear"
-    full = LOSS_KIND[method] == 1.0
-    if accuracy_gap <= t["hurts_full" if full else "hurts_sampled"]:
-        return "hurts"
-    return "helps" if full and accuracy_gap > t["helps_full"] else "unclear"
-
-
-def g_rule_text(t: dict) -> str:
-    """``g_verdict`` in words."""
-    return (f"read from the accuracy gap G and the loss (predictor v2's ninth look): hurts where G <= "
-            f"{t['hurts_full']:+g} for a full-distribution loss (jsd, opsd_jsd) or G <= {t['hurts_sampled']:+g} for a "
-            f"sampled-token one, helps where G > {t['helps_full']:+g} for a full-distribution loss (a sampled-token "
-            "loss is never called helps), unclear otherwise")
-
-
 def scaled_gap(method: str, accuracy_gap: float, sampled_scale: float) -> float:
     """G scaled by how far the method's loss moves the student (predictor v2's seventh look): all of G for a
     full-distribution loss, ``sampled_scale`` of it for a sampled-token one, which realised less than its config's G

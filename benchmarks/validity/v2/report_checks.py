@@ -46,8 +46,11 @@ def rows_of(world: str) -> list[dict]:
 
 def as_checked(world: str | None = None) -> dict:
     """The model file as it stood when ``world`` was checked (default: the plan's five): its models (never refitted
-    since) with the ranking rule then in force (a world of amendment 2: the one after the eighth look)."""
+    since) with the ranking rule then in force (a world of amendment 2, or the ninth look's added world: the one the
+    eighth look shipped)."""
     later = (yaml.safe_load(PLAN.read_text()).get("after_look8") or {}).get(world, {})
+    if world == yaml.safe_load((HERE / "plan_look9.yaml").read_text())["added_world"]["name"]:
+        later = {"product_order": json.loads((HERE / "look8_analysis.json").read_text())["ship"]["choice"]}
     return {**check_world.shipped(), "method_order": {"rule": later.get("product_order", ORDER)}}
 
 

@@ -10,8 +10,8 @@ Two verdicts of every row, scored as every earlier look scores a verdict (``repo
 (``report_look6.g_verdict``, the sixth look's thresholds) and the interval rule on the shipped v2 model's prediction
 (the verdict the product showed before this look). Judged pooled over the nine worlds and on wick alone; reported
 also on the eight without wick, per world, and over the twenty-one worlds (the first eleven chose the thresholds).
-The look's outcome is recorded in the package's model file (``later_looks``); a verdict that ships is written there
-as ``verdict_rule``.
+The look's outcome is recorded in the package's model file (``later_looks``). The rule did not ship
+(RESULTS_look9.md), so the product has no code for it: ``g_verdict`` lives with the sixth look.
 """
 
 from __future__ import annotations
@@ -101,9 +101,10 @@ def ship(a: dict) -> dict:
               f"on {a['added_world']}, >= 0.75 right (if >= 3 calls)": new["n_decisive"] < 3
               or at_least(new["accuracy"], 0.75)}
     checks = {k: bool(v) for k, v in checks.items()}
-    why = (f"pooled over the nine judged worlds {pooled['n_correct']}/{pooled['n_decisive']} decisive calls right, "
-           f"hurts precision {v2.fmt(pooled['hurts_precision'])}, helps precision {v2.fmt(pooled['helps_precision'])}; "
-           f"on {a['added_world']} {new['n_correct']}/{new['n_decisive']}. "
+    why = (f"pooled over the nine judged worlds {pooled['n_correct']}/{pooled['n_decisive']} decisive calls right "
+           f"({v2.fmt(pooled['accuracy'], 3)}), hurts precision {v2.fmt(pooled['hurts_precision'], 3)}, helps "
+           f"precision {v2.fmt(pooled['helps_precision'], 3)}; on {a['added_world']} {new['n_correct']}/"
+           f"{new['n_decisive']}. "
            + "; ".join(f"{k}: {'met' if v else 'not met'}" for k, v in checks.items()))
     return {"choice": "g_thresholds" if all(checks.values()) else "interval", "conditions": checks, "reason": why}
 
@@ -156,21 +157,9 @@ def later_look(a: dict) -> dict:
             "choice": a["ship"]["choice"], "added_world": a["added_world"], "summary": summary}
 
 
-def record(shipped: dict, a: dict) -> dict:
-    """The model file with the look recorded, and its verdict rule where g_thresholds ships."""
-    shipped.setdefault("later_looks", {})["look9"] = later_look(a)
-    if a["ship"]["choice"] == "g_thresholds":
-        d = a["verdicts"]["g_thresholds"]["judged"]
-        shipped["verdict_rule"] = {"rule": "g_thresholds", "thresholds": a["thresholds"], "look": 9,
-                                   "plan": a["plan"], "study": "benchmarks/validity/v2/RESULTS_look9.md",
-                                   "judged": {k: d[k] for k in ("n_correct", "n_decisive", "unclear_share",
-                                                                "helps_precision", "hurts_precision", "n_rows")}}
-    return shipped
-
-
 def main() -> int:
     shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(9, analyse(shipped), render))
+    shipped.setdefault("later_looks", {})["look9"] = later_look(look2.write_look(9, analyse(shipped), render))
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS_look9.md").read_text())
     return 0
