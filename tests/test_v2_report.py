@@ -56,7 +56,7 @@ def test_plan_was_committed_before_the_analysis():
 
 def test_readme_quotes_the_committed_v2_figures():
     analysis = json.loads((HERE / "v2_analysis.json").read_text())
-    readme = (HERE.parents[2] / "README.md").read_text()
+    readme = " ".join((HERE.parents[2] / "README.md").read_text().split())  # as wrapped
     v2, diff = analysis["tiers"]["v2"]["spearman"], analysis["tiers"]["v2"]["vs_accuracy_gap"]
     assert f"{v2['estimate']:+.2f} [{v2['lo']:+.2f}, {v2['hi']:+.2f}]" in readme
     assert f"{diff['estimate']:+.2f} [{diff['lo']:+.2f}, {diff['hi']:+.2f}]" in readme
