@@ -90,3 +90,17 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
             f"G's +{run['full'][0]:.2f} and +{run['sampled'][0]:.2f}") in verdict
     assert "foundry: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
         HERE / "check_foundry.txt").read_text()
+
+
+def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_built_after_it():
+    """tallow (amendment 2) and wick (the ninth look's world), each checked with the eighth look's ranking: the mean the
+    report and the model file's checks sentence quote is the mean of their recomputed figures."""
+    import numpy as np
+
+    from opsd_diag import prediction
+    s8 = report_checks.analysis()["since_look8"]
+    assert list(s8["per_world"]) == ["tallow", "wick"] == report_checks.since_look8()
+    product = [report_checks.world_figures(w)["models"]["product (v2_config)"]["spearman"] for w in ("tallow", "wick")]
+    assert s8["mean_spearman"]["product (v2_config)"] == pytest.approx(float(np.mean(product)))
+    assert f"The ranking shipped since (v2_config), on the 2 worlds built after it (tallow, wick): " \
+           f"{report_v2.fmt(float(np.mean(product)))}" in prediction.load().checks

@@ -44,14 +44,21 @@ def rows_of(world: str) -> list[dict]:
                                       json.loads(report_look2.lookahead_file(world).read_text())["rows"])
 
 
+def since_look8() -> list[str]:
+    """The worlds built after the eighth look shipped its ranking and checked with it: amendment 2's, then the ninth
+    look's added world."""
+    return [*(yaml.safe_load(PLAN.read_text()).get("after_look8") or {}),
+            yaml.safe_load((HERE / "plan_look9.yaml").read_text())["added_world"]["name"]]
+
+
+LATER = json.loads((HERE / "look8_analysis.json").read_text())["ship"]["choice"]  # the ranking the eighth look shipped
+LATER_PRODUCT = f"product ({LATER})"
+
+
 def as_checked(world: str | None = None) -> dict:
     """The model file as it stood when ``world`` was checked (default: the plan's five): its models (never refitted
-    since) with the ranking rule then in force (a world of amendment 2, or the ninth look's added world: the one the
-    eighth look shipped)."""
-    later = (yaml.safe_load(PLAN.read_text()).get("after_look8") or {}).get(world, {})
-    if world == yaml.safe_load((HERE / "plan_look9.yaml").read_text())["added_world"]["name"]:
-        later = {"product_order": json.loads((HERE / "look8_analysis.json").read_text())["ship"]["choice"]}
-    return {**check_world.shipped(), "method_order": {"rule": later.get("product_order", ORDER)}}
+    since) with the ranking rule then in force (the eighth look's for a world of ``since_look8``)."""
+    return {**check_world.shipped(), "method_order": {"rule": LATER if world in since_look8() else ORDER}}
 
 
 def world_figures(world: str, rows: list[dict] | None = None) -> dict:
@@ -89,8 +96,14 @@ def analysis() -> dict:
         over[tier]["forgetting_pooled"] = stats.spearman(shipped_gain(rows, as_checked(), tier,
                                                                       "d_regression"),
                                                          report_v2.target(rows, "d_regression")) if rows else None
+    since = [w for w in since_look8() if status(w) == "checked"]
+    later = {w: world_figures(w) for w in since}
+    over_later = {m: float(np.mean([later[w]["models"][m]["spearman"] for w in since])) if since else None
+                  for m in (LATER_PRODUCT, *MODELS[1:])}
+    pairs = [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in since) for k in ("n_right", "n_pairs")]
     return json.loads(json.dumps(report_v2.stats_jsonable(
-        {"worlds": states, "per_world": per, "over": over})))
+        {"worlds": states, "per_world": per, "over": over,
+         "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs}})))
 
 
 def _share(a: int, b: int) -> str:
@@ -135,6 +148,20 @@ def render(a: dict) -> str:
               "never ordered; the product breaks the tie by G's sign (`method_order` in the model file). The "
               "forgetting set is the world's second skill where its student has one (brine), else the task's easy "
               "levels."]
+    s8 = a["since_look8"]
+    if s8["per_world"]:
+        cols = (LATER_PRODUCT, *MODELS[1:])
+        lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
+                  "Checked with the model file as it then stood (amendment 2 of the plan; the ninth look's added "
+                  "world, `plan_look9.yaml`).", "",
+                  f"| world | rows | product ranking ({LATER}) | G alone | v2 | v2 without lookahead | method pairs right "
+                  "(product) |", "|---|---|---|---|---|---|---|"]
+        for w, d in s8["per_world"].items():
+            mo = d["models"][LATER_PRODUCT]["method_order"]
+            lines.append(f"| {w} | {d['n_rows']} | " + " | ".join(f(d["models"][m]["spearman"]) for m in cols)
+                         + f" | {mo['n_right']}/{mo['n_pairs']} |")
+        lines.append("| mean | | " + " | ".join(f(s8["mean_spearman"][m]) for m in cols)
+                     + f" | {s8['method_order'][0]}/{s8['method_order'][1]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -149,7 +176,16 @@ def sentence(a: dict) -> dict:
                 f"stood ({', '.join(checked)}; benchmarks/validity/v2/CHECKS.md): its ranking by G ({ORDER}) reached "
                 f"a mean within-world Spearman with the realised pass@1 change of {report_v2.fmt(ms[PRODUCT])}, G "
                 f"alone {report_v2.fmt(ms['accuracy_gap'])}, v2's predicted gain {report_v2.fmt(ms['v2'])}; it "
-                f"ordered {right} of {pairs} method pairs right.")}
+                f"ordered {right} of {pairs} method pairs right." + _since_sentence(a["since_look8"]))}
+
+
+def _since_sentence(s8: dict) -> str:
+    if not s8["per_world"]:
+        return ""
+    ms, f, worlds = s8["mean_spearman"], report_v2.fmt, list(s8["per_world"])
+    return (f" The ranking shipped since ({LATER}), on the {len(worlds)} world{'s' * (len(worlds) != 1)} built after "
+            f"it ({', '.join(worlds)}): {f(ms[LATER_PRODUCT])}, G alone {f(ms['accuracy_gap'])}; it ordered "
+            f"{s8['method_order'][0]} of {s8['method_order'][1]} method pairs right.")
 
 
 def main(argv: list[str] | None = None) -> int:
