@@ -104,3 +104,27 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     assert s8["mean_spearman"]["product (v2_config)"] == pytest.approx(float(np.mean(product)))
     assert f"The ranking shipped since (v2_config), on the 2 worlds built after it (tallow, wick): " \
            f"{report_v2.fmt(float(np.mean(product)))}" in prediction.load().checks
+
+
+def test_the_ceiling_exploration_recomputes_and_the_verdict_doc_quotes_it():
+    """explore_ceiling.txt is what its script prints from the committed rows (numbers within 0.011: CPUs round
+    differently), and docs/verdict.md quotes its means."""
+    import re
+
+    out = subprocess.run([sys.executable, str(HERE / "explore_ceiling.py")], capture_output=True, text=True,
+                         check=True, cwd=REPO).stdout
+    committed = (HERE / "explore_ceiling.txt").read_text()
+
+    def numbers(text):
+        return [float(x) for x in re.findall(r"[+-]?\d+\.\d+", text)]
+    assert re.sub(r"[+-]?\d+\.\d+", "#", out) == re.sub(r"[+-]?\d+\.\d+", "#", committed)
+    assert numbers(out) == pytest.approx(numbers(committed), abs=0.011)
+    last = committed.splitlines()[-1]
+    c, shipped, g = re.findall(r"[+-]?\d+\.\d+", last)
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"could reach about {c} on average over the twenty-one worlds; the shipped ranking reaches {shipped} and G "
+            f"{g}") in verdict and last.startswith("mean of the 21 worlds")
+    for world, quote in (("cinder", "ceiling {c}, shipped {p}"), ("chains", "{c} against {p}")):
+        line = next(x for x in committed.splitlines() if x.startswith(world))
+        _, c, p = re.findall(r"[+-]?\d+\.\d+", line)[:3]
+        assert f"`{world}` (" in verdict and quote.format(c=c, p=p) in verdict, world
