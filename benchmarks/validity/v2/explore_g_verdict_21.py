@@ -14,7 +14,6 @@ import numpy as np  # noqa: E402
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as L  # noqa: E402
-from benchmarks.validity.v2 import report_look5 as R  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
