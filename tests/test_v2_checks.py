@@ -128,3 +128,18 @@ def test_the_ceiling_exploration_recomputes_and_the_verdict_doc_quotes_it():
         line = next(x for x in committed.splitlines() if x.startswith(world))
         _, c, p = re.findall(r"[+-]?\d+\.\d+", line)[:3]
         assert f"`{world}` (" in verdict and quote.format(c=c, p=p) in verdict, world
+
+
+def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look():
+    """The pooled forgetting figure CHECKS.md adds beside the plan's five: every row of the seven worlds, scipy's
+    Spearman of the shipped v2 model's predicted forgetting-set change with the realised one."""
+    from scipy.stats import spearmanr
+
+    from benchmarks.validity.v2.looks import shipped_gain
+    rows = [r for w in ("kiln", "mill", "brine", "ember", "cinder", "tallow", "wick") for r in report_checks.rows_of(w)]
+    want = spearmanr(shipped_gain(rows, check_world.shipped(), "v2", "d_regression"),
+                     [r["d_regression"]["estimate"] for r in rows]).statistic
+    got = report_checks.analysis()["since_look8"]["forgetting_pooled_all"]["v2"]
+    assert len(rows) == 154 and got == pytest.approx(want, abs=1e-9)
+    assert f"pooled over the rows of all 7 worlds checked since the seventh look: {report_v2.fmt(got)}" in \
+        (HERE / "CHECKS.md").read_text()

@@ -101,9 +101,14 @@ def analysis() -> dict:
     over_later = {m: float(np.mean([later[w]["models"][m]["spearman"] for w in since])) if since else None
                   for m in (LATER_PRODUCT, *MODELS[1:])}
     pairs = [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in since) for k in ("n_right", "n_pairs")]
+    every = rows + [r for w in since for r in rows_of(w)]  # every world checked since the seventh look
+    forgetting = {tier: stats.spearman(shipped_gain(every, as_checked(), tier, "d_regression"),
+                                       report_v2.target(every, "d_regression")) if since else None
+                  for tier in ("v2", "v2_no_lookahead")}
     return json.loads(json.dumps(report_v2.stats_jsonable(
         {"worlds": states, "per_world": per, "over": over,
-         "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs}})))
+         "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs,
+                         "forgetting_pooled_all": forgetting}})))
 
 
 def _share(a: int, b: int) -> str:
@@ -162,6 +167,10 @@ def render(a: dict) -> str:
                          + f" | {mo['n_right']}/{mo['n_pairs']} |")
         lines.append("| mean | | " + " | ".join(f(s8["mean_spearman"][m]) for m in cols)
                      + f" | {s8['method_order'][0]}/{s8['method_order'][1]} |")
+        fp, n = s8["forgetting_pooled_all"], len(checked) + len(s8["per_world"])
+        lines += ["", f"v2's forgetting Spearman pooled over the rows of all {n} worlds checked since the seventh look: "
+                      f"{f(fp['v2'])} (v2 without lookahead {f(fp['v2_no_lookahead'])}; the plan's "
+                      f"{len(checked)} alone {f(o['v2']['forgetting_pooled'])}, target >= {t['forgetting']:.2f})."]
     return "\n".join(lines) + "\n"
 
 
