@@ -94,12 +94,17 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
 
 def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_built_after_it():
     """tallow (amendment 2) and wick (the ninth look's world), each checked with the eighth look's ranking: the mean the
-    report and the model file's checks sentence quote is the mean of their recomputed figures."""
+    report and the model file's checks sentence quote is the mean of their recomputed figures; lantern (amendment 3)
+    was excluded by the level rule and is reported as such."""
     import numpy as np
 
     from opsd_diag import prediction
     s8 = report_checks.analysis()["since_look8"]
-    assert list(s8["per_world"]) == ["tallow", "wick"] == report_checks.since_look8()
+    assert list(s8["per_world"]) == ["tallow", "wick"] and report_checks.since_look8() == ["tallow", "lantern", "wick"]
+    assert s8["excluded"] == ["lantern"] and report_checks.status("lantern") == "excluded"  # amendment 3: level rule
+    assert "lantern: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
+        HERE / "check_lantern.txt").read_text()
+    assert "lantern was excluded by the plan's level rule" in (HERE / "CHECKS.md").read_text()
     product = [report_checks.world_figures(w)["models"]["product (v2_config)"]["spearman"] for w in ("tallow", "wick")]
     assert s8["mean_spearman"]["product (v2_config)"] == pytest.approx(float(np.mean(product)))
     assert f"The ranking shipped since (v2_config), on the 2 worlds built after it (tallow, wick): " \

@@ -45,8 +45,8 @@ def rows_of(world: str) -> list[dict]:
 
 
 def since_look8() -> list[str]:
-    """The worlds built after the eighth look shipped its ranking and checked with it: amendment 2's, then the ninth
-    look's added world."""
+    """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments 2 and 3,
+    then the ninth look's added world."""
     return [*(yaml.safe_load(PLAN.read_text()).get("after_look8") or {}),
             yaml.safe_load((HERE / "plan_look9.yaml").read_text())["added_world"]["name"]]
 
@@ -108,6 +108,7 @@ def analysis() -> dict:
     return json.loads(json.dumps(report_v2.stats_jsonable(
         {"worlds": states, "per_world": per, "over": over,
          "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs,
+                         "excluded": [w for w in since_look8() if status(w) == "excluded"],
                          "forgetting_pooled_all": forgetting}})))
 
 
@@ -157,8 +158,10 @@ def render(a: dict) -> str:
     if s8["per_world"]:
         cols = (LATER_PRODUCT, *MODELS[1:])
         lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
-                  "Checked with the model file as it then stood (amendment 2 of the plan; the ninth look's added "
-                  "world, `plan_look9.yaml`).", "",
+                  "Checked with the model file as it then stood (amendments 2 and 3 of the plan; the ninth look's added "
+                  "world, `plan_look9.yaml`)." + "".join(
+                      f" {w} was excluded by the plan's level rule (`check_{w}.txt`): nothing to check."
+                      for w in s8["excluded"]), "",
                   f"| world | rows | product ranking ({LATER}) | G alone | v2 | v2 without lookahead | method pairs right "
                   "(product) |", "|---|---|---|---|---|---|---|"]
         for w, d in s8["per_world"].items():
