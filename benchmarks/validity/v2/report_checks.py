@@ -14,6 +14,7 @@ when CHECKS.md or that sentence differs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -44,6 +45,7 @@ def rows_of(world: str) -> list[dict]:
                                       json.loads(report_look2.lookahead_file(world).read_text())["rows"])
 
 
+@functools.cache
 def since_look8() -> list[str]:
     """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments 2 and 3,
     then the ninth look's added world."""
@@ -96,19 +98,21 @@ def analysis() -> dict:
         over[tier]["forgetting_pooled"] = stats.spearman(shipped_gain(rows, as_checked(), tier,
                                                                       "d_regression"),
                                                          report_v2.target(rows, "d_regression")) if rows else None
-    since = [w for w in since_look8() if status(w) == "checked"]
-    later = {w: world_figures(w) for w in since}
+    states_later = {w: status(w) for w in since_look8()}
+    since = [w for w, st in states_later.items() if st == "checked"]
+    later_rows = {w: rows_of(w) for w in since}
+    later = {w: world_figures(w, later_rows[w]) for w in since}
     over_later = {m: float(np.mean([later[w]["models"][m]["spearman"] for w in since])) if since else None
                   for m in (LATER_PRODUCT, *MODELS[1:])}
     pairs = [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in since) for k in ("n_right", "n_pairs")]
-    every = rows + [r for w in since for r in rows_of(w)]  # every world checked since the seventh look
+    every = rows + [r for w in since for r in later_rows[w]]  # every world checked since the seventh look
     forgetting = {tier: stats.spearman(shipped_gain(every, as_checked(), tier, "d_regression"),
                                        report_v2.target(every, "d_regression")) if since else None
                   for tier in ("v2", "v2_no_lookahead")}
     return json.loads(json.dumps(report_v2.stats_jsonable(
         {"worlds": states, "per_world": per, "over": over,
          "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs,
-                         "excluded": [w for w in since_look8() if status(w) == "excluded"],
+                         "excluded": [w for w, st in states_later.items() if st == "excluded"],
                          "forgetting_pooled_all": forgetting}})))
 
 

@@ -82,14 +82,26 @@ def lookahead_file(w: str) -> Path:
     return (ANALYSES[w].parent if w in ANALYSES else OUT) / "lookahead" / f"{w}.json"
 
 
+def own_world(analysis: dict, name: str) -> dict:
+    """A study analysis cut to one world: its entry and the analysis settings, without the other worlds a shared
+    study directory holds or the figures pooled over them (their own files hold those)."""
+    return {**{k: v for k, v in analysis.items() if k not in ("worlds", "pooled")}, "worlds": {
+        name: analysis["worlds"][name]}}
+
+
+def write_world_analysis(name: str, study: Path, dest: Path) -> None:
+    """The study's analysis of world ``name`` (``analyze_worlds.py`` over ``study``), cut to that world, to ``dest``."""
+    from benchmarks.validity.worlds import analyze_worlds
+    dest.write_text(json.dumps(v2.stats_jsonable(own_world(analyze_worlds.analyse_worlds(study.resolve()), name)),
+                               indent=1, sort_keys=True) + "\n")
+
+
 def store_added(name: str, study: Path, lookahead: Path | None, dest: Path | None = None) -> None:
     """An added world's study analysis (to ``dest``, default ``ANALYSES[name]``) and rediagnosis lookahead rows
     (beside it), copied where ``load_rows`` reads them, so a look's report regenerates from committed files."""
-    from benchmarks.validity.worlds import analyze_worlds
     dest = dest or ANALYSES[name]
     dest.parent.joinpath("lookahead").mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(v2.stats_jsonable(analyze_worlds.analyse_worlds(study.resolve())), indent=1,
-                               sort_keys=True) + "\n")
+    write_world_analysis(name, study, dest)
     shutil.copyfile((lookahead or study / "v2-lookahead") / name / "lookahead.json",
                     dest.parent / "lookahead" / f"{name}.json")
 
@@ -351,9 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     out, name = (OUT, "crossed") if args.look == 2 else (OUT3, plan["added_world"]["name"])
     (out / "lookahead").mkdir(parents=True, exist_ok=True)
     if args.added:
-        from benchmarks.validity.worlds import analyze_worlds
-        ANALYSES[name].write_text(json.dumps(v2.stats_jsonable(
-            analyze_worlds.analyse_worlds(args.added.resolve())), indent=1, sort_keys=True) + "\n")
+        write_world_analysis(name, args.added, ANALYSES[name])
     for w in plan["worlds"] if args.look == 2 else [name]:  # the third look reuses the second's rows of the others
         shutil.copyfile(args.study / w / "lookahead.json", out / "lookahead" / f"{w}.json")
     a = analyse(args.study.resolve(), args.look)
