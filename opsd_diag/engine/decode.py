@@ -31,9 +31,10 @@ from opsd_diag.engine.sampling import (
     Completion,
     cache_kwarg,
     check_finite,
+    completion,
     layer_types,
     sample_hf,
-    trim_completion,
+    sampled_logprobs,
     warp,
 )
 from opsd_diag.config.settings import SamplingSettings
@@ -79,6 +80,7 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
     stop = torch.tensor(stop_ids, device=device)
     rows = getattr(model, "opsd_scored_rows", None)  # a head padded beyond the tokenizer: never sample padding
     tokens = torch.full((b, s.max_new_tokens), pad_id, dtype=torch.long, device=device)  # [b, T]
+    logps = torch.zeros((b, s.max_new_tokens), device=device)  # [b, T] each drawn id's log-prob
     alive = torch.arange(b, device=device)  # batch rows still sampling
     last = pos[:, -1]  # [alive] position of each row's latest token
     for t in range(s.max_new_tokens):
@@ -87,6 +89,7 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
         scores = scores.masked_fill(bad[:, None], 0.0)  # such a row draws something; the run stops below
         nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)  # [alive]
         tokens[alive, t] = nxt
+        logps[alive, t] = sampled_logprobs(scores, nxt)
         done = torch.isin(nxt, stop)  # [alive]
         any_bad, all_done, any_done = torch.stack([bad.any(), done.all(), done.any()]).tolist()  # one sync
         if any_bad:
@@ -101,7 +104,7 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
         last = last + 1
         out = model(input_ids=nxt[:, None], attention_mask=step_mask(att), position_ids=last[:, None],
                     use_cache=True, **{cache_kwarg: cache})
-    return [Completion(*trim_completion(row, stop_ids)) for row in tokens.tolist()]
+    return [completion(row, stop_ids, lp) for row, lp in zip(tokens.tolist(), logps.tolist())]
 
 
 @torch.inference_mode()

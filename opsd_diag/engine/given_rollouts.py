@@ -22,8 +22,8 @@ from opsd_diag.io import rollouts_file
 
 @dataclass(frozen=True)
 class GivenCompletion(Completion):
-    logprobs: tuple[float, ...] | None = None  # the sampler's, one per id; None: the file has none
-    prompt: str = "view"                       # io.rollouts_file.Matched.prompt
+    """A completion from the file (its ``logprobs``: the file's, None where it has none)."""
+    prompt: str = "view"  # io.rollouts_file.Matched.prompt
 
 
 def attach(prep):

@@ -7,7 +7,7 @@ never silently change the sampling distribution away from softmax(logits / tempe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import LogitsProcessorList
@@ -21,6 +21,9 @@ from opsd_diag.config.settings import SamplingSettings
 class Completion:
     ids: list[int]      # sampled ids, up to and including the first stop id
     finished: bool      # False: cut at max_completion_length
+    # the sampler's log-probability of each id under the distribution it was drawn from (temperature and nucleus
+    # applied); None where the sampler gives none. Not compared: samplers drawing the same ids may round them apart
+    logprobs: tuple[float, ...] | None = field(default=None, compare=False)
 
 
 def trim_completion(ids: list[int], stop_ids: list[int]) -> tuple[list[int], bool]:
@@ -29,6 +32,17 @@ def trim_completion(ids: list[int], stop_ids: list[int]) -> tuple[list[int], boo
         if t in stop_ids:
             return list(ids[:i + 1]), True
     return list(ids), False
+
+
+def completion(ids: list[int], stop_ids: list[int], logprobs: list[float] | None = None) -> Completion:
+    """A sampled row cut after its first stop id, with its log-probs cut alike."""
+    kept, finished = trim_completion(ids, stop_ids)
+    return Completion(kept, finished, None if logprobs is None else tuple(logprobs[:len(kept)]))
+
+
+def sampled_logprobs(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[n] log-probability of ``ids`` [n] under softmax(``scores`` [n, V]), the warped scores they were drawn from."""
+    return scores.log_softmax(dim=-1).gather(1, ids[:, None]).squeeze(1)
 
 
 def cut_at_strings(tok, c: Completion, strings) -> Completion:
@@ -44,7 +58,7 @@ def cut_at_strings(tok, c: Completion, strings) -> Completion:
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if hit(mid) else (mid, hi)
-    return Completion(list(c.ids[:hi]), True)
+    return Completion(list(c.ids[:hi]), True, None if c.logprobs is None else c.logprobs[:hi])
 
 
 def warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -70,17 +84,32 @@ def check_finite(scores: torch.Tensor, position: int) -> None:
 
 
 class _FiniteScores:
-    """A logits processor for ``generate`` that only checks (it returns the scores unchanged)."""
+    """A logits processor for ``generate`` that checks the scores (returned unchanged) and records the sampled
+    ids' log-probs: ``generate`` applies its temperature and nucleus warpers after every processor it is given,
+    so this one warps a copy as they do (``warp``) and reads, at each call, the id drawn at the call before."""
 
-    def __init__(self, prompt_width: int, rows: int | None = None):
-        self.width, self.rows = prompt_width, rows
+    def __init__(self, prompt_width: int, rows: int | None, s: SamplingSettings):
+        self.width, self.rows, self.s = prompt_width, rows, s
+        self.logps: list[torch.Tensor] = []  # [b] per sampled position
+        self.last: torch.Tensor | None = None  # [b, V] log-softmax of the latest warped scores
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.rows is not None:  # an LM head padded beyond the tokenizer: never sample a padding row
             scores = scores.clone()
             scores[:, self.rows:] = float("-inf")
         check_finite(scores, input_ids.shape[1] - self.width)
+        self.read(input_ids[:, -1])
+        self.last = warp(scores.float(), self.s.temperature, self.s.top_p).log_softmax(dim=-1)
         return scores
+
+    def read(self, drawn: torch.Tensor) -> None:
+        if self.last is not None:  # the id drawn from ``last``
+            self.logps.append(self.last.gather(1, drawn[:, None]).squeeze(1))
+
+    def per_row(self, sequences: torch.Tensor) -> list[list[float]]:
+        """Each row's log-probs, the last drawn id (after the last call) read from the sequences."""
+        self.read(sequences[:, -1])
+        return torch.stack(self.logps, dim=1).tolist() if self.logps else [[] for _ in range(len(sequences))]
 
 
 @torch.inference_mode()
@@ -100,15 +129,15 @@ def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_id
             att[i, width - len(p):] = 1
         # generate draws from the global RNG: reseed it per batch from our own generator
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        recorder = _FiniteScores(width, getattr(model, "opsd_scored_rows", None), s)
         gen_ids = model.generate(
             input_ids=ids.to(device), attention_mask=att.to(device), do_sample=True,
             temperature=s.temperature, top_p=s.top_p, top_k=0, min_p=None, typical_p=1.0,
             repetition_penalty=1.0, no_repeat_ngram_size=0, max_new_tokens=s.max_new_tokens,
             eos_token_id=stop_ids, pad_token_id=tok.pad_token_id, num_beams=1,
-            logits_processor=LogitsProcessorList([_FiniteScores(width, getattr(model, "opsd_scored_rows", None))]))
-        for row in gen_ids[:, width:].tolist():
-            trimmed, finished = trim_completion(row, stop_ids)
-            out.append(Completion(trimmed, finished))
+            logits_processor=LogitsProcessorList([recorder]))
+        logps = recorder.per_row(gen_ids)
+        out += [completion(row, stop_ids, lp) for row, lp in zip(gen_ids[:, width:].tolist(), logps)]
     return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
 
 

@@ -56,7 +56,7 @@ import logging
 
 import torch
 
-from opsd_diag.engine.sampling import Completion, cache_kwarg, layer_types, trim_completion, warp
+from opsd_diag.engine.sampling import Completion, cache_kwarg, completion, layer_types, sampled_logprobs, warp
 from opsd_diag.engine.fast.static_cache import engine_for
 from opsd_diag.config.settings import SamplingSettings
 
@@ -112,9 +112,14 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
 
 
-def multinomial_chooser(temperature: float, top_p: float):
+def multinomial_chooser(temperature: float, top_p: float, logps: torch.Tensor | None = None):
+    """``choose`` for the engine; ``logps`` [b, T], when given, gets each drawn id's log-prob at [row, t]."""
     def choose(scores, rows, t):  # finite scores: the engine checks them in its one sync per step
-        return draw(warp(scores, temperature, top_p).softmax(dim=-1))
+        warped = warp(scores, temperature, top_p)
+        nxt = draw(warped.softmax(dim=-1))
+        if logps is not None:
+            logps[rows, t] = sampled_logprobs(warped, nxt)
+        return nxt
     return choose
 
 
@@ -136,14 +141,15 @@ def sample_static(model, tok, prompts: list[list[int]], s: SamplingSettings, sto
         eng = engine_for(model)
         rows = [p for p in prompts for _ in range(s.num_samples)]
         gen = torch.Generator(device="cpu").manual_seed(s.seed)
-        choose = multinomial_chooser(s.temperature, s.top_p)
         out: list[Completion] = []
         for start in range(0, len(rows), s.batch_size):
             # the global RNG is reseeded per batch from the chunk seed, exactly as sample_hf and trainer.sampler
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            tokens = eng.generate(rows[start:start + s.batch_size], s.max_new_tokens, stop_ids, tok.pad_token_id,
-                                  choose)
-            out += [Completion(*trim_completion(row, stop_ids)) for row in tokens.tolist()]
+            batch = rows[start:start + s.batch_size]
+            logps = torch.zeros((len(batch), s.max_new_tokens), device=eng.device)  # [b, T]
+            tokens = eng.generate(batch, s.max_new_tokens, stop_ids, tok.pad_token_id,
+                                  multinomial_chooser(s.temperature, s.top_p, logps))
+            out += [completion(row, stop_ids, lp) for row, lp in zip(tokens.tolist(), logps.tolist())]
     return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
 
 
