@@ -28,9 +28,26 @@ def mask(**kw) -> tm.MaskSettings:
 
 # ------------------------------------------------------------------------------- the kept tokens
 
-def ref_keep(m: tm.MaskSettings, scores: dict, lengths: list[int], correct) -> list[bool]:
+def ref_surprising(logprobs: list, share: float) -> list[bool]:
+    """Per rollout: visit the rollouts from the largest mean surprisal down (ties: the earlier first, counted by
+    hand), keeping each whose tokens still fit in ``share`` of all the tokens."""
+    mine = [r for r in range(len(logprobs)) if len(logprobs[r]) > 0]
+    budget = share * sum(len(lp) for lp in logprobs)
+    surprise = {r: -math.fsum(logprobs[r]) / len(logprobs[r]) for r in mine}
+    order = sorted(mine, key=lambda r: sum(1 for q in mine if surprise[q] > surprise[r]
+                                           or (surprise[q] == surprise[r] and q < r)))
+    kept, used = [False] * len(logprobs), 0
+    for r in order:
+        if used + len(logprobs[r]) <= budget:
+            kept[r] = True
+            used += len(logprobs[r])
+    return kept
+
+
+def ref_keep(m: tm.MaskSettings, scores: dict, lengths: list[int], correct, logprobs=None) -> list[bool]:
     """Explicit loops over rollouts and tokens, ranks counted by hand."""
     out, start = [], 0
+    surprising = ref_surprising(logprobs, m.rollouts_share) if m.rollouts == "surprising" else None
     for r, L in enumerate(lengths):
         idx = list(range(start, start + L))
         for t, i in enumerate(idx):
@@ -53,7 +70,9 @@ def ref_keep(m: tm.MaskSettings, scores: dict, lengths: list[int], correct) -> l
                 else:
                     k = rank >= L - math.ceil(m.advantage_top * L)
                 k = k and math.isfinite(float(scores[key][i]))
-            if m.rollouts != "all":
+            if m.rollouts == "surprising":
+                k = k and surprising[r]
+            elif m.rollouts != "all":
                 k = k and correct[r] is not None and correct[r] == (m.rollouts == "correct")
             out.append(bool(k))
         start += L
@@ -64,7 +83,10 @@ MASKS = [dict(kind="all"), dict(kind="entropy", entropy_quantiles=[0.5, 1.0]),
          dict(kind="entropy", entropy_quantiles=[0.2, 0.7]), dict(kind="advantage", advantage_top=0.2),
          dict(kind="advantage", advantage_top=0.5, rollouts="incorrect"), dict(kind="opd2_gate"),
          dict(kind="confident_disagreement", teacher_confidence=0.4), dict(kind="position", positions=[1, 4]),
-         dict(kind="position", positions=[2, None], rollouts="correct"), dict(kind="all", rollouts="correct")]
+         dict(kind="position", positions=[2, None], rollouts="correct"), dict(kind="all", rollouts="correct"),
+         dict(kind="all", rollouts="surprising"), dict(kind="position", positions=[1, None], rollouts="surprising",
+                                                       rollouts_share=0.7),
+         dict(kind="entropy", entropy_quantiles=[0.5, 1.0], rollouts="surprising", rollouts_share=0.3)]
 
 
 @pytest.mark.parametrize("kw", MASKS, ids=lambda k: "-".join(str(v) for v in k.values()))
@@ -80,9 +102,10 @@ def test_kept_tokens_equal_explicit_loops(kw):
         if n:
             scores["signal"][0] = float("nan")  # never kept by a scored rule
         correct = [random.Random(trial * 7 + r).choice([True, False, None]) for r in range(5)]
+        logprobs = [(-torch.rand(L, generator=g).round(decimals=1)).tolist() for L in lengths]  # ties on purpose
         m = mask(**kw)
-        got = tm.keep(m, scores, lengths, correct).tolist()
-        assert got == ref_keep(m, scores, lengths, correct)
+        got = tm.keep(m, scores, lengths, correct, logprobs).tolist()
+        assert got == ref_keep(m, scores, lengths, correct, logprobs)
 
 
 def test_entropy_halves_keep_at_most_half_and_partition_each_rollout():
@@ -143,7 +166,7 @@ def _reference_grads(st, mb: MicroBatch, m: tm.MaskSettings, method: str, tau: f
             scores["h_s"].append(float(-(ls.exp() * ls).sum()))
             scores["signal"].append(abs(adv))
     kept = ref_keep(m, {k: torch.tensor(v) for k, v in scores.items()}, [len(c) for c in mb.completions],
-                    mb.correct)
+                    mb.correct, mb.sampler_logprobs)
     total = sum(x for x, k in zip(per_token, kept) if k) / max(1, sum(kept))
     student.zero_grad()
     total.backward()
@@ -159,6 +182,8 @@ def _reference_grads(st, mb: MicroBatch, m: tm.MaskSettings, method: str, tau: f
     ("jsd", dict(kind="position", positions=[1, 4])),
     ("opd", dict(kind="position", positions=[2, None], rollouts="correct")),
     ("jsd", dict(kind="advantage", advantage_top=0.5, rollouts="incorrect")),
+    ("opd", dict(kind="all", rollouts="surprising")),  # known before any model runs
+    ("jsd", dict(kind="entropy", entropy_quantiles=[0.5, 1.0], rollouts="surprising", rollouts_share=0.7)),
 ])
 def test_masked_loss_gradient_equals_float64_reference(world, method, kw):
     tc = config.resolve_training(from_dict(config_dict(world, method=method, beta=0.5, chunk_size=5)))
@@ -166,8 +191,9 @@ def test_masked_loss_gradient_equals_float64_reference(world, method, kw):
     g = torch.Generator().manual_seed(0)
     rows = list(range(4))
     comps = [torch.randint(3, 250, (int(n),), generator=g).tolist() for n in (3, 7, 1, 6)]
+    logprobs = [(-torch.rand(len(c), generator=g) * 3).tolist() for c in comps]
     mb = MicroBatch(0, rows, [st.train.student_prompts[i] for i in rows], [st.train.teacher_prompts[i] for i in rows],
-                    None, comps, [False] * 4, correct=[True, False, True, None])
+                    None, comps, [False] * 4, correct=[True, False, True, None], sampler_logprobs=logprobs)
     m = mask(**kw)
     student = st.roles.student
     student.zero_grad(set_to_none=True)
@@ -213,6 +239,17 @@ def test_a_mask_known_before_the_models_runs_only_its_rows_up_to_their_last_kept
     assert hidden.seen == [[mb.completions[0][:2], mb.completions[2][:1]]]  # correct rows 0 and 2, cut after t=1
     assert sums.counts["kept"] == mb.n_tokens and float(sums.stats["kept"]) == 3.0  # counted over every token
     assert (sums.tokens, sums.rows, sums.finished) == (mb.n_tokens, 4, 2)  # the whole micro-batch's counts
+
+
+def test_a_surprising_mask_runs_only_the_rollouts_it_keeps(world):
+    st, mb = _tiny_batch(world)  # lengths 3, 7, 1, 6: a budget of 8.5 of 17 tokens
+    mb.sampler_logprobs = [[-2.0] * 3, [-0.1] * 7, [-0.5], [-3.0] * 6]
+    hidden = _Recording(st.roles.student)
+    sums = micro_batch_backward(hidden, st.roles, mb, st.loss, pad_id=st.pad_id, chunk_size=st.chunk_size,
+                                scale=1.0 / mb.n_tokens, mask=mask(rollouts="surprising"))
+    # by surprisal: row 3 (6 tokens) fits, row 0 (3 more) would pass 8.5 and is skipped, row 2 (1 more) fits
+    assert hidden.seen == [[mb.completions[2], mb.completions[3]]]
+    assert float(sums.stats["kept"]) == 7.0 and sums.counts["kept"] == mb.n_tokens
 
 
 def test_a_step_that_keeps_nothing_still_runs_a_zero_backward(world):
@@ -338,6 +375,14 @@ def test_short_run_with_a_mask_keeps_its_share_and_logs_it(world, tmp_path):
         assert 0.0 < r["kept_ratio"] <= 0.5 + 1e-9  # at most half of each rollout
         assert r["kept_tokens"] == round(r["tokens"] * r["kept_ratio"]) and math.isfinite(r["loss"])
         assert r["revealed_fraction"] == 1.0
+
+
+def test_short_run_keeping_the_most_surprising_rollouts_trains_at_most_their_share(world, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", world, max_steps=2, num_generations=2,
+                       token_mask={"rollouts": "surprising", "rollouts_share": 0.5})
+    assert cli.main([str(cfg), "--out", str(tmp_path / "run")]) == 0
+    for r in read_metrics(tmp_path / "run"):
+        assert 0.0 < r["kept_ratio"] <= 0.5 + 1e-9 and math.isfinite(r["loss"])
 
 
 def test_a_position_window_samples_only_to_its_end_and_trains_as_on_whole_rollouts(world, tmp_path, monkeypatch,

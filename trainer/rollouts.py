@@ -155,6 +155,7 @@ def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: i
     if spec.method == "sft":
         completions = [ps.targets[i] for i in rows]
         finished = [True] * len(rows)
+        logprobs = None
     else:
         was_training = model.training
         model.eval()
@@ -162,13 +163,14 @@ def make_micro_batch(model, tok, ps: ProblemSet, j: int, idx: list[int], step: i
         model.train(was_training)
         completions = [c.ids for per in samples for c in per]
         finished = [c.finished for per in samples for c in per]
+        logprobs = [c.logprobs for per in samples for c in per]
     pick = (lambda views: None if views is None else [views[i] for i in rows])
     teacher, base = pick(ps.teacher_prompts), pick(ps.base_prompts)
     if fraction < 1.0 and ps.reveal is not None:
         teacher, base = ps.reveal(rows, fraction)
     correct = None if checker is None else [outcome(tok, ps, i, c, f, checker) for i, c, f in
                                             zip(rows, completions, finished)]
-    return MicroBatch(j, rows, pick(ps.student_prompts), teacher, base, completions, finished, correct)
+    return MicroBatch(j, rows, pick(ps.student_prompts), teacher, base, completions, finished, correct, logprobs)
 
 
 def outcome(tok, ps: ProblemSet, i: int, ids: list[int], finished: bool, checker: tuple[str, str]) -> bool | None:

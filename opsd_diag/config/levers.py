@@ -31,8 +31,11 @@ class TokenMaskSpec(_Section):
                                       description="confident_disagreement: least teacher top-1 probability")
     positions: list[int | None] = Field([0, None], min_length=2, max_length=2,
                                         description="position: completion positions [start, end) (end none: all)")
-    rollouts: Literal["all", "correct", "incorrect"] = Field(
-        "all", description="keep only tokens of verified-correct or incorrect rollouts")
+    rollouts: Literal["all", "correct", "incorrect", "surprising"] = Field(
+        "all", description="keep only tokens of verified-correct or incorrect rollouts, or of each micro-batch's "
+                           "most surprising rollouts (largest mean surprisal of their ids when they were sampled)")
+    rollouts_share: float = Field(0.5, gt=0.0, le=1.0, description="surprising: at most this share of each "
+                                  "micro-batch's sampled tokens is kept (the rollouts dropped are never run)")
 
     @model_validator(mode="after")
     def _ranges(self) -> TokenMaskSpec:
@@ -47,7 +50,8 @@ class TokenMaskSpec(_Section):
     def settings(self) -> MaskSettings:
         return MaskSettings(kind=self.kind, entropy_quantiles=tuple(self.entropy_quantiles),
                             advantage_top=self.advantage_top, teacher_confidence=self.teacher_confidence,
-                            positions=tuple(self.positions), rollouts=self.rollouts)
+                            positions=tuple(self.positions), rollouts=self.rollouts,
+                            rollouts_share=self.rollouts_share)
 
 
 # The named token masks the diagnosis looks ahead on (engine.levers) and ``opsd-train --token-mask`` takes.

@@ -58,11 +58,16 @@ class MaskSettings:
     advantage_top: float
     teacher_confidence: float
     positions: tuple[int, int | None]
-    rollouts: str  # all | correct | incorrect
+    rollouts: str  # all | correct | incorrect | surprising
+    rollouts_share: float = 0.5  # surprising: the share of each micro-batch's sampled tokens kept
 
     @property
     def keeps_all(self) -> bool:
         return self.kind == "all" and self.rollouts == "all"
+
+    @property
+    def needs_sampler_logprobs(self) -> bool:
+        return self.rollouts == "surprising"
 
     @property
     def needs_scores(self) -> bool:
@@ -74,7 +79,7 @@ class MaskSettings:
 
     @property
     def needs_outcomes(self) -> bool:
-        return self.rollouts != "all"
+        return self.rollouts in ("correct", "incorrect")
 
     def sampled_length(self, max_new_tokens: int) -> int:
         """How many tokens a rollout needs: a position window ending at ``end`` never reads a later token, and a

@@ -15,8 +15,12 @@ set does not depend on how rollouts are cut into micro-batches, chunks or proces
   top-1 token is not the sampled one;
 - ``position``: completion positions ``start <= t < end``.
 ``rollouts`` further keeps only the tokens of verified-correct (``correct``) or incorrect (``incorrect``)
-rollouts; a rollout whose outcome is unknown is in neither. A token whose score is not finite is never
-kept by a scored rule.
+rollouts; a rollout whose outcome is unknown is in neither. ``surprising`` keeps the rollouts of largest mean surprisal
+(minus the mean of the sampler's log-probs of their ids, ``engine.sampling.Completion.logprobs``), taken in that
+order (ties by position) while their tokens together stay within ``rollouts_share`` of the sampled tokens; a
+rollout that would pass the budget is skipped and the next one tried. It ranks the rollouts of one micro-batch
+(a step often samples one rollout per prompt), so unlike every other rule its kept set depends on the
+micro-batch size; it is known before any model runs, so a step never runs the rollouts it drops. A token whose score is not finite is never kept by a scored rule.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ KINDS = ("all", "opd2_gate", "entropy", "advantage", "confident_disagreement", "
 
 
 ALL = MaskSettings(kind="all", entropy_quantiles=(0.0, 1.0), advantage_top=1.0, teacher_confidence=0.0,
-                   positions=(0, None), rollouts="all")
+                   positions=(0, None), rollouts="all", rollouts_share=1.0)
 
 
 def token_scores(student_logits: Tensor, teacher_logits: Tensor | None, base_logits: Tensor | None,
@@ -67,10 +71,23 @@ def _per_rollout(values: Tensor, lengths: list[int], rule) -> Tensor:
     return torch.cat(out) if out else values.bool()
 
 
+def surprising_rollouts(logprobs: list, share: float) -> list[bool]:
+    """Per rollout, whether ``rollouts: surprising`` keeps it (``logprobs``: the sampler's, per rollout of the
+    micro-batch). A rollout with no tokens is never kept."""
+    budget = share * sum(len(lp) for lp in logprobs)
+    mean = {r: -float(sum(lp)) / len(lp) for r, lp in enumerate(logprobs) if len(lp)}
+    kept, used = [False] * len(logprobs), 0
+    for r in sorted(mean, key=lambda r: -mean[r]):  # stable: ties by position
+        if used + len(logprobs[r]) <= budget:
+            kept[r], used = True, used + len(logprobs[r])
+    return kept
+
+
 def keep(m: MaskSettings, scores: dict[str, Tensor] | None, lengths: list[int],
-         correct: list[bool | None] | None = None) -> Tensor:
+         correct: list[bool | None] | None = None, logprobs: list | None = None) -> Tensor:
     """The kept tokens ``[N]`` bool of rollouts of ``lengths`` (concatenated), ``scores`` from
-    ``token_scores`` (concatenated over chunks; None when ``m`` needs none)."""
+    ``token_scores`` (concatenated over chunks; None when ``m`` needs none); ``correct`` and ``logprobs`` (the
+    sampler's) per rollout, where ``m.rollouts`` reads them."""
     n = sum(lengths)
     if m.kind == "all" or m.kind == "position":
         device = "cpu" if scores is None else next(iter(scores.values())).device
@@ -94,7 +111,12 @@ def keep(m: MaskSettings, scores: dict[str, Tensor] | None, lengths: list[int],
             kept = _per_rollout(values, lengths, lambda v: _ranks(v) >= v.numel() - math.ceil(m.advantage_top
                                                                                               * v.numel()))
         kept = kept & finite
-    if m.rollouts != "all":
+    if m.rollouts == "surprising":
+        if logprobs is None or any(lp is None for lp in logprobs):
+            raise ValueError("token_mask rollouts=surprising needs the sampler's log-probs of every rollout")
+        row = torch.tensor(surprising_rollouts(logprobs, m.rollouts_share), device=kept.device)  # [R]
+        kept = kept & torch.repeat_interleave(row, torch.tensor(lengths, device=kept.device))
+    elif m.rollouts != "all":
         if correct is None:
             raise ValueError(f"token_mask rollouts={m.rollouts} needs each rollout's outcome")
         want = m.rollouts == "correct"

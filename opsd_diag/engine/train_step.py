@@ -115,6 +115,7 @@ class MicroBatch:
     completions: list[list[int]]
     finished: list[bool]
     correct: list[bool | None] | None = None  # per row: verified correct (None: unknown); only where a lever needs it
+    sampler_logprobs: list | None = None  # per row: the sampler's log-prob of each id (Completion.logprobs)
 
     @property
     def n_tokens(self) -> int:
@@ -223,7 +224,7 @@ def micro_batch_backward(hidden_model, roles: Roles, mb: MicroBatch, s: LossSett
     masked = mask is not None and not mask.keeps_all
     run, kept = mb, None
     if masked and not mask.needs_scores:
-        kept = token_mask.keep(mask, None, [len(c) for c in mb.completions], mb.correct)  # [N]
+        kept = token_mask.keep(mask, None, [len(c) for c in mb.completions], mb.correct, mb.sampler_logprobs)  # [N]
         sums.add_stats({"kept": kept.float()})
         run, kept = trimmed(mb, kept)
     h_s = _checked(hidden_model(run.student_prompts, run.completions, pad_id), run.n_tokens, "student")  # [n, H]
@@ -267,7 +268,8 @@ def trimmed(mb: MicroBatch, kept: Tensor) -> tuple[MicroBatch, Tensor]:
         return None if xs is None else [xs[r] for r, _ in rows]
     sub = MicroBatch(mb.index, pick(mb.problem_idx), pick(mb.student_prompts), pick(mb.teacher_prompts),
                      pick(mb.base_prompts), [mb.completions[r][:end] for r, end in rows], pick(mb.finished),
-                     pick(mb.correct))
+                     pick(mb.correct), None if mb.sampler_logprobs is None else
+                     [mb.sampler_logprobs[r][:end] for r, end in rows])
     return sub, torch.cat(flags)
 
 
@@ -280,7 +282,7 @@ def kept_tokens(roles: Roles, mb: MicroBatch, h_s: Tensor, s: LossSettings, part
         scores = {"h_s": student_entropy(roles, mb, h_s, s, chunk_size, autocast)}
     else:
         scores = token_scores(roles, mb, h_s, s, partners, ref, chunk_size, autocast)
-    return token_mask.keep(mask, scores, [len(c) for c in mb.completions], mb.correct)
+    return token_mask.keep(mask, scores, [len(c) for c in mb.completions], mb.correct, mb.sampler_logprobs)
 
 
 def _flat_ids(mb: MicroBatch) -> Tensor:

@@ -4,7 +4,8 @@
 
 CONFIG is a lever-study training config (run_levers.py writes them). Each repeat samples one micro-batch
 from the student (the trainer's ``make_micro_batch``), then runs the trainer's micro-batch step on it with
-``all``, ``entropy_top50`` (the target's <= 50% mask), ``advantage_top20`` and ``correct_only`` in turn (the order
+``all``, ``entropy_top50`` (the target's <= 50% mask), ``advantage_top20``, ``correct_only`` and ``surprising_half``
+(the most surprising rollouts up to half the tokens, from the sampler's log-probs; amendment 11) in turn (the order
 reversed every other repeat; the rollouts' outcomes are checked as the trainer does), each followed by
 ``rescale_to_kept`` and the optimizer step on a copy, timed with ``perf_counter``; then ``decoders_only``: the
 decoders' forwards and the student's backward without any LM head or loss, the floor of a mask that reads the
@@ -39,7 +40,8 @@ from trainer.setup import prepare  # noqa: E402
 MASKS = {"all": TokenMaskSpec().settings(),
          "entropy_top50": TokenMaskSpec(kind="entropy", entropy_quantiles=[0.5, 1.0]).settings(),  # the target's
          "advantage_top20": TokenMaskSpec(kind="advantage", advantage_top=0.2).settings(),
-         "correct_only": TokenMaskSpec(kind="all", rollouts="correct").settings()}  # known before the models run
+         "correct_only": TokenMaskSpec(kind="all", rollouts="correct").settings(),  # known before the models run
+         "surprising_half": TokenMaskSpec(kind="all", rollouts="surprising", rollouts_share=0.5).settings()}  # too
 
 
 def fresh_copy(st):

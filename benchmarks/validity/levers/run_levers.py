@@ -1,7 +1,7 @@
 """Run the pre-registered lever study (plan.yaml here): each world's best configuration, every lever setting.
 
     python benchmarks/validity/levers/run_levers.py [--out /work/runs/levers] [--workers 2] [--worlds a,b] [--look 3]
-    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]   (or --look 5, 7, 9)
+    python benchmarks/validity/levers/run_levers.py --look 4 [--seeds 2,3] [--settings all,NAME]   (or --look 5, 7, 9, 10)
 
 Per world, the worlds harness lays out the data and the training configs (``run_worlds.layout_world``:
 nothing is run); the best configuration's config gets this plan's budget, evaluation and one lever
@@ -33,7 +33,7 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan.yaml"
 LOOKS = {3: "third_look", 4: "fourth_look", 5: "fifth_look", 6: "sixth_look", 7: "seventh_look",
-         8: "eighth_look", 9: "ninth_look"}  # a later look's section of plan.yaml
+         8: "eighth_look", 9: "ninth_look", 10: "tenth_look"}  # a later look's section of plan.yaml
 
 
 def load_plan(path: Path = PLAN) -> dict:
@@ -143,14 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--worlds")
-    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6, 7, 8, 9),
-                    help="3, 6, 8: the third, sixth or eighth look's worlds (amendments 4, 7, 9); 4, 5, 7, 9: the fourth, "
-                         "fifth, seventh or ninth look's worlds, settings and seeds (amendments 5, 6, 8, 10)")
+    ap.add_argument("--look", type=int, default=1, choices=(1, 3, 4, 5, 6, 7, 8, 9, 10),
+                    help="3, 6, 8: the third, sixth or eighth look's worlds (amendments 4, 7, 9); 4, 5, 7, 9, 10: the "
+                         "fourth, fifth, seventh, ninth or tenth look's worlds, settings and seeds (amendments 5, 6, 8, "
+                         "10, 11)")
     ap.add_argument("--seeds", help="comma-separated seeds (--look 4: the confirmation seeds)")
     ap.add_argument("--settings", help="comma-separated settings (--look 4: all and the setting to confirm)")
     args = ap.parse_args(argv)
     plan = load_plan()
-    own = plan[LOOKS[args.look]] if args.look in (4, 5, 7, 9) else {}  # a look with its own settings, seeds and out
+    own = plan[LOOKS[args.look]] if args.look in (4, 5, 7, 9, 10) else {}  # a look with its own settings, seeds and out
     settings = args.settings.split(",") if args.settings else (list(own["settings"]) if own else None)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else own.get("seeds")
     out = (args.out or Path(own.get("out") or plan["out"])).resolve()
