@@ -17,6 +17,11 @@ tokens until the first row of a batch finishes; after that the random stream dif
 
 ``sampling.backend: vllm`` (the diagnosis only: a separate engine loaded by model name, never the live
 weights of a training run) is ``engine.sampling.sample_vllm``, called by ``engine.diagnose.sample``.
+
+Each of the three returns every drawn id's log-probability under the distribution it was drawn from
+(``Completion.logprobs``: temperature and nucleus cut applied), which a training step's
+``token_mask.rollouts: surprising`` ranks rollouts by; vLLM's completions carry none (its V1 engine reports
+log-probs before temperature unless asked otherwise, and no training step samples with it).
 """
 
 from __future__ import annotations
