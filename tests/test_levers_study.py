@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks.validity.levers import later_looks, report_levers, rows
 
 HERE = Path(__file__).resolve().parents[1] / "benchmarks" / "validity" / "levers"
@@ -82,6 +84,25 @@ def test_training_doc_quotes_the_committed_mask_figures():
     n = len(t["t3_masked_gain"])
     for q in (f"in all {n} worlds" if kept == n else f"in {kept} of {n} worlds", f"{t['t3_time_ratio']:.2f}×",
               f"{seven['time_ratio']:.2f}×", f"{seven['gain_kept']} of {seven['n_worlds']} worlds"):
+        assert q in text, q
+
+
+def test_training_doc_quotes_the_tenth_look():
+    """surprising_half's step time, gain count and mean gains as the committed analysis has them, and its judgement
+    recomputed from the per-world rows (gain kept per the plan's rule, share, the step alone <= 0.7x)."""
+    f = json.loads((HERE / "levers_analysis.json").read_text())["tenth_look"]
+    ok = [r for r in f["worlds"].values() if r["status"] == "ok"]
+    kept = [r["d_pass1"] >= r["d_pass1_all"] - 0.1 * max(r["d_pass1_all"], 0.0) for r in ok]
+    assert len(ok) == f["n_worlds"] == 12 and sum(kept) == f["gain_kept"]
+    assert f["met"] == {"gain": all(kept), "share": all(r["share"] <= 0.5 for r in ok),
+                        "time": f["time_ratio"] <= 0.7, "target": all(kept) and all(r["share"] <= 0.5 for r in ok)
+                        and f["time_ratio"] <= 0.7}
+    assert f["time_ratio"] == pytest.approx(f["bench"]["step_s"]["surprising_half"] / f["bench"]["step_s"]["all"])
+    doc = " ".join((HERE.parents[2] / "docs" / "training.md").read_text(encoding="utf-8").split())
+    text = doc[doc.index("`rollouts: surprising` at half the tokens cost"):][:300]
+    for q in (f"{f['time_ratio']:.2f}× of the all-token step alone", f"{f['time_ratio_with_sampling']:.2f}× with sampling",
+              f"in {f['gain_kept']} of {f['n_worlds']} worlds",
+              f"{f['mean_d_pass1']:+.3f} on average against all tokens' {f['mean_d_pass1_all']:+.3f}"):
         assert q in text, q
 
 

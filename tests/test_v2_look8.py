@@ -87,7 +87,8 @@ def test_readme_and_verdict_doc_quote_the_committed_figures():
 
 
 def test_readme_and_verdict_doc_quote_the_check_after_the_look():
-    """tallow, checked with the file as shipped by this look (plan_checks.yaml amendment 2)."""
+    """tallow, checked with the file as shipped by this look (plan_checks.yaml amendment 2); the README quotes the
+    mean over it and the worlds checked after it."""
     from benchmarks.validity.v2 import report_checks
 
     m, f = report_checks.world_figures("tallow")["models"], v2.fmt
@@ -95,5 +96,5 @@ def test_readme_and_verdict_doc_quote_the_check_after_the_look():
     verdict = " ".join((v2.REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
     readme = " ".join((v2.REPO / "README.md").read_text(encoding="utf-8").split())
     assert f"the shipped ranking reached {product}, G alone {g}: no better than G there" in verdict
-    assert f"on worlds built after it shipped, `tallow` {product} (G alone {g})" in readme
+    assert "the four worlds built after it shipped" in readme  # the mean over them: tests/test_v2_checks.py
 
