@@ -66,10 +66,6 @@ class MaskSettings:
         return self.kind == "all" and self.rollouts == "all"
 
     @property
-    def needs_sampler_logprobs(self) -> bool:
-        return self.rollouts == "surprising"
-
-    @property
     def needs_scores(self) -> bool:
         return self.kind in ("opd2_gate", "entropy", "advantage", "confident_disagreement")  # read logits
 

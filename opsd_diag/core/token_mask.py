@@ -15,12 +15,13 @@ set does not depend on how rollouts are cut into micro-batches, chunks or proces
   top-1 token is not the sampled one;
 - ``position``: completion positions ``start <= t < end``.
 ``rollouts`` further keeps only the tokens of verified-correct (``correct``) or incorrect (``incorrect``)
-rollouts; a rollout whose outcome is unknown is in neither. ``surprising`` keeps the rollouts of largest mean surprisal
-(minus the mean of the sampler's log-probs of their ids, ``engine.sampling.Completion.logprobs``), taken in that
-order (ties by position) while their tokens together stay within ``rollouts_share`` of the sampled tokens; a
-rollout that would pass the budget is skipped and the next one tried. It ranks the rollouts of one micro-batch
-(a step often samples one rollout per prompt), so unlike every other rule its kept set depends on the
-micro-batch size; it is known before any model runs, so a step never runs the rollouts it drops. A token whose score is not finite is never kept by a scored rule.
+rollouts; a rollout whose outcome is unknown is in neither. ``surprising`` keeps the rollouts of largest mean
+surprisal (minus the mean of the sampler's log-probs of their ids, ``engine.sampling.Completion.logprobs``), taken
+in that order (ties by position) while their tokens together stay within ``rollouts_share`` of the sampled tokens;
+a rollout that would pass the budget is skipped and the next one tried. It ranks the rollouts of one micro-batch
+(a step often samples one rollout per prompt), so unlike every other rule its kept set depends on the micro-batch
+size; it is known before any model runs, so a step never runs the rollouts it drops. A token whose score is not
+finite is never kept by a scored rule.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def check_finite(scores: torch.Tensor, position: int) -> None:
         raise NonFiniteLogits(int(bad.nonzero()[0, 0]), position)
 
 
-class _FiniteScores:
+class _CheckAndRecord:
     """A logits processor for ``generate`` that checks the scores (returned unchanged) and records the sampled
     ids' log-probs: ``generate`` applies its temperature and nucleus warpers after every processor it is given,
     so this one warps a copy as they do (``warp``) and reads, at each call, the id drawn at the call before."""
@@ -129,7 +129,7 @@ def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_id
             att[i, width - len(p):] = 1
         # generate draws from the global RNG: reseed it per batch from our own generator
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        recorder = _FiniteScores(width, getattr(model, "opsd_scored_rows", None), s)
+        recorder = _CheckAndRecord(width, getattr(model, "opsd_scored_rows", None), s)
         gen_ids = model.generate(
             input_ids=ids.to(device), attention_mask=att.to(device), do_sample=True,
             temperature=s.temperature, top_p=s.top_p, top_k=0, min_p=None, typical_p=1.0,

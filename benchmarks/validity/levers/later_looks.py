@@ -1,6 +1,7 @@
-"""The lever study's later looks (amendments 4-9), each added to the committed analysis by ``report_levers.py
---look N``: the third (a second recommendation rule for masks, judged on worlds the study had not run), the fourth
-(three more settings for target 1 in diversity) and the fifth (the schedule recommendation against fixed shares)."""
+"""The lever study's later looks (amendments 4-11), each added to the committed analysis by ``report_levers.py
+--look N``: the third, sixth and eighth (a second recommendation rule for masks, judged on worlds the study had not
+run), the fourth and ninth (settings for target 1 in diversity), the fifth (the schedule recommendation against fixed
+shares), and the seventh and tenth (target 3 with a mask known before the step's models run)."""
 
 from __future__ import annotations
 
@@ -354,58 +355,52 @@ def tenth_look(plan: dict, root: Path, bench: dict | None, committed: dict | Non
             "met": judged(f, ratio)}
 
 
-def render_seventh_look(f: dict) -> list[str]:
-    """Target 3 again (amendment 8): position_half beside all-token training in every world."""
-    L = ["**3b. Seventh look (amendment 8): target 3 with a position window known before any model runs.** "
-         "`position_half` trains the first E tokens of each rollout (E: half the median length of the world's "
-         "diagnosis rollouts), sampled only to E; all-token training run again beside it, seeds 0 and 1.", "",
-         "| world | E | all's Δpass@1 | position_half's Δpass@1 | keeps the gain | trained tokens / all's | "
-         "Δpass@4 − all's |", "|---|---|---|---|---|---|---|"]
+def _render_target3(f: dict, setting: str, heading: str, timing: str, extra: str = "") -> list[str]:
+    """A target-3 look's table (with the window's end E where the setting has one) and its judgement line."""
+    with_end = any("end" in r for r in f["worlds"].values())
+    L = [heading, "", "| world |" + (" E |" if with_end else "") + f" all's Δpass@1 | {setting}'s Δpass@1 | keeps the "
+         "gain | trained tokens / all's | Δpass@4 − all's |", "|---|" + "---|" * (5 + with_end)]
     for w, r in f["worlds"].items():
         if r["status"] != "ok":
-            L.append(f"| {w} | not analysed: {r['status']} | | | | | |")
+            L.append(f"| {w} | not analysed: {r['status']} |" + " |" * (4 + with_end))
             continue
-        L.append(f"| {w} | {r['end']} | {r['d_pass1_all']:+.3f} | {r['d_pass1']:+.3f} | "
-                 f"{'yes' if r['gain_kept'] else 'no'} | {r['share']:.2f} | {ci_text(r['d_pass4_minus_all'], 3)} |")
+        L.append(f"| {w} | " + (f"{r['end']} | " if with_end else "") + f"{r['d_pass1_all']:+.3f} | "
+                 f"{r['d_pass1']:+.3f} | {'yes' if r['gain_kept'] else 'no'} | {r['share']:.2f} | "
+                 f"{ci_text(r['d_pass4_minus_all'], 3)} |")
+    m = f["met"]
+    L += ["", f"Gain kept (Δpass@1 ≥ all's − 10% of all's gain) in {f['gain_kept']} of {f['n_worlds']} worlds; trained "
+          f"tokens ≤ half of all's in {f['share_at_most_half']} of {f['n_worlds']}; time: {timing}. Target 3 by "
+          f"{setting}: {'met' if m['target'] else 'not met'} (gain {'met' if m['gain'] else 'not met'}, share "
+          f"{'met' if m['share'] else 'not met'}, time {'met' if m['time'] else 'not met'}).{extra} All-token "
+          f"training run again gave the committed Δpass@1 in {f['all_rerun_as_committed']} of {f['n_worlds']} "
+          "worlds.", ""]
+    return L
+
+
+def render_seventh_look(f: dict) -> list[str]:
+    """Target 3 again (amendment 8): position_half beside all-token training in every world."""
     b = f["bench"]
     timing = ("not measured" if f["time_ratio"] is None else
               f"sampling + step {f['time_ratio']:.2f}× all-token training's (sampling to E {b['sampling_cut_s']:.3f} s "
               f"against {b['sampling_s']:.3f} s; the step alone {b['ratio_step']['position_half']:.2f}×; median of "
               f"{b['repeats']} side-by-side repeats, `bench_step.py --position-end {b['position_end']}`, one thread)")
-    m = f["met"]
-    L += ["", f"Gain kept (Δpass@1 ≥ all's − 10% of all's gain) in {f['gain_kept']} of {f['n_worlds']} worlds; trained "
-          f"tokens ≤ half of all's in {f['share_at_most_half']} of {f['n_worlds']}; time: {timing}. Target 3 by "
-          f"position_half: {'met' if m['target'] else 'not met'} (gain {'met' if m['gain'] else 'not met'}, share "
-          f"{'met' if m['share'] else 'not met'}, time {'met' if m['time'] else 'not met'}). All-token training run "
-          f"again gave the committed Δpass@1 in {f['all_rerun_as_committed']} of {f['n_worlds']} worlds.", ""]
-    return L
+    return _render_target3(f, "position_half", "**3b. Seventh look (amendment 8): target 3 with a position window known "
+                           "before any model runs.** `position_half` trains the first E tokens of each rollout (E: half "
+                           "the median length of the world's diagnosis rollouts), sampled only to E; all-token training "
+                           "run again beside it, seeds 0 and 1.", timing)
 
 
 def render_tenth_look(f: dict) -> list[str]:
     """Target 3 a last time (amendment 11): surprising_half beside all-token training in every world."""
-    L = ["**3c. Tenth look (amendment 11): target 3 with a rollout-level mask known before the step's models run.** "
-         "`surprising_half` keeps each micro-batch's rollouts of largest mean sampling-time surprisal, up to half of "
-         "its tokens; all-token training run again beside it, seeds 0 and 1.", "",
-         "| world | all's Δpass@1 | surprising_half's Δpass@1 | keeps the gain | trained tokens / all's | "
-         "Δpass@4 − all's |", "|---|---|---|---|---|---|"]
-    for w, r in f["worlds"].items():
-        if r["status"] != "ok":
-            L.append(f"| {w} | not analysed: {r['status']} | | | | |")
-            continue
-        L.append(f"| {w} | {r['d_pass1_all']:+.3f} | {r['d_pass1']:+.3f} | {'yes' if r['gain_kept'] else 'no'} | "
-                 f"{r['share']:.2f} | {ci_text(r['d_pass4_minus_all'], 3)} |")
     b = f["bench"]
     timing = ("not measured" if f["time_ratio"] is None else
               f"the step alone {f['time_ratio']:.2f}× all-token training's (kept share "
               f"{b['kept_share']['surprising_half']:.2f}; sampling + step {f['time_ratio_with_sampling']:.2f}×, not "
               f"judged: sampling {b['sampling_s']:.3f} s is unchanged; median of {b['repeats']} side-by-side repeats, "
               f"`bench_step.py`, one thread)")
-    m = f["met"]
-    L += ["", f"Gain kept (Δpass@1 ≥ all's − 10% of all's gain) in {f['gain_kept']} of {f['n_worlds']} worlds; trained "
-          f"tokens ≤ half of all's in {f['share_at_most_half']} of {f['n_worlds']}; time: {timing}. Target 3 by "
-          f"surprising_half: {'met' if m['target'] else 'not met'} (gain {'met' if m['gain'] else 'not met'}, share "
-          f"{'met' if m['share'] else 'not met'}, time {'met' if m['time'] else 'not met'}). Mean Δpass@1 over the "
-          f"worlds {f['mean_d_pass1']:+.3f} against all's {f['mean_d_pass1_all']:+.3f} (reported, not judged). "
-          f"All-token training run again gave the committed Δpass@1 in {f['all_rerun_as_committed']} of "
-          f"{f['n_worlds']} worlds.", ""]
-    return L
+    return _render_target3(f, "surprising_half", "**3c. Tenth look (amendment 11): target 3 with a rollout-level mask "
+                           "known before the step's models run.** `surprising_half` keeps each micro-batch's rollouts of "
+                           "largest mean sampling-time surprisal, up to half of its tokens; all-token training run again "
+                           "beside it, seeds 0 and 1.", timing,
+                           f" Mean Δpass@1 over the worlds {f['mean_d_pass1']:+.3f} against all's "
+                           f"{f['mean_d_pass1_all']:+.3f} (reported, not judged).")
