@@ -223,7 +223,8 @@ def test_one_host_sync_per_decode_step():
 
     model = _tiny()
     eng = static_cache.engine_for(model)
-    chooser = fast_decode.multinomial_chooser(1.0, 1.0)
+    logps = torch.zeros((7, 24))  # the drawn ids' log-probs are recorded without a sync too
+    chooser = fast_decode.multinomial_chooser(1.0, 1.0, logps)
     steps = []
 
     def choose(scores, rows, t):
@@ -236,7 +237,7 @@ def test_one_host_sync_per_decode_step():
         tokens = eng.generate(prompts, 24, list(range(2, 40)), 0, choose)  # frequent stops: rows end, buckets shrink
     assert eng.stats["compactions"] >= 1 and len(steps) > 3
     assert Probe.syncs <= len(steps), (Probe.syncs, len(steps))
-    assert (tokens >= 0).all()
+    assert (tokens >= 0).all() and (logps[:, 0] < 0).all()
 
 
 def test_the_engine_cache_does_not_keep_a_model_alive():
