@@ -83,7 +83,8 @@ def text(levers: dict | None) -> list[str]:
     if kept is not None and kept == kept:
         line += f"; signal alignment on its kept tokens {kept:+.3f}" + (
             f" (all tokens {every:+.3f})" if every is not None and every == every else "")
-    return [line + " (table: Run.levers())"]
+    skipped = [f"{k}: {why}" for k, why in (levers.get("not_run") or {}).items()]
+    return [line + " (table: Run.levers())"] + ([f"not looked ahead: {'; '.join(skipped)}"] if skipped else [])
 
 
 class LeverView:

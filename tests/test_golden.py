@@ -52,7 +52,12 @@ ADDED_COLUMNS = ("truncated", "in_thinking")
 
 def compare_table(name: str, old: pd.DataFrame, new: pd.DataFrame) -> None:
     """One stored table against a new one: the top-k table's ids up to tied log-probs, the rest by
-    compare.assert_frames_close (sampled ids exact, floats and float lists to tolerance)."""
+    compare.assert_frames_close (sampled ids exact, floats and float lists to tolerance). The sampler's log-probs,
+    added to the rollouts later (their values: tests/test_sampler_logprobs.py), are one finite log-prob per id."""
+    if "sampler_logprobs" in new.columns and "sampler_logprobs" not in old.columns:
+        for ids, lps in zip(new["completion_ids"], new["sampler_logprobs"]):
+            assert len(lps) == len(ids) and all(np.isfinite(x) and x <= 0.0 for x in lps)
+        new = new.drop(columns=["sampler_logprobs"])
     added = [c for c in ADDED_COLUMNS if c in new.columns and c not in old.columns]
     if added:
         assert not new["in_thinking"].any()

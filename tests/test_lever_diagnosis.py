@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from fixtures_trainer import build_world
-from test_levers import ref_keep
+from test_levers import ref_keep, ref_surprising
 
 from opsd_diag.config.levers import TokenMaskSpec
 from opsd_diag.config.spec import from_dict
@@ -144,6 +144,17 @@ def _reference_scores(cfg, rows):
     return {"h_s": torch.tensor(h), "signal": torch.tensor(sig)}, sig, lengths, correct
 
 
+def _ref_kept(cfg, kw: dict, scores: dict, lengths: list[int], correct: list, rows) -> list[bool]:
+    """``ref_keep``'s flags; a surprising mask ranks the rollouts of each lookahead micro-batch (``rows`` in the
+    order the diagnosis cuts them) by their sampler log-probs."""
+    if kw.get("rollouts") != "surprising":
+        return ref_keep(TokenMaskSpec(**kw).settings(), scores, lengths, correct)
+    size = lookahead.settings(cfg)[0].rollouts_per_step
+    lps = [list(x) for x in rows["sampler_logprobs"]]
+    flags = [f for lo in range(0, len(lps), size) for f in ref_surprising(lps[lo:lo + size], kw["rollouts_share"])]
+    return [f for f, L in zip(flags, lengths) for _ in range(L)]
+
+
 def test_kept_shares_equal_a_float64_per_rollout_reference(diagnosed):
     cfg, out = diagnosed
     lv = store.read_json(out / "summary.json")["levers"]
@@ -154,7 +165,7 @@ def test_kept_shares_equal_a_float64_per_rollout_reference(diagnosed):
     for name, kw in levers.CANDIDATES.items():
         if kw.get("kind") == "confident_disagreement":
             continue  # reads the teacher's top-1 (tested in test_levers.test_token_scores_equal_float64_reference)
-        kept = ref_keep(TokenMaskSpec(**kw).settings(), scores, lengths, correct)
+        kept = _ref_kept(cfg, kw, scores, lengths, correct, step_rows)
         want_k = sum(kept) / len(kept)
         want_s = sum(s for s, k in zip(sig, kept) if k) / sum(sig)
         got = lv["settings"][name]
@@ -336,7 +347,7 @@ def test_alignment_on_kept_tokens_follows_the_masks_float64_reference(diagnosed,
     for name, kw in levers.CANDIDATES.items():
         if kw.get("kind") == "confident_disagreement":
             continue
-        kept = dict(zip(flat, ref_keep(TokenMaskSpec(**kw).settings(), scores, lengths, correct)))
+        kept = dict(zip(flat, _ref_kept(cfg, kw, scores, lengths, correct, rows)))
         vals = [a for r, p, a in zip(nodes["rollout_id"], nodes["pos"], nodes["align_jsd"]) if kept[(r, p)]]
         got = lv["settings"][name]["alignment"]
         if vals:
@@ -370,3 +381,21 @@ def test_export_writes_the_lever_table(diagnosed, tmp_path):
     got = pd.read_csv(tmp_path / "export" / "levers.csv")
     assert list(got["setting"]) == list(run.levers()["setting"])
     assert got["kept_share"].tolist() == pytest.approx(run.levers()["kept_share"].tolist())
+
+
+def test_a_surprising_mask_is_not_looked_ahead_on_rollouts_without_sampler_log_probs(diagnosed):
+    """Rollouts read from a file without log-probs (or sampled by vLLM) cannot rank rollouts by surprisal: that
+    candidate is left out with the reason, in the summary and the report's lines; the others are looked ahead."""
+    from opsd_diag import levers as lever_view
+    from opsd_diag.io.models import load_spec
+
+    cfg, out = diagnosed
+    tok, student = load_spec(cfg.student, "cpu")
+    _, teacher = load_spec(cfg.student.model_copy(update={"model": cfg.teachers[0].model}), "cpu")
+    rollouts = store.read_table(out, "rollouts").drop(columns=["sampler_logprobs"])
+    lv = levers.run(cfg, student, teacher, None, rollouts, "teacher", "jsd", tok.pad_token_id, lookahead)
+    skipped = [k for k, v in levers.CANDIDATES.items() if v.get("rollouts") == "surprising"]
+    assert skipped and set(lv["not_run"]) == set(skipped) and "no sampler log-probs" in lv["not_run"][skipped[0]]
+    assert set(lv["settings"]) == set(levers.CANDIDATES) - set(skipped)
+    assert lv["recommendation"]["setting"] in lv["settings"]
+    assert any(line.startswith(f"not looked ahead: {skipped[0]}: ") for line in lever_view.text(lv))

@@ -58,7 +58,8 @@ class TokenMaskSpec(_Section):
 CANDIDATES = {"all": {}, "entropy_top50": {"kind": "entropy", "entropy_quantiles": [0.5, 1.0]},
               "advantage_top20": {"kind": "advantage", "advantage_top": 0.2},
               "confident_disagreement": {"kind": "confident_disagreement", "teacher_confidence": 0.5},
-              "correct_only": {"rollouts": "correct"}, "incorrect_only": {"rollouts": "incorrect"}}
+              "correct_only": {"rollouts": "correct"}, "incorrect_only": {"rollouts": "incorrect"},
+              "surprising_half": {"rollouts": "surprising", "rollouts_share": 0.5}}
 
 
 def named_mask(name: str | None) -> dict | None:

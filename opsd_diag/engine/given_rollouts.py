@@ -2,7 +2,7 @@
 
 ``attach`` reads and matches the file (``io.rollouts_file``) once the student's views exist, and cuts the
 prepared run to the problems the file holds; a shard then takes its completions from here, every row keeps
-the sampler's log-probs (``sampler_logprobs``) and how its prompt relates to the student's view
+the sampler's log-probs (``sampler_logprobs``, which sampled rows carry too) and how its prompt relates to the view
 (``sampler_prompt``); ``mismatch`` sets those log-probs beside the student's own scoring (``lp_s``) for
 summary.json's ``sampler_mismatch`` block (``core.sampler_mismatch``).
 """
@@ -58,10 +58,19 @@ def completions(prep, idx: list[int]) -> list[list[GivenCompletion]]:
 
 
 def columns(c: Completion) -> dict:
-    """The rollouts-table columns a completion from a file adds."""
-    if not isinstance(c, GivenCompletion):
-        return {}
-    return {"sampler_logprobs": None if c.logprobs is None else list(c.logprobs), "sampler_prompt": c.prompt}
+    """The rollouts-table columns of the sampler's side: its log-probs of the ids (``sampler_logprobs``; None where
+    the sampler or the file gives none) and, for a completion from a file, how its prompt relates to the view."""
+    out = {"sampler_logprobs": None if c.logprobs is None else list(c.logprobs)}
+    return {**out, "sampler_prompt": c.prompt} if isinstance(c, GivenCompletion) else out
+
+
+def logprobs_of(rows: pd.DataFrame) -> list | None:
+    """Each rollout's ``sampler_logprobs`` read back from a rollouts table (None without the column; a row's None
+    where it has none)."""
+    if "sampler_logprobs" not in rows:
+        return None
+    return [None if x is None or (isinstance(x, float) and x != x) else [float(v) for v in x]
+            for x in rows["sampler_logprobs"]]
 
 
 def mismatch(prep, tables: dict[str, pd.DataFrame]) -> dict | None:
@@ -78,8 +87,8 @@ def mismatch(prep, tables: dict[str, pd.DataFrame]) -> dict | None:
         return {"status": "every teacher config has another tokenizer: no student log-probs per sampled id", **temps}
     lp = tokens[tokens["config"] == config].sort_values(["rollout_id", "pos"]).groupby("rollout_id")["lp_s"]
     student, sampler = [], []
-    for rid, lps in rollouts[["rollout_id", "sampler_logprobs"]].itertuples(index=False):
-        if lps is None or (isinstance(lps, float) and np.isnan(lps)):
+    for rid, lps in zip(rollouts["rollout_id"], logprobs_of(rollouts)):
+        if lps is None:
             continue
         student.append(lp.get_group(rid).to_numpy(dtype=np.float64))
         sampler.append(np.asarray(lps, dtype=np.float64))

@@ -31,6 +31,7 @@ from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.core import token_mask
 from opsd_diag.core.stats import beyond_noise, bootstrap_mean_over_prompts, ci_dict, jsonable, paired_difference
+from opsd_diag.engine import given_rollouts
 from opsd_diag.engine.scoring import completion_hidden
 from opsd_diag.engine.train_step import MicroBatch, Roles, auto_chunk_size, partner_hidden, token_scores
 from opsd_diag.io import store
@@ -64,7 +65,7 @@ def micro_batches(rows, config: str, base_view: str, size: int) -> list[MicroBat
         s, t = ids(b["prompt_ids.student"]), ids(b[f"prompt_ids.{config}"])
         out.append(MicroBatch(lo, [int(i) for i in b["problem_index"]], s, t, t if base_view == "teacher" else s,
                               ids(b["completion_ids"]), [bool(f) for f in b["finished"]],
-                              [None if c != c else bool(c) for c in b["correct"]]))
+                              [None if c != c else bool(c) for c in b["correct"]], given_rollouts.logprobs_of(b)))
     return out
 
 
@@ -83,7 +84,8 @@ def kept_flags(roles: Roles, mbs: list[MicroBatch], loss, ref, pad_id: int, mask
         scores = token_scores(roles, mb, h_s, loss, partners, ref, chunk)
         signal.append(scores["signal"])
         for k, m in masks.items():
-            kept[k].append(token_mask.keep(m, scores, [len(c) for c in mb.completions], mb.correct))
+            kept[k].append(token_mask.keep(m, scores, [len(c) for c in mb.completions], mb.correct,
+                                           mb.sampler_logprobs))
     return {k: torch.cat(v) for k, v in kept.items()}, torch.cat(signal)
 
 
@@ -133,6 +135,10 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
         return {"status": "skipped", "reason": "the lever lookahead needs scored rollouts with known outcomes on "
                                                "at least two problems"}
     masks = {k: TokenMaskSpec(**v).settings() for k, v in CANDIDATES.items()}
+    lps = given_rollouts.logprobs_of(rollouts)
+    missing = {k: "the rollouts carry no sampler log-probs (a rollouts file without them, or vLLM sampling)"
+               for k, m in masks.items() if m.rollouts == "surprising" and (lps is None or None in lps)}
+    masks = {k: m for k, m in masks.items() if k not in missing}
     with_base = base if (method == "opd2" or ref == "base") else None
     roles = Roles(student, None, "external", teacher, base, student)
     flags, signal = kept_flags(roles, micro_batches(step_rows, config, cfg.scoring.base_view, s.rollouts_per_step),
@@ -156,7 +162,8 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
         del stepped
     for name in out:  # each mask against all tokens, prompt by prompt (the same measurement half and seeds)
         out[name]["dll_vs_all"] = paired_difference(per_prompt[name], per_prompt["all"], n_boot, seed)
-    return {"status": "ok", "config": config, "method": method, "settings": out, "recommendation": recommend(out)}
+    return {"status": "ok", "config": config, "method": method, "settings": out, "recommendation": recommend(out),
+            **({"not_run": missing} if missing else {})}
 
 
 def _alignment(roles, cfg, rollouts, nodes, config, method, loss, ref, pad_id, masks, size) -> dict:
