@@ -179,3 +179,24 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     lowo = (HERE / "explore_kl_verdict.txt").read_text().splitlines()[-1]
     assert lowo.startswith("pooled over the left-out worlds: right 0.811") and "unclear 0.55" in lowo
     assert "right on 0.811 of its calls with 55% `unclear`" in verdict
+
+
+def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():
+    """explore_tier_ranking.txt is what its script prints from the committed rows (numbers within 0.011: CPUs round
+    differently), and docs/verdict.md quotes its means over the unfitted worlds and ember's line."""
+    import re
+
+    out = subprocess.run([sys.executable, str(HERE / "explore_tier_ranking.py")], capture_output=True, text=True,
+                         check=True, cwd=REPO).stdout
+    committed = (HERE / "explore_tier_ranking.txt").read_text()
+    assert re.sub(r"[+-]?\d+\.\d+", "#", out) == re.sub(r"[+-]?\d+\.\d+", "#", committed)
+    nums = [float(x) for x in re.findall(r"[+-]?\d+\.\d+", out)]
+    assert nums == pytest.approx([float(x) for x in re.findall(r"[+-]?\d+\.\d+", committed)], abs=0.011)
+    unfitted = next(x for x in committed.splitlines() if x.startswith("mean over the 16 worlds v2 was never fitted"))
+    shipped, none, _ = re.findall(r"[+-]\d+\.\d+", unfitted)
+    wins = re.search(r"above shipped in (\d+) of 16", unfitted).group(1)
+    ember = re.findall(r"[+-]\d+\.\d+", next(x for x in committed.splitlines() if x.startswith("ember")))
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"the sixteen worlds v2 was never fitted on reach {none} against the shipped {shipped}, above it in {wins} "
+            f"of 16") in verdict
+    assert f"(`ember`, {ember[0]} with it against {ember[1]} without)" in verdict
