@@ -17,6 +17,7 @@ import pandas as pd
 
 from opsd_diag.core import sampler_mismatch
 from opsd_diag.engine.sampling import Completion
+from opsd_diag.engine.train_step import logprobs_of
 from opsd_diag.io import rollouts_file
 
 
@@ -62,15 +63,6 @@ def columns(c: Completion) -> dict:
     the sampler or the file gives none) and, for a completion from a file, how its prompt relates to the view."""
     out = {"sampler_logprobs": None if c.logprobs is None else list(c.logprobs)}
     return {**out, "sampler_prompt": c.prompt} if isinstance(c, GivenCompletion) else out
-
-
-def logprobs_of(rows: pd.DataFrame) -> list | None:
-    """Each rollout's ``sampler_logprobs`` read back from a rollouts table (None without the column; a row's None
-    where it has none)."""
-    if "sampler_logprobs" not in rows:
-        return None
-    return [None if x is None or (isinstance(x, float) and x != x) else [float(v) for v in x]
-            for x in rows["sampler_logprobs"]]
 
 
 def mismatch(prep, tables: dict[str, pd.DataFrame]) -> dict | None:

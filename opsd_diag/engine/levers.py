@@ -31,9 +31,8 @@ from opsd_diag.config.levers import CANDIDATES, TokenMaskSpec
 from opsd_diag.config.training_fit import training_teacher
 from opsd_diag.core import token_mask
 from opsd_diag.core.stats import beyond_noise, bootstrap_mean_over_prompts, ci_dict, jsonable, paired_difference
-from opsd_diag.engine import given_rollouts
 from opsd_diag.engine.scoring import completion_hidden
-from opsd_diag.engine.train_step import MicroBatch, Roles, auto_chunk_size, partner_hidden, token_scores
+from opsd_diag.engine.train_step import MicroBatch, Roles, auto_chunk_size, logprobs_of, partner_hidden, token_scores
 from opsd_diag.io import store
 
 
@@ -65,7 +64,7 @@ def micro_batches(rows, config: str, base_view: str, size: int) -> list[MicroBat
         s, t = ids(b["prompt_ids.student"]), ids(b[f"prompt_ids.{config}"])
         out.append(MicroBatch(lo, [int(i) for i in b["problem_index"]], s, t, t if base_view == "teacher" else s,
                               ids(b["completion_ids"]), [bool(f) for f in b["finished"]],
-                              [None if c != c else bool(c) for c in b["correct"]], given_rollouts.logprobs_of(b)))
+                              [None if c != c else bool(c) for c in b["correct"]], logprobs_of(b)))
     return out
 
 
@@ -135,7 +134,7 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
         return {"status": "skipped", "reason": "the lever lookahead needs scored rollouts with known outcomes on "
                                                "at least two problems"}
     masks = {k: TokenMaskSpec(**v).settings() for k, v in CANDIDATES.items()}
-    lps = given_rollouts.logprobs_of(rollouts)
+    lps = logprobs_of(rollouts)
     missing = {k: "the rollouts carry no sampler log-probs (a rollouts file without them, or vLLM sampling)"
                for k, m in masks.items() if m.rollouts == "surprising" and (lps is None or None in lps)}
     masks = {k: m for k, m in masks.items() if k not in missing}

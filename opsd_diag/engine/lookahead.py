@@ -30,11 +30,11 @@ import torch
 from opsd_diag.core import signals
 from opsd_diag.core import lookahead as maths
 from opsd_diag.core.stats import bootstrap_mean_over_prompts, ci_dict, jsonable
-from opsd_diag.engine import given_rollouts
 from opsd_diag.engine.train_step import CompletionHidden, Roles
 from opsd_diag.engine.scoring import completion_hidden, lm_logits
 from opsd_diag.engine.step_sums import StepSums
-from opsd_diag.engine.train_step import MicroBatch, auto_chunk_size, micro_batch_backward, rescale_to_kept
+from opsd_diag.engine.train_step import (MicroBatch, auto_chunk_size, logprobs_of, micro_batch_backward,
+                                         rescale_to_kept)
 from opsd_diag.io import store
 from opsd_diag.io.thinking import answer_text
 from opsd_diag.io.verify import is_correct
@@ -176,7 +176,7 @@ def take_steps(student, roles_for, rows: pd.DataFrame, config: str, loss: LossSe
                         teacher_prompts if base_view == "teacher" else student_prompts,
                         _ids(batch["completion_ids"]), [bool(f) for f in batch["finished"]],
                         None if mask is None else [None if pd.isna(c) else bool(c) for c in batch["correct"]],
-                        None if mask is None else given_rollouts.logprobs_of(batch))
+                        None if mask is None else logprobs_of(batch))
         sums = micro_batch_backward(hidden, roles, mb, loss, pad_id=pad_id, chunk_size=chunk,
                                     scale=1.0 / mb.n_tokens, ref=ref, sums=StepSums(), mask=mask)
         if mask is not None:

@@ -122,6 +122,15 @@ class MicroBatch:
         return sum(len(c) for c in self.completions)
 
 
+def logprobs_of(rows) -> list | None:
+    """A rollouts table's ``sampler_logprobs`` per row, for ``MicroBatch.sampler_logprobs`` (None without the
+    column; a row's None where it has none: vLLM sampling, a rollouts file without them)."""
+    if "sampler_logprobs" not in rows:
+        return None
+    return [None if x is None or (isinstance(x, float) and x != x) else [float(v) for v in x]
+            for x in rows["sampler_logprobs"]]
+
+
 LOGITS_BUDGET = 2 ** 24  # elements of one [chunk, vocab] float32 tensor (64 MiB) when chunk_size is auto
 
 
