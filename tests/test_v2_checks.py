@@ -157,24 +157,26 @@ def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look
 
 
 def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
-    """docs/verdict.md's flint and hearth figures and the mean over the four worlds, and the README's mean, as
-    recomputed from the committed rows; the KL exploration's left-out figure as its output prints it."""
+    """docs/verdict.md's flint, hearth, loam and marl figures and the mean over the six worlds, and the README's
+    mean, as recomputed from the committed rows; the KL exploration's left-out figure as its output prints it."""
     fmt = report_v2.fmt
     s8 = report_checks.analysis()["since_look8"]
     per, ms = s8["per_world"], s8["mean_spearman"]
     p = report_checks.LATER_PRODUCT
     verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    for w in ("flint", "hearth"):
+    for w in ("flint", "hearth", "loam", "marl"):
         m = per[w]["models"]
         assert f"`{w}`, " in verdict and f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])})" \
             in verdict, w
     assert f"prediction reached only {fmt(per['hearth']['models']['v2']['other']['d_regression'])}" in verdict
+    loam = per["loam"]["models"][p]["method_order"]
+    assert f"with {loam['n_right']} of {loam['n_pairs']} method pairs right" in verdict
     right, pairs = s8["method_order"]
-    mean = (f"the four worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])}, method pairs "
-            f"{right} of {pairs}")
-    assert len(per) == 4 and mean in readme
-    assert (f"Over the four worlds built after the ranking shipped it reaches {fmt(ms[p])} against G's "
+    mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])}, "
+            f"method pairs {right} of {pairs}")
+    assert len(per) == 6 and mean in readme
+    assert (f"Over the {len(per)} worlds built after the ranking shipped it reaches {fmt(ms[p])} against G's "
             f"{fmt(ms['accuracy_gap'])} and orders {right} of {pairs} method pairs right") in verdict
     lowo = (HERE / "explore_kl_verdict.txt").read_text().splitlines()[-1]
     assert lowo.startswith("pooled over the left-out worlds: right 0.811") and "unclear 0.55" in lowo

@@ -21,14 +21,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
-from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
 from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 
-LATER = [w for w in report_checks.since_look8() if report_checks.status(w) == "checked"]
+LATER = ["tallow", "flint", "hearth", "wick"]  # the worlds checked since the eighth look when this ran (amendment 4)
 
 
 def main() -> int:
