@@ -108,6 +108,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     assert "lantern: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
         HERE / "check_lantern.txt").read_text()
     assert "lantern was excluded by the plan's level rule" in (HERE / "CHECKS.md").read_text()
+    assert s8["not_shipped"] == ["marl"] and (HERE / "checks" / "marl.yaml").is_file()  # amendment 5b
+    assert "marl's build missed its own spec's expectations" in (HERE / "CHECKS.md").read_text()
     product = [report_checks.world_figures(w)["models"]["product (v2_config)"]["spearman"] for w in checked]
     assert s8["mean_spearman"]["product (v2_config)"] == pytest.approx(float(np.mean(product)))
     assert f"The ranking shipped since (v2_config), on the {len(checked)} worlds built after it " \

@@ -113,6 +113,7 @@ def analysis() -> dict:
         {"worlds": states, "per_world": per, "over": over,
          "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs,
                          "excluded": [w for w, st in states_later.items() if st == "excluded"],
+                         "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()],
                          "forgetting_pooled_all": forgetting}})))
 
 
@@ -165,7 +166,10 @@ def render(a: dict) -> str:
                   "Checked with the model file as it then stood (amendments 2 to 5 of the plan; the ninth look's added "
                   "world, `plan_look9.yaml`)." + "".join(
                       f" {w} was excluded by the plan's level rule (`check_{w}.txt`): nothing to check."
-                      for w in s8["excluded"]), "",
+                      for w in s8["excluded"]) + "".join(
+                      f" {w}'s build missed its own spec's expectations (`checks/{w}.yaml`): it is checked all the "
+                      "same, the plan's only exclusion being the level rule, and its build is not shipped."
+                      for w in s8.get("not_shipped", [])), "",
                   f"| world | rows | product ranking ({LATER}) | G alone | v2 | v2 without lookahead | method pairs right "
                   "(product) |", "|---|---|---|---|---|---|---|"]
         for w, d in s8["per_world"].items():
