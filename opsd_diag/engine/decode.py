@@ -87,9 +87,10 @@ def _sample_batch(model, batch: list[list[int]], s: SamplingSettings, stop_ids: 
         scores = warp(out.logits[:, -1, :rows].float(), s.temperature, s.top_p)  # [alive, V] token rows only
         bad = torch.isnan(scores).any(-1) | torch.isposinf(scores).any(-1)  # [alive] NaN/inf: nothing to sample
         scores = scores.masked_fill(bad[:, None], 0.0)  # such a row draws something; the run stops below
-        nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)  # [alive]
+        probs = scores.softmax(dim=-1)  # [alive, V]
+        nxt = torch.multinomial(probs, num_samples=1).squeeze(1)  # [alive]
         tokens[alive, t] = nxt
-        logps[alive, t] = sampled_logprobs(scores, nxt)
+        logps[alive, t] = sampled_logprobs(probs, nxt)
         done = torch.isin(nxt, stop)  # [alive]
         any_bad, all_done, any_done = torch.stack([bad.any(), done.all(), done.any()]).tolist()  # one sync
         if any_bad:

@@ -40,9 +40,10 @@ def completion(ids: list[int], stop_ids: list[int], logprobs: list[float] | None
     return Completion(kept, finished, None if logprobs is None else tuple(logprobs[:len(kept)]))
 
 
-def sampled_logprobs(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """[n] log-probability of ``ids`` [n] under softmax(``scores`` [n, V]), the warped scores they were drawn from."""
-    return scores.log_softmax(dim=-1).gather(1, ids[:, None]).squeeze(1)
+def sampled_logprobs(probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[n] log-probability of ``ids`` [n] under ``probs`` [n, V], the distribution the sampler drew them from (the
+    probabilities it already computed for the draw: no second pass over the vocabulary)."""
+    return probs.gather(1, ids[:, None]).squeeze(1).log()
 
 
 def cut_at_strings(tok, c: Completion, strings) -> Completion:

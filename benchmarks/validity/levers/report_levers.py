@@ -8,8 +8,7 @@
 The rows come from ``rows.py`` (per world and setting, against the initial student, with bootstrap intervals); a run
 that did not finish is listed as such. The plan's questions and targets are answered from these numbers.
 
-``--look 3`` to ``--look 10`` keep the committed analysis (the earlier looks' runs may be gone) and add a later look
-(``later_looks.py``, amendments 4-11).
+``--look 3`` to ``--look 10`` keep the committed analysis and add a later look (``later_looks``, ``target3_looks``).
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.levers.later_looks import (fifth_look, fourth_look, ninth_look, render_fifth_look,  # noqa: E402
-                                                    render_fourth_look, render_ninth_look, render_seventh_look,
-                                                    render_tenth_look, render_third_look, seventh_look, tenth_look,
+                                                    render_fourth_look, render_ninth_look, render_third_look,
                                                     third_look)
+from benchmarks.validity.levers.target3_looks import (render_seventh_look, render_tenth_look, seventh_look,  # noqa: E402
+                                                      target_lines, tenth_look)
 from benchmarks.validity.levers.rows import keeps_pass4, spearman, world_rows, world_table  # noqa: E402
 from benchmarks.validity.levers.run_levers import load_plan, settings_for, worlds_of  # noqa: E402
 from opsd_diag.core.stats import ci_text  # noqa: E402
@@ -279,19 +279,7 @@ def render(a: dict) -> str:
                  f"the rollouts it does not keep before any model runs (kept share "
                  f"{b['kept_share']['correct_only']:.2f}), {r['correct_only']:.2f}× (sampling + step "
                  f"{b['ratio_sampling_plus_step']['correct_only']:.2f}×).")
-    if "seventh_look" in a:
-        m = a["seventh_look"]["met"]
-        L.append(f"- the same target with position_half (seventh look, section 3b): {'met' if m['target'] else 'not met'} "
-                 f"(gain in {a['seventh_look']['gain_kept']} of {a['seventh_look']['n_worlds']} worlds, trained tokens "
-                 f"≤ half in {a['seventh_look']['share_at_most_half']}, time "
-                 + ("not measured" if a["seventh_look"]["time_ratio"] is None else
-                    f"{a['seventh_look']['time_ratio']:.2f}×") + ").")
-    if "tenth_look" in a:
-        f = a["tenth_look"]
-        L.append(f"- the same target with surprising_half (tenth look, section 3c, the last look at it): "
-                 f"{'met' if f['met']['target'] else 'not met'} (gain in {f['gain_kept']} of {f['n_worlds']} worlds, "
-                 f"trained tokens ≤ half in {f['share_at_most_half']}, the step alone "
-                 + ("not measured" if f["time_ratio"] is None else f"{f['time_ratio']:.2f}×") + ").")
+    L += target_lines(a)
     return "\n".join(L) + "\n"
 
 

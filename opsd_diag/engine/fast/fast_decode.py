@@ -115,10 +115,10 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
 def multinomial_chooser(temperature: float, top_p: float, logps: torch.Tensor | None = None):
     """``choose`` for the engine; ``logps`` [b, T], when given, gets each drawn id's log-prob at [row, t]."""
     def choose(scores, rows, t):  # finite scores: the engine checks them in its one sync per step
-        warped = warp(scores, temperature, top_p)
-        nxt = draw(warped.softmax(dim=-1))
+        probs = warp(scores, temperature, top_p).softmax(dim=-1)
+        nxt = draw(probs)
         if logps is not None:
-            logps[rows, t] = sampled_logprobs(warped, nxt)
+            logps[rows, t] = sampled_logprobs(probs, nxt)
         return nxt
     return choose
 
