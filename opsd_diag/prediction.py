@@ -87,6 +87,7 @@ class Calibration:
     method_order: str = "predicted_gain"  # when G gates: how the rows are ordered (core.predictor.METHOD_ORDERS)
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
+    method_order_look: int | None = None  # the later look that chose ``method_order`` (its record: later_looks)
 
 
 def _shipped_text() -> str | None:
@@ -143,7 +144,12 @@ def _parse(d: dict, source: str) -> Calibration:
                        {k: v for k, v in sorted((d.get("later_looks") or {}).items(),
                                                 key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
                         if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
-                       str((d.get("checks") or {}).get("summary") or ""))
+                       str((d.get("checks") or {}).get("summary") or ""), _look_number(d.get("method_order", {})))
+
+
+def _look_number(order: dict) -> int | None:
+    look = order.get("look")
+    return look if isinstance(look, int) and not isinstance(look, bool) else None
 
 
 def _num(x) -> float:
@@ -349,12 +355,15 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         v2_first = cal.method_order in ("v2_gain", "v2_config")  # v2 ranks, G gates (the eighth look)
         study = (f"{cal.reason}. G's Spearman with the realised pass@1 change was {_rho(cal.accuracy_gap)}; v2's "
                  f"{_rho(cal.lowo.get('v2', {}).get('spearman'))}")
-        lead = (f"Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy gap G > 0. In "
-                f"the first validity study v2 lost to G: {study}; on the worlds built since, it ranked better "
-                "(predictor v2's eighth look)." if v2_first else
+        chosen = cal.later_looks.get(f"look{cal.method_order_look}", {}).get("summary")
+        lead = ("Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy gap G > 0"
+                + (f"; chosen by {chosen}." if chosen else ".") if v2_first else
                 f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: {study}.")
+        # the evidence for the rule in force first, the first study's pooled comparison after it
         out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale),
-                                   *([cal.checks] if cal.checks else [])])
+                                   *([cal.checks] if cal.checks else []),
+                                   *([f"Alone, pooled over the first study's worlds, v2 lost to G: {study}."]
+                                     if v2_first else [])])
         by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"
         out["headline"] = (f"Recommended by {by}: {rec.config} trained with {rec.method} (G {rec.accuracy_gap:+.3f}; "
                            f"v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else

@@ -220,6 +220,32 @@ def test_the_v2_config_rule_ranks_configs_by_their_mean_v2_gain_then_the_sign_of
     assert p.recommended().config == "self_full" and "mean of v2's predictions" in prediction.panel(p)["ranking"]
 
 
+def test_a_v2_ranking_leads_with_the_evidence_of_the_look_that_chose_it_and_the_pooled_loss_comes_last(raw, tmp_path):
+    """The panel must not recommend by v2 and then open with v2 losing to G: the record of the look that chose the
+    rule in force (``method_order.look``) comes first, the checks next, the first study's pooled loss last."""
+    _gated(raw, tmp_path, "v2_config")  # writes c.json
+    data = json.loads((tmp_path / "c.json").read_text())
+    data["later_looks"] = {"look8": {"summary": "look 8 (v2_config): +0.95 against +0.83: v2_config ships"},
+                           "look9": {"summary": "look 9 (a verdict): the interval rule stays"}}
+    data["checks"] = {"summary": "Checked as shipped on 2 worlds: +0.70."}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    r2 = copy.deepcopy(raw)
+    for name, cfg in r2["configs"].items():
+        gap = 0.3 if name == "self_full" else -0.2
+        cfg["teacher_minus_student_accuracy"] = {"estimate": gap, "lo": gap - 0.1, "hi": gap + 0.1, "n_prompts": 6}
+    text = prediction.panel(prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json"))
+    ranking = text["ranking"]
+    assert ranking.startswith("Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy "
+                              "gap G > 0; chosen by look 8 (v2_config): +0.95 against +0.83: v2_config ships.")
+    assert "look 9" not in ranking  # only the look that chose the order
+    assert ranking.index("+0.95") < ranking.index("Checked as shipped") < ranking.index("v2 lost to G")
+    data["method_order"] = {"rule": "v2_config"}  # a file that names no look: no record is quoted
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    text = prediction.panel(prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json"))
+    assert text["ranking"].startswith("Ranked by predictor v2's predicted pass@1 change, recommended only where the "
+                                      "accuracy gap G > 0. Configs go by")
+
+
 @pytest.mark.parametrize("gap", [0.4, -0.3])
 def test_the_sign_of_g_method_order_puts_jsd_first_where_g_is_positive_and_last_elsewhere(raw, tmp_path, gap):
     r2 = copy.deepcopy(raw)
