@@ -185,17 +185,45 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     assert "right on 0.811 of its calls with 55% `unclear`" in verdict
 
 
+def _reruns(script: str) -> str:
+    """``script``.py prints its committed ``script``.txt from the committed rows (numbers within 0.011: CPUs round
+    differently); returns the committed text."""
+    import re
+
+    out = subprocess.run([sys.executable, str(HERE / f"{script}.py")], capture_output=True, text=True, check=True,
+                         cwd=REPO).stdout
+    committed = (HERE / f"{script}.txt").read_text()
+    assert re.sub(r"[+-]?\d+\.\d+", "#", out) == re.sub(r"[+-]?\d+\.\d+", "#", committed)
+    nums = [float(x) for x in re.findall(r"[+-]?\d+\.\d+", out)]
+    assert nums == pytest.approx([float(x) for x in re.findall(r"[+-]?\d+\.\d+", committed)], abs=0.011)
+    return committed
+
+
+def test_the_movement_explorations_recompute_and_the_verdict_doc_quotes_them():
+    """explore_movement.txt and explore_movement_fit.txt are what their scripts print; docs/verdict.md quotes their
+    means over the worlds v2 was never fitted on."""
+    import re
+
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    first, fit = _reruns("explore_movement"), _reruns("explore_movement_fit")
+    line = next(x for x in first.splitlines() if x.startswith("mean over the 18 worlds v2 was never fitted on"))
+    m = dict(re.findall(r"(\w+) ([+-]\d\.\d{3})", line.split(";")[0]))
+    wins = re.search(r"gk_config (\d+)/18", line).group(1)
+    assert (f"the eighteen worlds v2 was never fitted on: G {m['G']} alone, {m['gk']} scaled, {m['gk_config']} with "
+            f"configs ordered by it, against the shipped {m['shipped']} (above it in {wins} of 18)") in verdict
+    line = next(x for x in fit.splitlines() if x.startswith("mean over the 18 worlds v2 was never fitted on"))
+    m = dict(re.findall(r"(\w+) ([+-]\d\.\d{3})", line.split(";")[0]))
+    wins = re.search(r"ens (\d+)/18", line).group(1)
+    assert (f"v2 refitted with G × KL as one more feature {m['v2_move']}, the mean of the two rankings' ranks "
+            f"{m['ens']} (above the shipped ranking in {wins} of 18)") in verdict
+
+
 def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():
     """explore_tier_ranking.txt is what its script prints from the committed rows (numbers within 0.011: CPUs round
     differently), and docs/verdict.md quotes its means over the unfitted worlds and ember's line."""
     import re
 
-    out = subprocess.run([sys.executable, str(HERE / "explore_tier_ranking.py")], capture_output=True, text=True,
-                         check=True, cwd=REPO).stdout
-    committed = (HERE / "explore_tier_ranking.txt").read_text()
-    assert re.sub(r"[+-]?\d+\.\d+", "#", out) == re.sub(r"[+-]?\d+\.\d+", "#", committed)
-    nums = [float(x) for x in re.findall(r"[+-]?\d+\.\d+", out)]
-    assert nums == pytest.approx([float(x) for x in re.findall(r"[+-]?\d+\.\d+", committed)], abs=0.011)
+    committed = _reruns("explore_tier_ranking")
     unfitted = next(x for x in committed.splitlines() if x.startswith("mean over the 16 worlds v2 was never fitted"))
     shipped, none, _ = re.findall(r"[+-]\d+\.\d+", unfitted)
     wins = re.search(r"above shipped in (\d+) of 16", unfitted).group(1)
