@@ -64,13 +64,19 @@ def main() -> int:
         table[w] = {k: stats.spearman(s, y) for k, s in scores(rows, shipped).items()}
         tag = " (v2 fitted on it)" if w in look8.FITTED else " (after it shipped)" if w in LATER else ""
         print(f"{w + tag:34s} {len(rows):4d}  " + "  ".join(f"{table[w][k]:+9.2f}" for k in RULES))
+    means(table, worlds, RULES)
+    return 0
+
+
+def means(table: dict, worlds: list[str], rules: tuple[str, ...]) -> None:
+    """Print each rule's mean Spearman over the unfitted, the later and all worlds, and how often the rules after
+    the first two (shipped, G) beat the shipped ranking."""
     for name, keep in (("worlds v2 was never fitted on", [w for w in worlds if w not in look8.FITTED]),
                        ("worlds built after the ranking shipped", LATER), ("worlds", worlds)):
-        m = {k: float(np.mean([table[w][k] for w in keep])) for k in RULES}
-        wins = {k: sum(table[w][k] > table[w]["shipped"] for w in keep) for k in RULES[2:]}
-        print(f"mean over the {len(keep)} {name}: " + ", ".join(f"{k} {m[k]:+.3f}" for k in RULES)
+        m = {k: float(np.mean([table[w][k] for w in keep])) for k in rules}
+        wins = {k: sum(table[w][k] > table[w]["shipped"] for w in keep) for k in rules[2:]}
+        print(f"mean over the {len(keep)} {name}: " + ", ".join(f"{k} {m[k]:+.3f}" for k in rules)
               + "; above shipped in " + ", ".join(f"{k} {wins[k]}/{len(keep)}" for k in wins))
-    return 0
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
-from benchmarks.validity.v2.explore_movement import LATER, movement, scores  # noqa: E402
+from benchmarks.validity.v2.explore_movement import LATER, means, movement, scores  # noqa: E402
 from benchmarks.validity.v2.looks import product_order  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
@@ -66,12 +66,7 @@ def main() -> int:
         table[w] = {k: stats.spearman(v, y) for k, v in out.items()}
         tag = " (v2 fitted on it)" if w in look8.FITTED else " (after it shipped)" if w in LATER else ""
         print(f"{w + tag:34s} {len(rows[w]):4d}  " + "  ".join(f"{table[w][k]:+9.2f}" for k in RULES))
-    for name, keep in (("worlds v2 was never fitted on", [w for w in worlds if w not in look8.FITTED]),
-                       ("worlds built after the ranking shipped", LATER), ("worlds", worlds)):
-        m = {k: float(np.mean([table[w][k] for w in keep])) for k in RULES}
-        wins = {k: sum(table[w][k] > table[w]["shipped"] for w in keep) for k in RULES[2:]}
-        print(f"mean over the {len(keep)} {name}: " + ", ".join(f"{k} {m[k]:+.3f}" for k in RULES)
-              + "; above shipped in " + ", ".join(f"{k} {wins[k]}/{len(keep)}" for k in wins))
+    means(table, worlds, RULES)
     return 0
 
 
