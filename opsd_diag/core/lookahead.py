@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from opsd_diag.core.stats import pass_at_k

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from opsd_diag.report.figures import who
-from opsd_diag.schema import label, signal_name
+from opsd_diag.schema import label
 from opsd_diag.summary import Summary
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import plan as plan_mod  # noqa: E402
-from benchmarks.validity import runs_io, stats  # noqa: E402
+from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -70,13 +69,7 @@ def rediagnose(name: str, plans: dict, out: Path) -> None:
     fset = plan_mod._write_jsonl(world_dir / "forgetting.jsonl", forgetting_rows(plan))
     section = {**run_v2.lookahead_section(yaml.safe_load(run_v2.PLAN.read_text()), plan),
                "forgetting": {"path": str(fset)}, "forgetting_samples": 4}
-    runs = {}
-    for run, cfg in run_v2.diag_configs(plan, world_dir, section).items():
-        d = world_dir / "diag" / run
-        if not runs_io.diag_finished(d):
-            subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(cfg), "--out", str(d), "--quiet"],
-                           check=True)
-        runs[run] = d
+    runs = run_v2.diagnose(plan, world_dir, section)
     rows = run_v2.rows_of(plan, runs, world_dir)
     for r in rows:
         _, inner = plan_mod.diag_source(plan, r["config"])

@@ -3,11 +3,11 @@ rule, leave-one-world-out on the nine worlds already seen. Not a result: the pla
 
     python benchmarks/validity/v2/explore_look4.py > benchmarks/validity/v2/explore_look4.txt
 """
-import sys, math, json
+import sys
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parents[3]))
 import numpy as np, yaml
 from benchmarks.validity.v2 import report_look2 as L, report_v2 as v2
-from benchmarks.validity.v2.looks import design, fills, lowo
+from benchmarks.validity.v2.looks import design, fills
 from benchmarks.validity import stats
 
 plan3 = yaml.safe_load(L.PLAN3.read_text())

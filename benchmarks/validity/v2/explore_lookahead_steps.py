@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,6 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from benchmarks.validity import runs_io  # noqa: E402
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as L  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -48,14 +46,8 @@ def rediagnose(variant: str, out: Path, worlds: list[str]) -> None:
             continue
         plan = run_worlds.resolve(plans, name)
         section = {**run_v2.lookahead_section(v2plan, plan, fresh), "steps": steps, "rollouts_per_step": per_step}
-        t0, runs = time.time(), {}
-        for run, cfg in run_v2.diag_configs(plan, world_dir, section).items():
-            d = world_dir / "diag" / run
-            if not runs_io.diag_finished(d):
-                subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(cfg), "--out", str(d), "--quiet"],
-                               check=True)
-            runs[run] = d
-        rows = run_v2.rows_of(plan, runs, world_dir)
+        t0 = time.time()
+        rows = run_v2.rows_of(plan, run_v2.diagnose(plan, world_dir, section), world_dir)
         (world_dir / "lookahead.json").write_text(json.dumps(
             {"world": name, "variant": variant, "seconds": round(time.time() - t0, 1), "rows": rows}, indent=1))
         print(f"{variant} {name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)

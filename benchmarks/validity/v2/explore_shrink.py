@@ -42,7 +42,7 @@ prod = np.empty(len(rows))
 prod[order_idx] = base
 ref = per_world(prod)
 print("Spearman with the realised Δpass@1 per world (" + ", ".join(worlds) + ") | mean | pooled")
-print(f"  product order        " + " ".join(f"{p:+.2f}" for p in ref) + f" | {np.mean(ref):+.2f} | "
+print("  product order        " + " ".join(f"{p:+.2f}" for p in ref) + f" | {np.mean(ref):+.2f} | "
       f"{spearmanr(prod, y)[0]:+.2f} (within-world ranks pooled are not comparable; pooled uses G: "
       f"{spearmanr(g, y)[0]:+.2f})")
 for c in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0):

@@ -136,7 +136,7 @@ def render(a: dict) -> str:
              f"**Ship rule:** the verdict follows {'the classifiers' if a['ship']['choice'] != 'interval' else 'the interval rule (unchanged)'}"
              f"{'' if a['ship']['choice'] == 'interval' else (', helps issued' if a['ship']['helps_issued'] else ', hurts only (helps not issued)')}. "
              f"{a['ship']['reason']}.", "",
-             f"Realised classes: " + ", ".join(f"{k} {n}" for k, n in a["class_counts"].items()) + ".", "",
+             "Realised classes: " + ", ".join(f"{k} {n}" for k, n in a["class_counts"].items()) + ".", "",
              "## Verdicts (leave-one-world-out)", "",
              "| rule | scope | decisive right [95% Wilson] | helps (precision) | hurts (precision) | unclear |",
              "|---|---|---|---|---|---|"]

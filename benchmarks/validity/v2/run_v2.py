@@ -59,6 +59,18 @@ def diag_configs(plan: dict, out: Path, section: dict) -> dict[str, Path]:
     return paths
 
 
+def diagnose(plan: dict, world_dir: Path, section: dict) -> dict[str, Path]:
+    """The world's diagnoses with the lookahead ``section`` (run -> directory); finished ones are reused."""
+    runs = {}
+    for run, cfg in diag_configs(plan, world_dir, section).items():
+        d = world_dir / "diag" / run
+        if not runs_io.diag_finished(d):
+            subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(cfg), "--out", str(d), "--quiet"],
+                           check=True)
+        runs[run] = d
+    return runs
+
+
 def rows_of(plan: dict, runs: dict[str, Path], world_dir: Path) -> list[dict]:
     """One record per trained (configuration, method) row: its lookahead columns and their cost."""
     out = []
@@ -102,14 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         plan = run_worlds.resolve(plans, name)
         t0 = time.time()
-        runs = {}
-        for run, cfg in diag_configs(plan, world_dir, lookahead_section(v2, plan, fresh)).items():
-            d = world_dir / "diag" / run
-            if not runs_io.diag_finished(d):
-                subprocess.run([sys.executable, "-m", "opsd_diag.cli", "run", str(cfg), "--out", str(d), "--quiet"],
-                               check=True)
-            runs[run] = d
-        rows = rows_of(plan, runs, world_dir)
+        rows = rows_of(plan, diagnose(plan, world_dir, lookahead_section(v2, plan, fresh)), world_dir)
         (world_dir / "lookahead.json").write_text(json.dumps(
             {"world": name, "seconds": round(time.time() - t0, 1), "rows": rows}, indent=1))
         print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)
