@@ -56,6 +56,10 @@ LOOKAHEAD_COLUMNS = {
                         "`lookahead.forgetting`; the three columns only where it was given)",
     "forgetting_pass1_lo": "its 95% interval over problems, lower end",
     "forgetting_pass1_hi": "upper end",
+    "forgetting_ll": "mean per-token log-likelihood change of the initial student's correct forgetting samples under "
+                     "the stepped student, mean over problems; negative: forgetting, seen where no sample flips "
+                     "(`...forgetting_ll`, with `lookahead.forgetting`)",
+    "forgetting_kl": "KL(stepped ‖ initial student) per token at the forgetting samples' positions",
 }
 
 
@@ -114,7 +118,8 @@ def lookahead_frame(s: Summary) -> pd.DataFrame | None:
     forgets = la.forgetting_prompts is not None  # the columns of a lookahead that measured a forgetting set
     columns = ["config", "method", "dv", "dv_lo", "dv_hi", "dll", "kl",
                *(f"pass{k}_fresh{x}" for k in ks for x in ("", "_lo", "_hi")),
-               *(f"forgetting_pass1{x}" for x in ("", "_lo", "_hi") if forgets)]
+               *([f"forgetting_pass1{x}" for x in ("", "_lo", "_hi")] + ["forgetting_ll", "forgetting_kl"]
+                 if forgets else [])]
     rows = []
     for c, methods in la.configs.items():
         for m in methods:
@@ -130,7 +135,8 @@ def lookahead_frame(s: Summary) -> pd.DataFrame | None:
             if forgets:
                 ci = r.forgetting.get("pass@1")
                 row.update({"forgetting_pass1": _est(ci), "forgetting_pass1_lo": _num(ci and ci.lo),
-                            "forgetting_pass1_hi": _num(ci and ci.hi)})
+                            "forgetting_pass1_hi": _num(ci and ci.hi), "forgetting_ll": _est(r.forgetting_ll),
+                            "forgetting_kl": _est(r.forgetting_kl)})
             rows.append(row)
     frame = pd.DataFrame(rows, columns=columns)
     frame[columns[2:]] = frame[columns[2:]].astype(float)

@@ -148,8 +148,7 @@ def _parse(d: dict, source: str) -> Calibration:
 
 
 def _look_number(order: dict) -> int | None:
-    look = order.get("look")
-    return look if isinstance(look, int) and not isinstance(look, bool) else None
+    return order.get("look") if type(order.get("look")) is int else None  # a bool is no look number
 
 
 def _num(x) -> float:

@@ -163,6 +163,9 @@ class LookaheadResult(_Model):
     fresh_sampled_tokens: int | None = None
     forgetting: dict[str, CI] = {}  # "pass@1" -> its change on lookahead.forgetting's problems (same seeds)
     forgetting_sampled_tokens: int | None = None
+    forgetting_ll: CI | None = None  # log-likelihood change of the initial student's correct forgetting samples
+    forgetting_kl: CI | None = None  # KL(stepped || initial) per token at its forgetting samples' positions
+    forgetting_measured_tokens: int | None = None
     skipped: str | None = None  # why this method was not looked ahead (e.g. opd2 without a base)
 
 

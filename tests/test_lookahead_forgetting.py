@@ -140,6 +140,8 @@ def test_an_unchanged_student_forgets_nothing(forgetting_run, tmp_path):
         got = methods["opd"]["forgetting"]["pass@1"]
         assert (got["estimate"], got["lo"], got["hi"]) == (0.0, 0.0, 0.0), c
         assert methods["opd"]["forgetting_sampled_tokens"] == res["forgetting_initial_tokens"]
+        for key in ("forgetting_ll", "forgetting_kl"):  # the same model scores its samples the same
+            assert (methods["opd"][key]["estimate"], methods["opd"][key]["hi"]) == (0.0, 0.0), (c, key)
 
 
 def test_no_forgetting_set_no_columns():
@@ -274,3 +276,64 @@ def test_the_lever_lookahead_measures_the_forgetting_set(forgetting_run):
                          store.read_table(out, "rollouts"), "teacher", "opd", prep.tok.pad_token_id, lookahead)
     assert all("forgetting" not in v for v in without["settings"].values())
     assert frame(without)["forgetting_pass1"].isna().all()
+
+
+def test_forgetting_loglik_and_kl_equal_a_float64_rescoring_of_the_initial_samples(forgetting_run):
+    """(teacher, opd): the initial student's forgetting samples drawn again by hand (the same seed), each scored by
+    one unpadded float64 forward of the initial and the stepped student; per problem the mean over its correct samples
+    of the per-token log-likelihood change, the KL summed over the vocabulary at every sample position, both
+    bootstrapped over problems in loops; the table columns."""
+    from opsd_diag.config.settings import derive_seed
+    from opsd_diag.engine.sampling import sample_hf
+    from opsd_diag.io.thinking import answer_text
+    from opsd_diag.io.verify import is_correct
+    from copy import deepcopy
+
+    import torch
+
+    from opsd_diag.io.views import student_view
+    from opsd_diag.run import Run
+
+    cfg, prep, out = forgetting_run
+    r = json.loads((out / "summary.json").read_text())["lookahead"]["configs"]["teacher"]["opd"]
+    problems = [p for p in forgetting_rows() if p.get("answer") is not None]
+    prompts = [student_view(prep.tok, p, SYSTEM, prep.renderers[0].fmt).ids for p in problems]
+    comps = sample_hf(prep.student, prep.tok, prompts, cfg.sampling.settings(derive_seed(cfg.lookahead.seed, 43),
+                                                                             num_samples=3), prep.stop_ids)
+    stepped = stepped_by_hand(cfg, prep, out)
+    temp = cfg.sampling.temperature
+
+    def logp(model, prompt, completion):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = deepcopy(model).double()(input_ids=ids).logits[0]
+        return torch.log_softmax(logits[len(prompt) - 1:len(prompt) + len(completion) - 1] / temp, -1)
+
+    ll, kl, tokens, n_correct = {}, {}, 0, 0
+    for p, prompt, cs in zip(problems, prompts, comps):
+        ll_p, kl_p = [], []
+        for c in cs:
+            ids = list(c.ids)
+            if not ids:
+                continue
+            new, old = logp(stepped, prompt, ids), logp(prep.student, prompt, ids)
+            tokens += len(ids)
+            for t in range(len(ids)):
+                kl_p.append(sum(float(new[t, v].exp() * (new[t, v] - old[t, v])) for v in range(new.shape[1])))
+            if is_correct(answer_text(prep.tok, ids), p["answer"], cfg.analysis.checker):
+                n_correct += 1
+                ll_p.append(sum(float(new[t, ids[t]] - old[t, ids[t]]) for t in range(len(ids))) / len(ids))
+        kl[p["id"]] = kl_p
+        if ll_p:
+            ll[p["id"]] = [sum(ll_p) / len(ll_p)]
+    assert n_correct > 0 and tokens == r["forgetting_measured_tokens"]
+    for key, ref in (("forgetting_ll", ll), ("forgetting_kl", kl)):
+        want = ref_mean_ci(ref, cfg.analysis.bootstrap, cfg.sampling.seed)
+        got = r[key]
+        assert (got["estimate"], got["lo"], got["hi"]) == pytest.approx(want, abs=2e-5), key
+    assert r["forgetting_kl"]["estimate"] > 0 and r["forgetting_ll"]["estimate"] != 0  # the steps moved the student
+    assert r["forgetting_ll"]["n_prompts"] == len(ll) and r["forgetting_kl"]["n_prompts"] == len(problems)
+    frame = Run.load(out).lookahead_frame()
+    row = frame[(frame["config"] == "teacher") & (frame["method"] == "opd")].iloc[0]
+    assert (row["forgetting_ll"], row["forgetting_kl"]) == pytest.approx(
+        (r["forgetting_ll"]["estimate"], r["forgetting_kl"]["estimate"]), abs=1e-12)

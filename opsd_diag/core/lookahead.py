@@ -15,6 +15,10 @@ sampled, under the stepped student ``pi_1``. From those log-probabilities alone 
 - ``kl``: the mean per-token KL(pi_1 || pi_0) over the full vocabulary at the rollouts' positions:
   how far the step moved the policy.
 
+On a forgetting set, the initial student's own verified-correct samples are scored under both students:
+``loglik_change`` gives a prompt's mean per-token log-likelihood change of them (negative: the step made what
+the student got right less likely), a low-variance proxy of forgetting where a few steps flip no sample.
+
 With ``lookahead.fresh_samples`` = n, both students also draw n fresh samples of every measurement
 prompt (the same seeds), and ``pass_change`` gives each prompt's pass@k of pi_1's samples minus pi_0's:
 unbiased for the change of pass@k, at the price of sampling.
@@ -47,6 +51,13 @@ def loglik_gap(delta_per_token: np.ndarray, correct: np.ndarray) -> float:
     if c.all() or not c.any():
         return math.nan
     return float(d[c].mean() - d[~c].mean())
+
+
+def loglik_change(delta_per_token: np.ndarray, correct: np.ndarray) -> float:
+    """One prompt's mean per-token log-likelihood change of its correct completions (NaN without one)."""
+    d = np.asarray(delta_per_token, dtype=np.float64)
+    c = np.asarray(correct, dtype=bool)
+    return float(d[c].mean()) if c.any() else math.nan
 
 
 def kl_per_token(new_logp: Tensor, old_logp: Tensor) -> Tensor:

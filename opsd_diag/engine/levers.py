@@ -146,7 +146,7 @@ def run(cfg, student, teacher, base, rollouts, config: str, method: str, pad_id:
     alignment = _alignment(roles, cfg, rollouts, nodes, config, method, loss, ref, pad_id, masks, s.rollouts_per_step)
     initial = lookahead.measure_initial(student, measure_rows, pad_id, s.sampling_temperature)
     if forgetting is not None:  # the initial student's samples of the forgetting set, once
-        forgetting.initial, forgetting.initial_tokens = forgetting.draw(student)
+        forgetting.start(student)
     n_boot, seed = cfg.analysis.bootstrap, cfg.sampling.seed
     out, per_prompt = {}, {}
     for name, m in masks.items():

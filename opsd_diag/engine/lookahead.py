@@ -12,7 +12,9 @@ the stepped and from the initial student (the same seeds) and reports the change
 pass@k (k of ``analysis.pass_k`` up to n) with intervals over prompts (``fresh``). With ``lookahead.forgetting``
 (a problem set) it samples ``forgetting_samples`` completions of every forgetting problem, rendered as the student's
 view, from the initial student once and from each stepped one with the same seeds, and reports the pass@1 change
-(``forgetting``): how much a few steps cost on problems the training does not see.
+(``forgetting``): how much a few steps cost on problems the training does not see; and it scores the initial
+student's samples there under each stepped student (``forgetting_ll``: the log-likelihood change of the correct
+ones; ``forgetting_kl``: KL to the initial student at their positions), which move where no sample flips.
 """
 
 from __future__ import annotations
@@ -71,22 +73,35 @@ class Measured:
 class Fresh:
     """Fresh samples of the measurement prompts: ``draw(model)`` -> (``[P, n]`` 0/1 outcomes, tokens sampled)."""
     problem_ids: list
-    draw: Callable[[torch.nn.Module], tuple[np.ndarray, int]]
+    draw: Callable[..., tuple]  # draw(model, keep=False): (outcomes, tokens[, completions with keep])
     ks: list[int]  # pass@k reported (k <= n)
+    prompts: list[list[int]] = field(default_factory=list)  # [P] the student-view prompt ids drawn from
     initial: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     initial_tokens: int = 0
+    initial_rows: pd.DataFrame | None = None  # the initial student's samples as rollout rows (``start``)
+
+    def start(self, student) -> None:
+        """The initial student's samples, drawn once: outcomes, tokens and the samples as rows to score."""
+        self.initial, self.initial_tokens, comps = self.draw(student, keep=True)
+        self.initial_rows = pd.DataFrame(
+            [{"problem_id": pid, "prompt_ids.student": prompt, "completion_ids": list(c.ids),
+              "correct": bool(win)} for pid, prompt, cs, wins in zip(self.problem_ids, self.prompts, comps,
+                                                                     self.initial)
+             for c, win in zip(cs, wins) if len(c.ids)],  # an empty completion has no token to score
+            columns=["problem_id", "prompt_ids.student", "completion_ids", "correct"])
 
 
 def prompt_sampler(ids: list, prompts: list[list[int]], answers: list[str], tok, sample, settings, checker: str,
                    ks: list[int]) -> Fresh:
     """``Fresh`` over ``prompts`` (student-view ids) with their ``answers``; ``sample(model, prompts, settings)`` is
     the diagnosis' own sampler of a model in memory, each completion checked as the diagnosis checks its rollouts."""
-    def draw(model) -> tuple[np.ndarray, int]:
+    def draw(model, keep: bool = False) -> tuple:
         comps = sample(model, prompts, settings)
-        wins = np.array([[is_correct(answer_text(tok, c.ids), a, checker) for c in cs] for cs, a in zip(comps, answers)],
-                        dtype=bool)  # [P, n]
-        return wins, sum(len(c.ids) for cs in comps for c in cs)
-    return Fresh(list(ids), draw, sorted({1, *(k for k in ks if k <= settings.num_samples)}))
+        wins = np.array([[is_correct(answer_text(tok, c.ids), a, checker) for c in cs]
+                         for cs, a in zip(comps, answers)], dtype=bool)  # [P, n]
+        tokens = sum(len(c.ids) for cs in comps for c in cs)
+        return (wins, tokens, comps) if keep else (wins, tokens)
+    return Fresh(list(ids), draw, sorted({1, *(k for k in ks if k <= settings.num_samples)}), list(prompts))
 
 
 def fresh_sampler(rows: pd.DataFrame, problems: list[dict], tok, sample, settings, checker: str,
@@ -106,6 +121,24 @@ def measure_fresh(stepped, f: Fresh, n_boot: int, seed: int, key: str = "fresh")
     out = {f"pass@{k}": ci_dict(bootstrap_mean_over_prompts(maths.pass_change(f.initial, new, k), f.problem_ids,
                                                             n_boot, seed), len(f.problem_ids)) for k in f.ks}
     return {key: out, f"{key}_sampled_tokens": tokens}
+
+
+def measure_anchor(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, seed: int) -> dict:
+    """The stepped student on the initial student's forgetting samples (``m``, scored once under it): per problem
+    the mean per-token log-likelihood change of its correct samples (``core.lookahead.loglik_change``) and the
+    token-weighted KL to the initial student at every sample's positions, each with an interval over problems."""
+    new_full = policy_logp(stepped, m.rows, pad_id, temperature)  # [N, V]
+    kl = maths.kl_per_token(new_full.double(), m.old_full.double())  # [N]
+    per_tok = np.array([float((n - o).mean()) for n, o in zip(_per_row(new_full, m.rows), m.old_logp)])  # [R]
+    correct = m.rows["correct"].to_numpy(dtype=bool)
+    groups = pd.Series(range(len(m.rows))).groupby(m.rows["problem_id"].to_numpy(), sort=True)
+    ids = list(groups.groups)
+    ll = np.array([maths.loglik_change(per_tok[g], correct[g]) for g in groups.indices.values()])
+    lengths = m.rows["completion_ids"].map(len).to_numpy()
+    return {"forgetting_ll": ci_dict(bootstrap_mean_over_prompts(ll, ids, n_boot, seed), int(np.isfinite(ll).sum())),
+            "forgetting_kl": ci_dict(bootstrap_mean_over_prompts(
+                kl.numpy(), np.repeat(m.rows["problem_id"].to_numpy(), lengths), n_boot, seed), len(ids)),
+            "forgetting_measured_tokens": int(lengths.sum())}
 
 
 @dataclass
@@ -237,8 +270,11 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
     f = fresh(measure_rows) if fresh is not None else None
     if f is not None:
         f.initial, f.initial_tokens = f.draw(student)
+    anchor = None
     if forgetting is not None:
-        forgetting.initial, forgetting.initial_tokens = forgetting.draw(student)
+        forgetting.start(student)
+        if not forgetting.initial_rows.empty:  # its samples, scored once under the initial student
+            anchor = measure_initial(student, forgetting.initial_rows, pad_id, s.sampling_temperature)
     out: dict[str, dict] = {}
     for config in configs:
         if config in (skip or {}):
@@ -260,7 +296,9 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
                                                             boot_seed, per_prompt), **cost,
                                                   **(measure_fresh(stepped, f, n_boot, boot_seed) if f else {}),
                                                   **(measure_fresh(stepped, forgetting, n_boot, boot_seed, "forgetting")
-                                                     if forgetting else {})}
+                                                     if forgetting else {}),
+                                                  **(measure_anchor(stepped, anchor, pad_id, s.sampling_temperature,
+                                                                    n_boot, boot_seed) if anchor is not None else {})}
             del stepped
     return {"status": "ok", "configs": out, "n_step_rollouts": len(step_rows), "n_measure_rollouts": len(measure_rows),
             "settings": {k: v for k, v in vars(s).items()},
