@@ -185,13 +185,13 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     assert "right on 0.811 of its calls with 55% `unclear`" in verdict
 
 
-def _reruns(script: str) -> str:
+def _reruns(script: str, *args: str) -> str:
     """``script``.py prints its committed ``script``.txt from the committed rows (numbers within 0.011: CPUs round
     differently); returns the committed text."""
     import re
 
-    out = subprocess.run([sys.executable, str(HERE / f"{script}.py")], capture_output=True, text=True, check=True,
-                         cwd=REPO).stdout
+    out = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *args], capture_output=True, text=True,
+                         check=True, cwd=REPO).stdout
     committed = (HERE / f"{script}.txt").read_text()
     assert re.sub(r"[+-]?\d+\.\d+", "#", out) == re.sub(r"[+-]?\d+\.\d+", "#", committed)
     nums = [float(x) for x in re.findall(r"[+-]?\d+\.\d+", out)]
@@ -216,6 +216,30 @@ def test_the_movement_explorations_recompute_and_the_verdict_doc_quotes_them():
     wins = re.search(r"ens (\d+)/18", line).group(1)
     assert (f"v2 refitted with G × KL as one more feature {m['v2_move']}, the mean of the two rankings' ranks "
             f"{m['ens']} (above the shipped ranking in {wins} of 18)") in verdict
+
+
+def test_the_forgetting_explorations_recompute_from_the_kept_rows_and_the_verdict_doc_quotes_them():
+    """explore_forgetting_lookahead.txt and explore_forgetting_ll.txt are what their reports print from the kept rows
+    (forgetting_lookahead_rows.json); docs/verdict.md quotes their pooled figures and the refits."""
+    import re
+
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    first = _reruns("explore_forgetting_lookahead", "--report")
+    second = _reruns("explore_forgetting_ll", "--report")
+    pooled = next(x for x in first.splitlines() if x.startswith("pooled over the rows of the 24 worlds (all)"))
+    la, v2, g = re.findall(r"[+-]\d\.\d\d", pooled.split(";")[0])
+    refit = [re.findall(r"pooled ([+-]\d\.\d\d)", x) for x in first.splitlines() if x.startswith("  refit")]
+    assert (f"ranks the realised forgetting at {la} pooled over 24 worlds (v2's forgetting model {v2}, G {g}), and "
+            f"as one more feature it moves v2's leave-one-world-out Spearman over the seven from {refit[0][0]} to "
+            f"{refit[1][0]}") in verdict
+    pooled = next(x for x in second.splitlines() if x.startswith("pooled over the rows of the 24 worlds (all)"))
+    ll, kl = re.findall(r"[+-]\d\.\d\d", pooled.split(";")[0])[:2]
+    lowo = [re.search(r"LOWO over the seven, pooled ([+-]\d\.\d\d)", x).group(1) for x in second.splitlines()
+            if x.startswith("  refit")]
+    assert (f"`forgetting_ll` {ll} and `forgetting_kl` {kl} pooled; as features they move the leave-one-world-out "
+            f"Spearman from {lowo[0]} to at most {max(lowo[1:])}") in verdict
+    flat = [x for x in first.splitlines() if x.split()[:1] in (["brine"], ["hearth"])]
+    assert len(flat) == 2 and all("+nan" in x for x in flat)  # the pass@1 column is flat there
 
 
 def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():

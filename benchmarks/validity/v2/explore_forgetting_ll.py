@@ -12,7 +12,11 @@ of the two as one more feature, and with both: leave one world out over the seve
 issue's target: pooled Spearman >= 0.7), and fitted on the seven and applied to every other world.
 
     python benchmarks/validity/v2/explore_forgetting_ll.py --out DIR [--study STUDY ...] [--worlds a,b]
-    python benchmarks/validity/v2/explore_forgetting_ll.py --out DIR --report > explore_forgetting_ll.txt
+    python benchmarks/validity/v2/explore_forgetting_ll.py --out DIR --keep   # the rows into forgetting_lookahead_rows.json
+    python benchmarks/validity/v2/explore_forgetting_ll.py --report > explore_forgetting_ll.txt   # from the kept rows
+
+The kept rows (per world and row: the three lookahead forgetting columns, ``lookahead_forgetting`` equal to
+explore_forgetting_lookahead's on every row) let both reports rerun without the rediagnoses.
 """
 from __future__ import annotations
 
@@ -39,6 +43,20 @@ from benchmarks.validity.worlds import run_worlds  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 COLUMNS = ("forgetting_ll", "forgetting_kl")
+KEPT = Path(__file__).resolve().parent / "forgetting_lookahead_rows.json"
+KEYS = ("config", "method", "lookahead_forgetting", *COLUMNS)
+
+
+def keep(out: Path) -> None:
+    """Every rediagnosed world's rows (``KEYS`` only) into ``KEPT``."""
+    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
+    KEPT.write_text(json.dumps({"worlds": {w: [{k: r[k] for k in KEYS} for r in json.loads(
+        (out / w / "lookahead.json").read_text())["rows"]] for w in worlds}}, indent=0) + "\n")
+
+
+def kept() -> dict[str, list[dict]]:
+    """World -> its kept rows."""
+    return json.loads(KEPT.read_text())["worlds"]
 
 
 def rediagnose(name: str, plans: dict, out: Path) -> None:
@@ -63,19 +81,19 @@ def rediagnose(name: str, plans: dict, out: Path) -> None:
     print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)
 
 
-def world_table(name: str, out: Path) -> list[dict]:
-    la = {(r["config"], r["method"]): r for r in json.loads((out / name / "lookahead.json").read_text())["rows"]}
+def world_table(name: str, source: dict[str, list[dict]]) -> list[dict]:
+    la = {(r["config"], r["method"]): r for r in source[name]}
     return [{**r, **{k: la[(r["config"], r["method"])][k] for k in COLUMNS}}
             for r in look2.load_rows({"worlds": [name]})]
 
 
-def report(out: Path) -> int:
+def report(source: dict[str, list[dict]]) -> int:
     shipped = json.loads(v2.SHIPPED.read_text())
     base = shipped["models"]["v2"]["d_regression"]
     feats = {"refit": list(base["features"]), **{f"refit+{k}": [*base["features"], k] for k in COLUMNS},
              "refit+both": [*base["features"], *COLUMNS]}
-    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
-    rows = {w: world_table(w, out) for w in worlds}
+    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if w in source]
+    rows = {w: world_table(w, source) for w in worlds}
     y = {w: v2.target(rows[w], "d_regression") for w in worlds}
     cols = {w: {**{k: np.array([v2._num(r[k]) for r in rows[w]]) for k in COLUMNS},
                 "shipped v2": model.predict(base, v2.matrix(rows[w], base["features"])),
@@ -113,13 +131,19 @@ def report(out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--study", type=Path, action="append", default=[], help="a worlds study whose --spec worlds to add")
     ap.add_argument("--worlds", help="comma-separated subset")
-    ap.add_argument("--report", action="store_true")
+    ap.add_argument("--report", action="store_true", help="print the report from the kept rows")
+    ap.add_argument("--keep", action="store_true", help="keep --out's rows in forgetting_lookahead_rows.json")
     args = ap.parse_args(argv)
     if args.report:
-        return report(args.out)
+        return report(kept())
+    if args.out is None:
+        ap.error("--out is required to rediagnose or --keep")
+    if args.keep:
+        keep(args.out)
+        return 0
     plans = run_worlds.load()
     for study in args.study:
         plans["worlds"].update(run_worlds.load_study(study)["worlds"])

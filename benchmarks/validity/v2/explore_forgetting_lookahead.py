@@ -19,7 +19,10 @@ out over the seven worlds it was fitted on (the issue's target: pooled Spearman 
 applied to every other world (pooled over their rows, and the mean of their per-world coefficients).
 
     python benchmarks/validity/v2/explore_forgetting_lookahead.py --out DIR [--study STUDY ...] [--worlds a,b]
-    python benchmarks/validity/v2/explore_forgetting_lookahead.py --out DIR --report > explore_forgetting_lookahead.txt
+    python benchmarks/validity/v2/explore_forgetting_lookahead.py --report > explore_forgetting_lookahead.txt
+
+The report reads the rows explore_forgetting_ll.py keeps (forgetting_lookahead_rows.json: its rediagnosis with the
+same sets and seeds gave the same ``lookahead_forgetting`` on every row), so it reruns without the rediagnoses.
 """
 from __future__ import annotations
 
@@ -81,18 +84,17 @@ def rediagnose(name: str, plans: dict, out: Path) -> None:
     print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)
 
 
-def world_table(name: str, out: Path) -> list[dict]:
-    la = {(r["config"], r["method"]): r["lookahead_forgetting"]
-          for r in json.loads((out / name / "lookahead.json").read_text())["rows"]}
+def world_table(name: str, source: dict[str, list[dict]]) -> list[dict]:
+    la = {(r["config"], r["method"]): r["lookahead_forgetting"] for r in source[name]}
     return [{**r, "lookahead_forgetting": la[(r["config"], r["method"])]} for r in look2.load_rows({"worlds": [name]})]
 
 
-def report(out: Path) -> int:
+def report(source: dict[str, list[dict]]) -> int:
     shipped = json.loads(v2.SHIPPED.read_text())
     base = shipped["models"]["v2"]["d_regression"]
     feats = {"refit": list(base["features"]), "refit+forgetting": [*base["features"], "lookahead_forgetting"]}
-    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
-    rows = {w: world_table(w, out) for w in worlds}
+    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if w in source]
+    rows = {w: world_table(w, source) for w in worlds}
     y = {w: v2.target(rows[w], "d_regression") for w in worlds}
     cols = {w: {"lookahead_forgetting": np.array([v2._num(r["lookahead_forgetting"]) for r in rows[w]]),
                 "shipped v2": model.predict(base, v2.matrix(rows[w], base["features"])),
@@ -130,13 +132,16 @@ def report(out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--study", type=Path, action="append", default=[], help="a worlds study whose --spec worlds to add")
     ap.add_argument("--worlds", help="comma-separated subset")
-    ap.add_argument("--report", action="store_true")
+    ap.add_argument("--report", action="store_true", help="print the report from the kept rows")
     args = ap.parse_args(argv)
     if args.report:
-        return report(args.out)
+        from benchmarks.validity.v2.explore_forgetting_ll import kept  # the rows it keeps (module docstring)
+        return report(kept())
+    if args.out is None:
+        ap.error("--out is required to rediagnose")
     plans = run_worlds.load()
     for study in args.study:
         plans["worlds"].update(run_worlds.load_study(study)["worlds"])
