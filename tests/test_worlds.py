@@ -362,6 +362,30 @@ def test_a_new_world_with_a_second_skill_is_measured_for_forgetting_on_it(tmp_pa
     assert [json.loads(x) for x in written] == [json.loads(x) for x in stored[:96]]
 
 
+def test_a_new_world_with_its_own_context_is_taught_by_it_as_rule_vs_instance2_is(tmp_path):
+    """A spec with its own context (a rule) gets the configurations the plan gives rule_vs_instance2's rule: the
+    student shown it and the external teacher shown it, each trained with its methods, and the diagnosis renders
+    the rule's own text."""
+    import shutil
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.validity.worlds import run_worlds
+
+    spec = tmp_path / "ruled.yaml"
+    spec.write_text((WORLDS / "rule_vs_instance2.yaml").read_text().replace("name: rule_vs_instance2", "name: ruled"))
+    for d in ("models", "problems"):
+        shutil.copytree(WORLDS / "rule_vs_instance2" / d, tmp_path / "ruled" / d)
+    assert run_worlds.main(["--spec", str(spec), "--layout-only", "--out", str(tmp_path / "study")]) == 0
+    plans = run_worlds.load_study(tmp_path / "study")
+    ours, theirs = (run_worlds.resolve(plans, w) for w in ("ruled", "rule_vs_instance2"))
+    assert [c["name"] for c in ours["configurations"]] == [c["name"] for c in theirs["configurations"]]
+    assert {"self_rule", "teacher_rule"} <= {c["name"] for c in ours["configurations"]}
+    trained = sorted(p.name for p in (tmp_path / "study" / "ruled" / "configs" / "train").glob("*.yaml"))
+    assert any(n.startswith("self_rule__") for n in trained) and any(n.startswith("teacher_rule__") for n in trained)
+    diag = (tmp_path / "study" / "ruled" / "configs" / "diag.main.yaml").read_text()
+    assert "a product with 6, 7, 8 or 9 is the plain product mod 10" in diag
+
+
 @pytest.mark.parametrize("seed, k", [(0, 5), (1, 3), (2, 20)])
 def test_teachability_and_topk_overlap_against_float64_loops(seed, k):
     """The product's formula (core.signals.topk_compat), which compat.py uses, against explicit loops."""

@@ -55,7 +55,8 @@ def add_world(plans: dict, spec_path: Path) -> str:
     """A world nobody has seen, from its spec alone (built by ``opsd-diag zoo build --world SPEC``), added to the
     loaded plan with the common settings as the plan's amendments add one, so checking it needs no edit of
     plan.yaml; its name (the spec's) must be new. A student with a second skill is measured for forgetting on it,
-    as the plan's ``forgetting`` world is (the task's easy levels otherwise)."""
+    as the plan's ``forgetting`` world is (the task's easy levels otherwise); each of the spec's own ``contexts``
+    (a rule) adds a self-teacher and an external teacher shown it, as the plan adds ``rule_vs_instance2``'s."""
     from opsd_diag.zoo import world as world_mod
 
     spec = world_mod.load(spec_path)
@@ -65,6 +66,10 @@ def add_world(plans: dict, spec_path: Path) -> str:
     models, problems = world_mod.folders(spec, Path(spec_path))
     plans["worlds"][spec.name] = {"models": str(models), "problems": str(problems),
                                   "spec": str(Path(spec_path).resolve())}
+    if spec.contexts:  # a world's own contexts (a rule) teach as rule_vs_instance2's do: self-taught and taught
+        plans["worlds"][spec.name]["extra_configurations"] = [
+            x for c in spec.contexts for x in ({"name": f"self_{c}", "context": c},
+                                               {"name": f"teacher_{c}", "teacher": "teacher", "context": c})]
     if spec.student.second_skill is not None:
         plans["worlds"][spec.name]["splits"] = copy.deepcopy(plans["worlds"]["forgetting"]["splits"])
     return spec.name
