@@ -354,9 +354,9 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         v2_first = cal.method_order in ("v2_gain", "v2_config")  # v2 ranks, G gates (the eighth look)
         study = (f"{cal.reason}. G's Spearman with the realised pass@1 change was {_rho(cal.accuracy_gap)}; v2's "
                  f"{_rho(cal.lowo.get('v2', {}).get('spearman'))}")
-        chosen = cal.later_looks.get(f"look{cal.method_order_look}", {}).get("summary")
+        n = cal.method_order_look if f"look{cal.method_order_look}" in cal.later_looks else None  # record: "looks"
         lead = ("Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy gap G > 0"
-                + (f"; chosen by {chosen}." if chosen else ".") if v2_first else
+                + (f" (chosen by predictor v2's look {n}, among the looks below)." if n else ".") if v2_first else
                 f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: {study}.")
         # the evidence for the rule in force first, the first study's pooled comparison after it
         out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale),

@@ -221,8 +221,9 @@ def test_the_v2_config_rule_ranks_configs_by_their_mean_v2_gain_then_the_sign_of
 
 
 def test_a_v2_ranking_leads_with_the_evidence_of_the_look_that_chose_it_and_the_pooled_loss_comes_last(raw, tmp_path):
-    """The panel must not recommend by v2 and then open with v2 losing to G: the record of the look that chose the
-    rule in force (``method_order.look``) comes first, the checks next, the first study's pooled loss last."""
+    """The panel must not recommend by v2 and then open with v2 losing to G: the look that chose the rule in force
+    (``method_order.look``, its record folded away under "looks") is named first, the checks next, the first study's
+    pooled loss last."""
     _gated(raw, tmp_path, "v2_config")  # writes c.json
     data = json.loads((tmp_path / "c.json").read_text())
     data["later_looks"] = {"look8": {"summary": "look 8 (v2_config): +0.95 against +0.83: v2_config ships"},
@@ -236,9 +237,9 @@ def test_a_v2_ranking_leads_with_the_evidence_of_the_look_that_chose_it_and_the_
     text = prediction.panel(prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json"))
     ranking = text["ranking"]
     assert ranking.startswith("Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy "
-                              "gap G > 0; chosen by look 8 (v2_config): +0.95 against +0.83: v2_config ships.")
-    assert "look 9" not in ranking  # only the look that chose the order
-    assert ranking.index("+0.95") < ranking.index("Checked as shipped") < ranking.index("v2 lost to G")
+                              "gap G > 0 (chosen by predictor v2's look 8, among the looks below).")
+    assert "+0.95" not in ranking and "+0.95" in text["looks"]  # the record is quoted once, under "looks"
+    assert ranking.index("Checked as shipped") < ranking.index("v2 lost to G")
     data["method_order"] = {"rule": "v2_config"}  # a file that names no look: no record is quoted
     (tmp_path / "c.json").write_text(json.dumps(data))
     text = prediction.panel(prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json"))
