@@ -163,13 +163,14 @@ def render(a: dict) -> str:
     if s8["per_world"]:
         cols = (LATER_PRODUCT, *MODELS[1:])
         lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
-                  "Checked with the model file as it then stood (amendments 2 to 5 of the plan; the ninth look's added "
+                  "Checked with the model file as it then stood (amendments 2 to 6 of the plan; the ninth look's added "
                   "world, `plan_look9.yaml`)." + "".join(
                       f" {w} was excluded by the plan's level rule (`check_{w}.txt`): nothing to check."
-                      for w in s8["excluded"]) + "".join(
-                      f" {w}'s build missed its own spec's expectations (`checks/{w}.yaml`): it is checked all the "
-                      "same, the plan's only exclusion being the level rule, and its build is not shipped."
-                      for w in s8.get("not_shipped", [])), "",
+                      for w in s8["excluded"]) + (
+                      " The builds of " + " and ".join(s8["not_shipped"]) + " missed their own specs' expectations ("
+                      + ", ".join(f"`checks/{w}.yaml`" for w in s8["not_shipped"]) + "): each is checked all the "
+                      "same, the plan's only exclusion being the level rule, and no such build is shipped."
+                      if s8.get("not_shipped") else ""), "",
                   f"| world | rows | product ranking ({LATER}) | G alone | v2 | v2 without lookahead | method pairs right "
                   "(product) |", "|---|---|---|---|---|---|---|"]
         for w, d in s8["per_world"].items():
