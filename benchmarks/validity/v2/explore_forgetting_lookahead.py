@@ -77,35 +77,49 @@ def rediagnose(name: str, plans: dict, out: Path) -> None:
     for r in rows:
         _, inner = plan_mod.diag_source(plan, r["config"])
         la = json.loads((runs[r["diagnosis_run"]] / "summary.json").read_text())["lookahead"]
-        r["lookahead_forgetting"] = la["configs"][inner][r["loss"]]["forgetting"]["pass@1"]["estimate"]
+        res = la["configs"][inner][r["loss"]]
+        r["lookahead_forgetting"] = res["forgetting"]["pass@1"]["estimate"]
         r["forgetting_prompts"] = la["forgetting_prompts"]
+        # the scores of the initial samples, added to the library after this ran (explore_forgetting_ll.py reads them)
+        r.update({k: (res.get(k) or {}).get("estimate") for k in ("forgetting_ll", "forgetting_kl")})
     (world_dir / "lookahead.json").write_text(json.dumps(
         {"world": name, "seconds": round(time.time() - t0, 1), "rows": rows}, indent=1))
     print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)
 
 
-def world_table(name: str, source: dict[str, list[dict]]) -> list[dict]:
-    la = {(r["config"], r["method"]): r["lookahead_forgetting"] for r in source[name]}
-    return [{**r, "lookahead_forgetting": la[(r["config"], r["method"])]} for r in look2.load_rows({"worlds": [name]})]
+def world_table(name: str, source: dict[str, list[dict]], columns: tuple[str, ...]) -> list[dict]:
+    """The world's rows (realised outcomes, shipped features) with ``columns`` from the kept rows ``source``."""
+    la = {(r["config"], r["method"]): r for r in source[name]}
+    return [{**r, **{k: la[(r["config"], r["method"])][k] for k in columns}}
+            for r in look2.load_rows({"worlds": [name]})]
 
 
 def report(source: dict[str, list[dict]]) -> int:
+    col = "lookahead_forgetting"
+    return forgetting_report(source, (col,), lambda b: {"refit": b, "refit+forgetting": [*b, col]}, (20, 18), col,
+                             lambda f, m: f"; coefficient of {col} {m['coef'][-1]:+.3f}" if col in f else "")
+
+
+def forgetting_report(source: dict[str, list[dict]], columns: tuple[str, ...], feats_of, widths: tuple[int, int],
+                      what: str, coef_text) -> int:
+    """Both forgetting explorations' report: per world and pooled, the Spearman with the realised d_regression of
+    ``columns``, the shipped v2 forgetting prediction and G; then v2's forgetting model refitted with the feature
+    sets ``feats_of(its features)`` (``coef_text(features, model)`` ends each line)."""
     shipped = json.loads(v2.SHIPPED.read_text())
     base = shipped["models"]["v2"]["d_regression"]
-    feats = {"refit": list(base["features"]), "refit+forgetting": [*base["features"], "lookahead_forgetting"]}
     worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if w in source]
-    rows = {w: world_table(w, source) for w in worlds}
+    rows = {w: world_table(w, source, columns) for w in worlds}
     y = {w: v2.target(rows[w], "d_regression") for w in worlds}
-    cols = {w: {"lookahead_forgetting": np.array([v2._num(r["lookahead_forgetting"]) for r in rows[w]]),
+    cols = {w: {**{k: np.array([v2._num(r[k]) for r in rows[w]]) for k in columns},
                 "shipped v2": model.predict(base, v2.matrix(rows[w], base["features"])),
                 "G": np.array([v2._num(r["accuracy_gap"]) for r in rows[w]])} for w in worlds}
-    names = list(cols[worlds[0]])
+    names, (cw, fw) = list(cols[worlds[0]]), widths
     print(f"Spearman with the realised d_regression ({len(worlds)} worlds)")
-    print(f"{'world':34s} rows  " + "  ".join(f"{k:>20s}" for k in names))
+    print(f"{'world':34s} rows  " + "  ".join(f"{k:>{cw}s}" for k in names))
     for w in worlds:
         tag = " (v2 fitted on it)" if w in look8.FITTED else ""
         print(f"{w + tag:34s} {len(rows[w]):4d}  "
-              + "  ".join(f"{stats.spearman(cols[w][k], y[w]):+20.2f}" for k in names))
+              + "  ".join(f"{stats.spearman(cols[w][k], y[w]):+{cw}.2f}" for k in names))
     for scope, keep in (("all", worlds), ("never fitted on", [w for w in worlds if w not in look8.FITTED])):
         yy = np.concatenate([y[w] for w in keep])
         print(f"pooled over the rows of the {len(keep)} worlds ({scope}): " + ", ".join(
@@ -114,34 +128,40 @@ def report(source: dict[str, list[dict]]) -> int:
             f"{k} {np.nanmean([stats.spearman(cols[w][k], y[w]) for w in keep]):+.2f}" for k in names))
     fitted = [r for w in look8.FITTED if w in rows for r in rows[w]]
     yf = v2.target(fitted, "d_regression")
-    print("\nv2's forgetting model refitted (ridge, alpha as shipped), with and without lookahead_forgetting:")
-    for k, f in feats.items():
+    other = [w for w in worlds if w not in look8.FITTED]
+    print(f"\nv2's forgetting model refitted (ridge, alpha as shipped), with and without {what}:")
+    for k, f in feats_of(list(base["features"])).items():
         pred = v2.lowo(fitted, f, "d_regression", base["alpha"], inner=False)["pred"]
         ok = np.isfinite(yf)
         m = model.fit(v2.matrix(fitted, f)[ok], yf[ok], f, base["alpha"])
-        other = [w for w in worlds if w not in look8.FITTED]
         p = {w: model.predict(m, v2.matrix(rows[w], f)) for w in other}
         pooled = stats.spearman(np.concatenate([p[w] for w in other]), np.concatenate([y[w] for w in other]))
-        print(f"  {k:18s} LOWO over the seven, pooled {stats.spearman(pred, yf):+.2f}; fitted on the seven, on the "
+        print(f"  {k:{fw}s} LOWO over the seven, pooled {stats.spearman(pred, yf):+.2f}; fitted on the seven, on the "
               f"{len(other)} others pooled {pooled:+.2f}, mean of worlds "
-              f"{np.nanmean([stats.spearman(p[w], y[w]) for w in other]):+.2f}"
-              + (f"; coefficient of lookahead_forgetting {m['coef'][-1]:+.3f}" if len(f) > len(base['features'])
-                 else ""))
+              f"{np.nanmean([stats.spearman(p[w], y[w]) for w in other]):+.2f}" + coef_text(f, m))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, doc: str = __doc__, report_of=None, keep=None) -> int:
+    """Rediagnose (``--out``), print the report from the kept rows (``--report``: ``report_of(rows)``) or, where
+    ``keep`` is given, keep ``--out``'s rows (``--keep``); both explorations' command line."""
+    from benchmarks.validity.v2.explore_forgetting_ll import kept  # the rows it keeps (module docstring)
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--study", type=Path, action="append", default=[], help="a worlds study whose --spec worlds to add")
     ap.add_argument("--worlds", help="comma-separated subset")
     ap.add_argument("--report", action="store_true", help="print the report from the kept rows")
+    if keep is not None:
+        ap.add_argument("--keep", action="store_true", help="keep --out's rows in forgetting_lookahead_rows.json")
     args = ap.parse_args(argv)
     if args.report:
-        from benchmarks.validity.v2.explore_forgetting_ll import kept  # the rows it keeps (module docstring)
-        return report(kept())
+        return (report_of or report)(kept())
     if args.out is None:
-        ap.error("--out is required to rediagnose")
+        ap.error("--out is required")
+    if getattr(args, "keep", False):
+        keep(args.out)
+        return 0
     plans = run_worlds.load()
     for study in args.study:
         plans["worlds"].update(run_worlds.load_study(study)["worlds"])
