@@ -189,7 +189,7 @@ def test_measure_fresh_is_the_mean_pass_change_over_prompts_with_its_bootstrap()
     rng = np.random.default_rng(6)
     old, new = rng.integers(0, 2, (7, 4)).astype(bool), rng.integers(0, 2, (7, 4)).astype(bool)
     ids = [f"q{i}" for i in range(7)]
-    f = lookahead.Fresh(ids, lambda model: (new, 123), [1, 4], initial=old)
+    f = lookahead.Fresh(ids, lambda model: (new, 123, []), [1, 4], initial=old)
     got = lookahead.measure_fresh(None, f, 300, 2)
     assert got["fresh_sampled_tokens"] == 123 and set(got["fresh"]) == {"pass@1", "pass@4"}
     for k in (1, 4):

@@ -344,19 +344,26 @@ def test_a_world_nobody_has_seen_is_studied_and_checked_from_its_spec_alone(tmp_
         assert err.startswith(("check_world: error: ", "run_worlds: error: ")) and "hidden.yaml" in err
 
 
-def test_a_new_world_with_a_second_skill_is_measured_for_forgetting_on_it(tmp_path):
-    """As the plan's forgetting world: run_worlds.py --spec takes a student's second skill as the forgetting set;
-    a world without one keeps the task's easy levels (the test above)."""
+def _laid_out_as_new(tmp_path, bundled: str, name: str):
+    """A bundled world copied under a new name (spec, models, problems) and laid out by ``run_worlds.py --spec``
+    into ``tmp_path/study``, as a user adds their own world; returns the run_worlds module."""
     import shutil
 
     sys.path.insert(0, str(REPO))
     from benchmarks.validity.worlds import run_worlds
 
-    spec = tmp_path / "skilled.yaml"
-    spec.write_text((WORLDS / "forgetting.yaml").read_text().replace("name: forgetting", "name: skilled"))
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text((WORLDS / f"{bundled}.yaml").read_text().replace(f"name: {bundled}", f"name: {name}"))
     for d in ("models", "problems"):
-        shutil.copytree(WORLDS / "forgetting" / d, tmp_path / "skilled" / d)
+        shutil.copytree(WORLDS / bundled / d, tmp_path / name / d)
     assert run_worlds.main(["--spec", str(spec), "--layout-only", "--out", str(tmp_path / "study")]) == 0
+    return run_worlds
+
+
+def test_a_new_world_with_a_second_skill_is_measured_for_forgetting_on_it(tmp_path):
+    """As the plan's forgetting world: run_worlds.py --spec takes a student's second skill as the forgetting set;
+    a world without one keeps the task's easy levels (the test above)."""
+    _laid_out_as_new(tmp_path, "forgetting", "skilled")
     stored = (tmp_path / "skilled" / "problems" / "second_skill.jsonl").read_text().splitlines()
     written = (tmp_path / "study" / "skilled" / "data" / "regression.jsonl").read_text().splitlines()
     assert [json.loads(x) for x in written] == [json.loads(x) for x in stored[:96]]
@@ -366,16 +373,7 @@ def test_a_new_world_with_its_own_context_is_taught_by_it_as_rule_vs_instance2_i
     """A spec with its own context (a rule) gets the configurations the plan gives rule_vs_instance2's rule: the
     student shown it and the external teacher shown it, each trained with its methods, and the diagnosis renders
     the rule's own text."""
-    import shutil
-
-    sys.path.insert(0, str(REPO))
-    from benchmarks.validity.worlds import run_worlds
-
-    spec = tmp_path / "ruled.yaml"
-    spec.write_text((WORLDS / "rule_vs_instance2.yaml").read_text().replace("name: rule_vs_instance2", "name: ruled"))
-    for d in ("models", "problems"):
-        shutil.copytree(WORLDS / "rule_vs_instance2" / d, tmp_path / "ruled" / d)
-    assert run_worlds.main(["--spec", str(spec), "--layout-only", "--out", str(tmp_path / "study")]) == 0
+    run_worlds = _laid_out_as_new(tmp_path, "rule_vs_instance2", "ruled")
     plans = run_worlds.load_study(tmp_path / "study")
     ours, theirs = (run_worlds.resolve(plans, w) for w in ("ruled", "rule_vs_instance2"))
     assert [c["name"] for c in ours["configurations"]] == [c["name"] for c in theirs["configurations"]]

@@ -71,9 +71,10 @@ class Measured:
 
 @dataclass
 class Fresh:
-    """Fresh samples of the measurement prompts: ``draw(model)`` -> (``[P, n]`` 0/1 outcomes, tokens sampled)."""
+    """Fresh samples of some prompts (the measurement half's, or a forgetting set's): ``draw(model)`` -> (``[P, n]``
+    0/1 outcomes, tokens sampled, the completions)."""
     problem_ids: list
-    draw: Callable[..., tuple]  # draw(model, keep=False): (outcomes, tokens[, completions with keep])
+    draw: Callable[[torch.nn.Module], tuple]  # draw(model): (outcomes [P, n], tokens sampled, completions)
     ks: list[int]  # pass@k reported (k <= n)
     prompts: list[list[int]] = field(default_factory=list)  # [P] the student-view prompt ids drawn from
     initial: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
@@ -82,7 +83,7 @@ class Fresh:
 
     def start(self, student) -> None:
         """The initial student's samples, drawn once: outcomes, tokens and the samples as rows to score."""
-        self.initial, self.initial_tokens, comps = self.draw(student, keep=True)
+        self.initial, self.initial_tokens, comps = self.draw(student)
         self.initial_rows = pd.DataFrame(
             [{"problem_id": pid, "prompt_ids.student": prompt, "completion_ids": list(c.ids),
               "correct": bool(win)} for pid, prompt, cs, wins in zip(self.problem_ids, self.prompts, comps,
@@ -95,12 +96,11 @@ def prompt_sampler(ids: list, prompts: list[list[int]], answers: list[str], tok,
                    ks: list[int]) -> Fresh:
     """``Fresh`` over ``prompts`` (student-view ids) with their ``answers``; ``sample(model, prompts, settings)`` is
     the diagnosis' own sampler of a model in memory, each completion checked as the diagnosis checks its rollouts."""
-    def draw(model, keep: bool = False) -> tuple:
+    def draw(model) -> tuple:
         comps = sample(model, prompts, settings)
         wins = np.array([[is_correct(answer_text(tok, c.ids), a, checker) for c in cs]
                          for cs, a in zip(comps, answers)], dtype=bool)  # [P, n]
-        tokens = sum(len(c.ids) for cs in comps for c in cs)
-        return (wins, tokens, comps) if keep else (wins, tokens)
+        return wins, sum(len(c.ids) for cs in comps for c in cs), comps
     return Fresh(list(ids), draw, sorted({1, *(k for k in ks if k <= settings.num_samples)}), list(prompts))
 
 
@@ -117,7 +117,7 @@ def measure_fresh(stepped, f: Fresh, n_boot: int, seed: int, key: str = "fresh")
     """The stepped student's samples against the initial one's: per k the mean over prompts of the pass@k
     change (``core.lookahead.pass_change``) with a bootstrap interval over prompts; ``key``: ``fresh`` or
     ``forgetting``."""
-    new, tokens = f.draw(stepped)
+    new, tokens, _ = f.draw(stepped)
     out = {f"pass@{k}": ci_dict(bootstrap_mean_over_prompts(maths.pass_change(f.initial, new, k), f.problem_ids,
                                                             n_boot, seed), len(f.problem_ids)) for k in f.ks}
     return {key: out, f"{key}_sampled_tokens": tokens}
@@ -127,18 +127,12 @@ def measure_anchor(stepped, m: Measured, pad_id: int, temperature: float, n_boot
     """The stepped student on the initial student's forgetting samples (``m``, scored once under it): per problem
     the mean per-token log-likelihood change of its correct samples (``core.lookahead.loglik_change``) and the
     token-weighted KL to the initial student at every sample's positions, each with an interval over problems."""
-    new_full = policy_logp(stepped, m.rows, pad_id, temperature)  # [N, V]
-    kl = maths.kl_per_token(new_full.double(), m.old_full.double())  # [N]
-    per_tok = np.array([float((n - o).mean()) for n, o in zip(_per_row(new_full, m.rows), m.old_logp)])  # [R]
+    r = _rescore(stepped, m, pad_id, temperature)
     correct = m.rows["correct"].to_numpy(dtype=bool)
-    groups = pd.Series(range(len(m.rows))).groupby(m.rows["problem_id"].to_numpy(), sort=True)
-    ids = list(groups.groups)
-    ll = np.array([maths.loglik_change(per_tok[g], correct[g]) for g in groups.indices.values()])
-    lengths = m.rows["completion_ids"].map(len).to_numpy()
-    return {"forgetting_ll": ci_dict(bootstrap_mean_over_prompts(ll, ids, n_boot, seed), int(np.isfinite(ll).sum())),
-            "forgetting_kl": ci_dict(bootstrap_mean_over_prompts(
-                kl.numpy(), np.repeat(m.rows["problem_id"].to_numpy(), lengths), n_boot, seed), len(ids)),
-            "forgetting_measured_tokens": int(lengths.sum())}
+    ll = np.array([maths.loglik_change(r.per_token[g], correct[g]) for g in r.groups.values()])
+    return {"forgetting_ll": ci_dict(bootstrap_mean_over_prompts(ll, r.ids, n_boot, seed), int(np.isfinite(ll).sum())),
+            "forgetting_kl": ci_dict(bootstrap_mean_over_prompts(r.kl, r.token_prompt, n_boot, seed), len(r.ids)),
+            "forgetting_measured_tokens": r.tokens}
 
 
 @dataclass
@@ -228,26 +222,41 @@ def measure(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, 
             per_prompt: bool = False) -> dict:
     """The stepped student against the initial one on the measurement half (``core.lookahead``). ``per_prompt``:
     also each prompt's Δll (``dll_prompts``, {problem id: value}), to compare two steppings prompt by prompt."""
+    r = _rescore(stepped, m, pad_id, temperature)
+    correct = m.rows["correct"].astype(float).to_numpy()
+    dv = np.array([maths.success_change(r.sequence[g], correct[g]) for g in r.groups.values()])
+    dll = np.array([maths.loglik_gap(r.per_token[g], correct[g]) for g in r.groups.values()])
+    return {
+        "dv": ci_dict(bootstrap_mean_over_prompts(dv, r.ids, n_boot, seed), len(r.ids)),
+        "dll": ci_dict(bootstrap_mean_over_prompts(dll, r.ids, n_boot, seed), int(np.isfinite(dll).sum())),
+        "kl": ci_dict(bootstrap_mean_over_prompts(r.kl, r.token_prompt, n_boot, seed), len(r.ids)),
+        "measured_tokens": r.tokens,
+        **({"dll_prompts": dict(zip(r.ids, dll.tolist()))} if per_prompt else {}),
+    }
+
+
+@dataclass
+class Rescored:
+    """Rows scored once under the initial student (``Measured``), scored again under a stepped one."""
+    kl: np.ndarray  # [N] KL(pi_1 || pi_0) per token
+    sequence: np.ndarray  # [R] log pi_1 / pi_0 of each whole completion
+    per_token: np.ndarray  # [R] its mean per token
+    groups: dict  # problem id -> the positions of its rows, ids sorted
+    ids: list  # the problem ids, sorted
+    token_prompt: np.ndarray  # [N] each token's problem id
+    tokens: int
+
+
+def _rescore(stepped, m: Measured, pad_id: int, temperature: float) -> Rescored:
+    """What ``measure`` and ``measure_anchor`` both read: the stepped student's log-probs of ``m``'s rows."""
     new_full = policy_logp(stepped, m.rows, pad_id, temperature)  # [N, V]
     kl = maths.kl_per_token(new_full.double(), m.old_full.double())  # [N]
-    new_rows = _per_row(new_full, m.rows)
-    seq = np.array([float((n - o).sum()) for n, o in zip(new_rows, m.old_logp)])  # [R] log pi_1/pi_0
-    per_tok = np.array([float((n - o).mean()) for n, o in zip(new_rows, m.old_logp)])  # [R]
-    correct = m.rows["correct"].astype(float).to_numpy()
+    deltas = [n - o for n, o in zip(_per_row(new_full, m.rows), m.old_logp)]  # [R] per-token log pi_1 / pi_0
     prompts = m.rows["problem_id"].to_numpy()
     groups = pd.Series(range(len(m.rows))).groupby(prompts, sort=True)
-    ids = list(groups.groups)
-    dv = np.array([maths.success_change(seq[g], correct[g]) for g in groups.indices.values()])
-    dll = np.array([maths.loglik_gap(per_tok[g], correct[g]) for g in groups.indices.values()])
     lengths = m.rows["completion_ids"].map(len).to_numpy()
-    token_prompt = np.repeat(prompts, lengths)
-    return {
-        "dv": ci_dict(bootstrap_mean_over_prompts(dv, ids, n_boot, seed), len(ids)),
-        "dll": ci_dict(bootstrap_mean_over_prompts(dll, ids, n_boot, seed), int(np.isfinite(dll).sum())),
-        "kl": ci_dict(bootstrap_mean_over_prompts(kl.numpy(), token_prompt, n_boot, seed), len(ids)),
-        "measured_tokens": int(lengths.sum()),
-        **({"dll_prompts": dict(zip(ids, dll.tolist()))} if per_prompt else {}),
-    }
+    return Rescored(kl.numpy(), np.array([float(d.sum()) for d in deltas]), np.array([float(d.mean()) for d in deltas]),
+                    dict(groups.indices), list(groups.groups), np.repeat(prompts, lengths), int(lengths.sum()))
 
 
 def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: list[str], methods: list[str],
@@ -269,7 +278,7 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
     m = measure_initial(student, measure_rows, pad_id, s.sampling_temperature)
     f = fresh(measure_rows) if fresh is not None else None
     if f is not None:
-        f.initial, f.initial_tokens = f.draw(student)
+        f.initial, f.initial_tokens, _ = f.draw(student)
     anchor = None
     if forgetting is not None:
         forgetting.start(student)

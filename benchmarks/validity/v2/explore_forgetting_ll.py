@@ -15,37 +15,19 @@ issue's target: pooled Spearman >= 0.7), and fitted on the seven and applied to 
     python benchmarks/validity/v2/explore_forgetting_ll.py --out DIR --keep   # rows: forgetting_lookahead_rows.json
     python benchmarks/validity/v2/explore_forgetting_ll.py --report > explore_forgetting_ll.txt   # from the kept rows
 
-The kept rows (per world and row: the three lookahead forgetting columns, ``lookahead_forgetting`` equal to
-explore_forgetting_lookahead's on every row) let both reports rerun without the rediagnoses.
+The kept rows (``explore_forgetting_lookahead.keep``: per world and row the three lookahead forgetting columns,
+``lookahead_forgetting`` equal to explore_forgetting_lookahead's on every row) let both reports rerun without the
+rediagnoses.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.v2 import explore_forgetting_lookahead  # noqa: E402
-from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
-from benchmarks.validity.v2.explore_forgetting_lookahead import LATER, forgetting_report  # noqa: E402
-
-COLUMNS = ("forgetting_ll", "forgetting_kl")
-KEPT = Path(__file__).resolve().parent / "forgetting_lookahead_rows.json"
-KEYS = ("config", "method", "lookahead_forgetting", *COLUMNS)
-
-
-def keep(out: Path) -> None:
-    """Every rediagnosed world's rows (``KEYS`` only) into ``KEPT``."""
-    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
-    KEPT.write_text(json.dumps({"worlds": {w: [{k: r[k] for k in KEYS} for r in json.loads(
-        (out / w / "lookahead.json").read_text())["rows"]] for w in worlds}}, indent=0) + "\n")
-
-
-def kept() -> dict[str, list[dict]]:
-    """World -> its kept rows."""
-    return json.loads(KEPT.read_text())["worlds"]
-
+from benchmarks.validity.v2.explore_forgetting_lookahead import COLUMNS, forgetting_report, keep  # noqa: E402
 
 def report(source: dict[str, list[dict]]) -> int:
     def coefficients(f: list[str], m: dict) -> str:

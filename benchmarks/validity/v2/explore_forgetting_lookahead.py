@@ -21,8 +21,9 @@ applied to every other world (pooled over their rows, and the mean of their per-
     python benchmarks/validity/v2/explore_forgetting_lookahead.py --out DIR [--study STUDY ...] [--worlds a,b]
     python benchmarks/validity/v2/explore_forgetting_lookahead.py --report > explore_forgetting_lookahead.txt
 
-The report reads the rows explore_forgetting_ll.py keeps (forgetting_lookahead_rows.json: its rediagnosis with the
-same sets and seeds gave the same ``lookahead_forgetting`` on every row), so it reruns without the rediagnoses.
+The report reads the rows explore_forgetting_ll.py keeps (``keep``: forgetting_lookahead_rows.json; its rediagnosis
+with the same sets and seeds gave the same ``lookahead_forgetting`` on every row), so it reruns without the
+rediagnoses.
 """
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ from opsd_diag.core import predictor as model  # noqa: E402
 
 LATER = ["flint", "hearth", "loam"]  # checked since the ninth look (marl's models are not shipped)
 N_FORGET = 32
+COLUMNS = ("forgetting_ll", "forgetting_kl")  # the scores of the initial samples (explore_forgetting_ll.py)
+KEPT = Path(__file__).resolve().parent / "forgetting_lookahead_rows.json"
+KEYS = ("config", "method", "lookahead_forgetting", *COLUMNS)
 
 
 def forgetting_rows(plan: dict) -> list[dict]:
@@ -81,10 +85,24 @@ def rediagnose(name: str, plans: dict, out: Path) -> None:
         r["lookahead_forgetting"] = res["forgetting"]["pass@1"]["estimate"]
         r["forgetting_prompts"] = la["forgetting_prompts"]
         # the scores of the initial samples, added to the library after this ran (explore_forgetting_ll.py reads them)
-        r.update({k: (res.get(k) or {}).get("estimate") for k in ("forgetting_ll", "forgetting_kl")})
+        r.update({k: (res.get(k) or {}).get("estimate") for k in COLUMNS})
     (world_dir / "lookahead.json").write_text(json.dumps(
         {"world": name, "seconds": round(time.time() - t0, 1), "rows": rows}, indent=1))
     print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)
+
+
+def keep(out: Path) -> None:
+    """Every rediagnosed world's rows (``KEYS`` only) into ``KEPT``, one row per line."""
+    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
+    rows = {w: [{k: r[k] for k in KEYS} for r in json.loads((out / w / "lookahead.json").read_text())["rows"]]
+            for w in worlds}
+    KEPT.write_text('{"worlds": {\n' + ",\n".join(
+        f"{json.dumps(w)}: [\n" + ",\n".join(json.dumps(r) for r in rs) + "\n]" for w, rs in rows.items()) + "\n}}\n")
+
+
+def kept() -> dict[str, list[dict]]:
+    """World -> its kept rows."""
+    return json.loads(KEPT.read_text())["worlds"]
 
 
 def world_table(name: str, source: dict[str, list[dict]], columns: tuple[str, ...]) -> list[dict]:
@@ -145,8 +163,6 @@ def forgetting_report(source: dict[str, list[dict]], columns: tuple[str, ...], f
 def main(argv: list[str] | None = None, doc: str = __doc__, report_of=None, keep=None) -> int:
     """Rediagnose (``--out``), print the report from the kept rows (``--report``: ``report_of(rows)``) or, where
     ``keep`` is given, keep ``--out``'s rows (``--keep``); both explorations' command line."""
-    from benchmarks.validity.v2.explore_forgetting_ll import kept  # the rows it keeps (module docstring)
-
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--study", type=Path, action="append", default=[], help="a worlds study whose --spec worlds to add")
