@@ -60,6 +60,10 @@ LOOKAHEAD_COLUMNS = {
                      "the stepped student, mean over problems; negative: forgetting, seen where no sample flips "
                      "(`...forgetting_ll`, with `lookahead.forgetting`)",
     "forgetting_kl": "KL(stepped ‖ initial student) per token at the forgetting samples' positions",
+    "reference_ll": "mean per-token log-likelihood change of each measurement problem's reference response under the "
+                    "stepped student, mean over problems; positive: the step made a known-good solution of an unseen "
+                    "problem likelier (`...reference_ll`, with `lookahead.reference`; both columns only then)",
+    "reference_kl": "KL(stepped ‖ initial student) per token at the reference responses' positions",
 }
 
 
@@ -116,10 +120,11 @@ def lookahead_frame(s: Summary) -> pd.DataFrame | None:
     ks = sorted({int(k.removeprefix("pass@")) for c in la.configs for m in la.configs[c]
                  if (r := la.result(c, m)) is not None for k in r.fresh})
     forgets = la.forgetting_prompts is not None  # the columns of a lookahead that measured a forgetting set
+    refs = la.reference_prompts is not None  # ... that scored reference responses
     columns = ["config", "method", "dv", "dv_lo", "dv_hi", "dll", "kl",
                *(f"pass{k}_fresh{x}" for k in ks for x in ("", "_lo", "_hi")),
                *([f"forgetting_pass1{x}" for x in ("", "_lo", "_hi")] + ["forgetting_ll", "forgetting_kl"]
-                 if forgets else [])]
+                 if forgets else []), *(["reference_ll", "reference_kl"] if refs else [])]
     rows = []
     for c, methods in la.configs.items():
         for m in methods:
@@ -137,6 +142,8 @@ def lookahead_frame(s: Summary) -> pd.DataFrame | None:
                 row.update({"forgetting_pass1": _est(ci), "forgetting_pass1_lo": _num(ci and ci.lo),
                             "forgetting_pass1_hi": _num(ci and ci.hi), "forgetting_ll": _est(r.forgetting_ll),
                             "forgetting_kl": _est(r.forgetting_kl)})
+            if refs:
+                row.update({"reference_ll": _est(r.reference_ll), "reference_kl": _est(r.reference_kl)})
             rows.append(row)
     frame = pd.DataFrame(rows, columns=columns)
     frame[columns[2:]] = frame[columns[2:]].astype(float)

@@ -166,6 +166,9 @@ class LookaheadResult(_Model):
     forgetting_ll: CI | None = None  # log-likelihood change of the initial student's correct forgetting samples
     forgetting_kl: CI | None = None  # KL(stepped || initial) per token at its forgetting samples' positions
     forgetting_measured_tokens: int | None = None
+    reference_ll: CI | None = None  # log-likelihood change of the measurement problems' reference responses
+    reference_kl: CI | None = None  # KL(stepped || initial) per token at their positions
+    reference_measured_tokens: int | None = None
     skipped: str | None = None  # why this method was not looked ahead (e.g. opd2 without a base)
 
 
@@ -183,6 +186,7 @@ class Lookahead(_Model):
     forgetting_prompts: int | None = None  # lookahead.forgetting's problems with an answer
     forgetting_initial_tokens: int | None = None  # the initial student's samples of them (once per diagnosis)
     forgetting_initial_pass1: float | None = None  # its pass@1 there: the level a change is measured from
+    reference_prompts: int | None = None  # measurement problems with a reference response (lookahead.reference)
 
     def result(self, config: str, method: str) -> LookaheadResult | None:
         """The result of (config, loss method), or None when it was not looked ahead (or skipped)."""

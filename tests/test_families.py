@@ -135,7 +135,7 @@ def test_end_of_turn_without_generation_config(fam):
 
 @pytest.mark.parametrize("family", ["llama3_1", "gemma3", "qwen3"])
 def test_sft_target_ends_with_end_of_turn(fam, family):
-    from trainer.rollouts import reference_ids
+    from opsd_diag.io.views import reference_ids
 
     path = fam(family)
     tok, model = hub.load_tokenizer(str(path)), hub.load_model(str(path))

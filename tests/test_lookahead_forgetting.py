@@ -20,6 +20,7 @@ from opsd_diag.engine.diagnose import forgetting_problems
 from opsd_diag.errors import OpsdError
 
 SYSTEM = "Solve it."
+REFERENCE = "{solution}\nAnswer: {answer}"  # lookahead.reference: the toy task's response (zoo.task.reasoning_response)
 
 
 def forgetting_rows(n: int = 5) -> list[dict]:
@@ -42,7 +43,8 @@ def forgetting_run(tmp_path_factory):
                                                      "teacher_samples": 1},
                                 lookahead={"methods": ["opd"], "steps": 2, "rollouts_per_step": 4,
                                            "learning_rate": 3e-3, "forgetting_samples": 3, "levers": True,
-                                           "forgetting": {"path": str(forget), "system_prompt": SYSTEM}}))
+                                           "forgetting": {"path": str(forget), "system_prompt": SYSTEM},
+                                           "reference": REFERENCE}))
     run_diagnosis(cfg, root / "run", show_progress=False)
     return cfg, prepare(cfg), root / "run"
 
@@ -60,6 +62,18 @@ def hand_wins(model, prep, prompts, answers, cfg, n: int):
     wins = [[float(is_correct(answer_text(prep.tok, c.ids), a, cfg.analysis.checker)) for c in cs]
             for cs, a in zip(comps, answers)]
     return wins, sum(len(c.ids) for cs in comps for c in cs)
+
+
+def logp64(model, prompt: list[int], completion: list[int], temperature: float):
+    """``[len(completion), V]`` float64 log-probs of ``model`` (at ``temperature``) at the completion's positions, from
+    one unpadded forward of a float64 copy."""
+    from copy import deepcopy
+
+    import torch
+
+    with torch.no_grad():
+        logits = deepcopy(model).double()(input_ids=torch.tensor([prompt + completion])).logits[0]
+    return torch.log_softmax(logits[len(prompt) - 1:len(prompt) + len(completion) - 1] / temperature, -1)
 
 
 def stepped_by_hand(cfg, prep, out, config: str = "teacher"):
@@ -140,12 +154,13 @@ def test_an_unchanged_student_forgets_nothing(forgetting_run, tmp_path):
         got = methods["opd"]["forgetting"]["pass@1"]
         assert (got["estimate"], got["lo"], got["hi"]) == (0.0, 0.0, 0.0), c
         assert methods["opd"]["forgetting_sampled_tokens"] == res["forgetting_initial_tokens"]
-        for key in ("forgetting_ll", "forgetting_kl"):  # the same model scores its samples the same
+        for key in ("forgetting_ll", "forgetting_kl", "reference_ll", "reference_kl"):  # scored the same
             assert (methods["opd"][key]["estimate"], methods["opd"][key]["hi"]) == (0.0, 0.0), (c, key)
 
 
 def test_no_forgetting_set_no_columns():
-    """A lookahead without ``lookahead.forgetting`` stores none and its table has no forgetting columns."""
+    """A lookahead without ``lookahead.forgetting`` (``lookahead.reference``) stores none and its table has no
+    forgetting (reference) columns."""
     from types import SimpleNamespace
 
     from opsd_diag import features
@@ -156,7 +171,7 @@ def test_no_forgetting_set_no_columns():
 
     ci = {"estimate": 0.1, "lo": 0.0, "hi": 0.2, "n_prompts": 3}
     la = {"status": "ok", "configs": {"t": {"opd": {"dv": ci, "dll": ci, "kl": ci}}}}
-    assert not any(c.startswith("forgetting") for c in features.lookahead_frame(summary(la)).columns)
+    assert not any(c.startswith(("forgetting", "reference")) for c in features.lookahead_frame(summary(la)).columns)
     with_set = {**la, "forgetting_prompts": 3,
                 "configs": {"t": {"opd": {"dv": ci, "dll": ci, "kl": ci, "forgetting": {"pass@1": ci}},
                                   "jsd": {"dv": ci, "dll": ci, "kl": ci}}}}
@@ -287,10 +302,6 @@ def test_forgetting_loglik_and_kl_equal_a_float64_rescoring_of_the_initial_sampl
     from opsd_diag.engine.sampling import sample_hf
     from opsd_diag.io.thinking import answer_text
     from opsd_diag.io.verify import is_correct
-    from copy import deepcopy
-
-    import torch
-
     from opsd_diag.io.views import student_view
     from opsd_diag.run import Run
 
@@ -301,13 +312,9 @@ def test_forgetting_loglik_and_kl_equal_a_float64_rescoring_of_the_initial_sampl
     comps = sample_hf(prep.student, prep.tok, prompts, cfg.sampling.settings(derive_seed(cfg.lookahead.seed, 43),
                                                                              num_samples=3), prep.stop_ids)
     stepped = stepped_by_hand(cfg, prep, out)
-    temp = cfg.sampling.temperature
 
     def logp(model, prompt, completion):
-        ids = torch.tensor([prompt + completion])
-        with torch.no_grad():
-            logits = deepcopy(model).double()(input_ids=ids).logits[0]
-        return torch.log_softmax(logits[len(prompt) - 1:len(prompt) + len(completion) - 1] / temp, -1)
+        return logp64(model, prompt, completion, cfg.sampling.temperature)
 
     ll, kl, tokens, n_correct = {}, {}, 0, 0
     for p, prompt, cs in zip(problems, prompts, comps):
@@ -337,3 +344,42 @@ def test_forgetting_loglik_and_kl_equal_a_float64_rescoring_of_the_initial_sampl
     row = frame[(frame["config"] == "teacher") & (frame["method"] == "opd")].iloc[0]
     assert (row["forgetting_ll"], row["forgetting_kl"]) == pytest.approx(
         (r["forgetting_ll"]["estimate"], r["forgetting_kl"]["estimate"]), abs=1e-12)
+
+
+def test_reference_loglik_and_kl_equal_a_float64_rescoring_of_the_reference_responses(forgetting_run):
+    """(teacher, opd): each measurement problem's reference response written out by hand (the template filled with
+    str.format, plain tokens, the template's stop id), scored by one unpadded float64 forward of the initial and the
+    stepped student; per problem its mean per-token log-likelihood change, the KL at every position, both bootstrapped
+    over problems in loops; the table columns."""
+    from opsd_diag.io import store
+    from opsd_diag.run import Run
+
+    cfg, prep, out = forgetting_run
+    la = json.loads((out / "summary.json").read_text())["lookahead"]
+    r = la["configs"]["teacher"]["opd"]
+    _, measured = lookahead.split(store.read_table(out, "rollouts"))
+    first = measured.drop_duplicates("problem_id")
+    stepped = stepped_by_hand(cfg, prep, out)
+    temp = cfg.sampling.temperature
+    ll, kl, tokens = {}, {}, 0
+    for pid, prompt, i in zip(first["problem_id"], first["prompt_ids.student"], first["problem_index"]):
+        problem = prep.problems[int(i)]
+        text = "{solution}\nAnswer: {answer}".format(solution=problem["solution"], answer=problem["answer"])
+        ids = prep.tok(text, add_special_tokens=False)["input_ids"] + [prep.stop_ids[0]]
+        prompt = [int(t) for t in prompt]
+        new, old = logp64(stepped, prompt, ids, temp), logp64(prep.student, prompt, ids, temp)
+        tokens += len(ids)
+        ll[pid] = [sum(float(new[t, ids[t]] - old[t, ids[t]]) for t in range(len(ids))) / len(ids)]
+        kl[pid] = [sum(float(new[t, v].exp() * (new[t, v] - old[t, v])) for v in range(new.shape[1]))
+                   for t in range(len(ids))]
+    assert la["reference_prompts"] == len(ll) >= 2 and tokens == r["reference_measured_tokens"]
+    for key, ref in (("reference_ll", ll), ("reference_kl", kl)):
+        want = ref_mean_ci(ref, cfg.analysis.bootstrap, cfg.sampling.seed)
+        got = r[key]
+        assert (got["estimate"], got["lo"], got["hi"]) == pytest.approx(want, abs=2e-5), key
+        assert got["n_prompts"] == len(ll)
+    assert r["reference_kl"]["estimate"] > 0 and r["reference_ll"]["estimate"] != 0  # the steps moved the student
+    frame = Run.load(out).lookahead_frame()
+    row = frame[(frame["config"] == "teacher") & (frame["method"] == "opd")].iloc[0]
+    assert (row["reference_ll"], row["reference_kl"]) == pytest.approx(
+        (r["reference_ll"]["estimate"], r["reference_kl"]["estimate"]), abs=1e-12)

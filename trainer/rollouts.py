@@ -25,12 +25,11 @@ from opsd_diag.engine.samplers import for_role
 from opsd_diag.engine.sampling import cut_at_strings
 from opsd_diag.engine.train_step import MicroBatch
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import templates
 from opsd_diag.config.spec import DiagnosisConfig, TrainingSpec
 from opsd_diag.io.data import load_problems
 from opsd_diag.io.thinking import check
 from opsd_diag.engine.setup import render
-from opsd_diag.io.views import encode_text
+from opsd_diag.io.views import reference_ids
 from opsd_diag.config.settings import derive_seed
 
 
@@ -44,15 +43,6 @@ class ProblemSet:
     targets: list[list[int]] | None  # reference responses (sft / regression NLL), ending in a stop id
     stop_strings: tuple[str, ...] = ()  # the student's (a raw Base student): samples end where one is complete
     reveal: Callable | None = None  # (problem indices, solution share) -> (teacher, base prompts): context_schedule
-
-
-def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
-    """The reference response as ids: the template rendered, tokenised as plain text (a special token the
-    solution spells stays text), plus a stop id (``stop_ids[0]``: the template's end-of-turn token,
-    ``<|eot_id|>`` / ``<end_of_turn>``, where there is one)."""
-    fields = templates.context_fields(problem)
-    text = templates.render(target_template, fields)
-    return encode_text(tok, text) + [stop_id]
 
 
 def build_problem_set(cfg: DiagnosisConfig, spec: TrainingSpec, renderers, problems: list[dict],

@@ -5,7 +5,9 @@
 ``lookahead.fresh_samples``: the lookahead's success change also from fresh samples of the stepped and the
 initial student on the measurement half (``engine.lookahead``); ``lookahead.forgetting``: a problem set (a
 ``DataSpec``, resolved where ``config.spec`` defines it: that module imports this one) whose pass@1 change between
-the stepped and the initial student measures forgetting (``engine.lookahead``; read, rendered: ``engine.diagnose``).
+the stepped and the initial student measures forgetting (``engine.lookahead``; read, rendered: ``engine.diagnose``);
+``lookahead.reference``: the template of the measurement problems' reference responses, whose log-likelihood change
+under the stepped student is measured (``engine.lookahead``; a ``Template``, resolved as ``DataSpec`` is).
 """
 
 from __future__ import annotations
@@ -35,3 +37,6 @@ class LookaheadOptions(BaseModel):
         None, description="a problem set with answers whose pass@1 change from the initial to each stepped student "
                           "is measured (the same seeds); none: not measured (not taken from training.eval.regression)")
     forgetting_samples: int = Field(4, ge=1, le=1024, description="samples per forgetting problem from each student")
+    reference: Template | None = Field(  # noqa: F821 - resolved in config.spec's namespace, as DataSpec is
+        None, description="template of each measurement problem's reference response (as training.sft_target, e.g. "
+                          "'{solution}'), scored under the initial and each stepped student; none: not scored")

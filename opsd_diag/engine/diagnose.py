@@ -302,7 +302,7 @@ def run_diagnosis(cfg: DiagnosisConfig, out_dir: Path, show_progress: bool = Tru
                     return _cut(prep, draw(m, prep.tok, p, s, prep.stop_ids), prep.tok)
                 lookahead.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                         list(prep.cross), problems=prep.problems, sample=sample,
-                                        forgetting=prep.forgetting)
+                                        forgetting=prep.forgetting, stop_id=prep.stop_ids[0])
                 if cfg.lookahead.levers:  # a lever recommendation (engine.levers)
                     levers.for_diagnosis(out_dir, cfg, prep.student, prep.teacher_models, prep.base, prep.tok,
                                          list(prep.cross), lookahead,

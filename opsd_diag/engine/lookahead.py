@@ -14,7 +14,9 @@ pass@k (k of ``analysis.pass_k`` up to n) with intervals over prompts (``fresh``
 view, from the initial student once and from each stepped one with the same seeds, and reports the pass@1 change
 (``forgetting``): how much a few steps cost on problems the training does not see; and it scores the initial
 student's samples there under each stepped student (``forgetting_ll``: the log-likelihood change of the correct
-ones; ``forgetting_kl``: KL to the initial student at their positions), which move where no sample flips.
+ones; ``forgetting_kl``: KL to the initial student at their positions), which move where no sample flips. With
+``lookahead.reference`` (a template) it scores each measurement problem's reference response the same way
+(``reference_ll``, ``reference_kl``): does a step make the known-good solution of an unseen problem more likely?
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from opsd_diag.engine.train_step import (MicroBatch, auto_chunk_size, logprobs_o
 from opsd_diag.io import store
 from opsd_diag.io.thinking import answer_text
 from opsd_diag.io.verify import is_correct
+from opsd_diag.io.views import reference_ids
 from opsd_diag.config.spec import TrainingSpec, centering_k
 from opsd_diag.config.settings import LossSettings, derive_seed
 
@@ -123,22 +126,32 @@ def measure_fresh(stepped, f: Fresh, n_boot: int, seed: int, key: str = "fresh")
     return {key: out, f"{key}_sampled_tokens": tokens}
 
 
-def measure_anchor(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, seed: int) -> dict:
-    """The stepped student on the initial student's forgetting samples (``m``, scored once under it): per problem
-    the mean per-token log-likelihood change of its correct samples (``core.lookahead.loglik_change``) and the
-    token-weighted KL to the initial student at every sample's positions, each with an interval over problems."""
+def measure_anchor(stepped, m: Measured, pad_id: int, temperature: float, n_boot: int, seed: int,
+                   key: str = "forgetting") -> dict:
+    """The stepped student on completions scored once under the initial one (``m``: the forgetting samples, ``key``
+    ``forgetting``, or the reference responses, ``reference``): per problem the mean per-token log-likelihood change
+    of its correct ones (``core.lookahead.loglik_change``), and the KL to the initial student, intervals over problems."""
     r = _rescore(stepped, m, pad_id, temperature)
     correct = m.rows["correct"].to_numpy(dtype=bool)
     ll = np.array([maths.loglik_change(r.per_token[g], correct[g]) for g in r.groups.values()])
-    return {"forgetting_ll": ci_dict(bootstrap_mean_over_prompts(ll, r.ids, n_boot, seed), int(np.isfinite(ll).sum())),
-            "forgetting_kl": ci_dict(bootstrap_mean_over_prompts(r.kl, r.token_prompt, n_boot, seed), len(r.ids)),
-            "forgetting_measured_tokens": r.tokens}
+    return {f"{key}_ll": ci_dict(bootstrap_mean_over_prompts(ll, r.ids, n_boot, seed), int(np.isfinite(ll).sum())),
+            f"{key}_kl": ci_dict(bootstrap_mean_over_prompts(r.kl, r.token_prompt, n_boot, seed), len(r.ids)),
+            f"{key}_measured_tokens": r.tokens}
+
+
+def reference_rows(rows: pd.DataFrame, problems: list[dict], ids_of: Callable[[dict], list[int]]) -> pd.DataFrame:
+    """Per problem of ``rows`` with a ``solution``, its reference response ``ids_of(problem)`` after the student's
+    prompt, counted correct."""
+    first = rows.drop_duplicates("problem_id")
+    return pd.DataFrame([(pid, prompt, ids_of(problems[int(i)]), True) for pid, prompt, i in zip(
+        first["problem_id"], _ids(first["prompt_ids.student"]), first["problem_index"])
+        if str(problems[int(i)].get("solution") or "").strip()],
+        columns=["problem_id", "prompt_ids.student", "completion_ids", "correct"])
 
 
 @dataclass
 class ForgettingSet:
-    """``lookahead.forgetting``'s problems with an answer and their student-view prompt ids (read, rendered and
-    checked by ``engine.diagnose``: ``forgetting_problems``, ``render_forgetting``)."""
+    """``lookahead.forgetting``'s problems with an answer, their student-view prompt ids (``engine.diagnose``)."""
     problems: list[dict]
     prompts: list[list[int]] = field(default_factory=list)
 
@@ -151,9 +164,8 @@ def _ids(column) -> list[list[int]]:
 def split(rollouts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(step half: even problem_index, measurement half: odd problem_index with a known outcome)."""
     known = rollouts[rollouts["length"] > 0]
-    step = known[known["problem_index"] % 2 == 0]
-    measure = known[(known["problem_index"] % 2 == 1) & known["correct"].notna()]
-    return step.reset_index(drop=True), measure.reset_index(drop=True)
+    odd = known["problem_index"] % 2 == 1
+    return known[~odd].reset_index(drop=True), known[odd & known["correct"].notna()].reset_index(drop=True)
 
 
 @torch.no_grad()
@@ -262,7 +274,8 @@ def _rescore(stepped, m: Measured, pad_id: int, temperature: float) -> Rescored:
 def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: list[str], methods: list[str],
         loss_of, s: LookaheadSettings, *, pad_id: int, exopd_reference: str, base_view: str, n_boot: int,
         boot_seed: int, skip: dict[str, str] | None = None, fresh: Callable[[pd.DataFrame], Fresh] | None = None,
-        forgetting: Fresh | None = None, per_prompt: bool = False) -> dict:
+        forgetting: Fresh | None = None, per_prompt: bool = False,
+        reference: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> dict:
     """Every (config, method) lookahead of a diagnosis: ``{"configs": {config: {method: result}}, ...}``.
 
     ``loss_of(method)`` gives the method's ``LossSettings``; ``skip``: configs left out, with the reason
@@ -270,6 +283,8 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
     ``fresh(measurement rows)``: the fresh samples (``fresh_sampler``); the initial student draws them once, as it
     does ``forgetting``'s (``prompt_sampler`` over the forgetting set), which every stepped student draws again.
     ``per_prompt``: each result also holds its per-prompt Δll (``measure``), which ``engine.schedule_points`` pairs.
+    ``reference(measurement rows)``: the measurement problems' reference responses as rows (``reference_rows``),
+    scored once under the initial student and again under each stepped one (``reference_ll``, ``reference_kl``).
     """
     step_rows, measure_rows = split(rollouts)
     if step_rows.empty or measure_rows.empty:
@@ -279,11 +294,13 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
     f = fresh(measure_rows) if fresh is not None else None
     if f is not None:
         f.initial, f.initial_tokens, _ = f.draw(student)
-    anchor = None
+    fixed = {}  # completions scored once under the initial student: its forgetting samples, the reference responses
     if forgetting is not None:
         forgetting.start(student)
-        if not forgetting.initial_rows.empty:  # its samples, scored once under the initial student
-            anchor = measure_initial(student, forgetting.initial_rows, pad_id, s.sampling_temperature)
+        fixed["forgetting"] = forgetting.initial_rows
+    if reference is not None:
+        fixed["reference"] = reference(measure_rows)
+    anchors = {k: measure_initial(student, r, pad_id, s.sampling_temperature) for k, r in fixed.items() if len(r)}
     out: dict[str, dict] = {}
     for config in configs:
         if config in (skip or {}):
@@ -306,15 +323,17 @@ def run(student, teacher_models: dict, base, rollouts: pd.DataFrame, configs: li
                                                   **(measure_fresh(stepped, f, n_boot, boot_seed) if f else {}),
                                                   **(measure_fresh(stepped, forgetting, n_boot, boot_seed, "forgetting")
                                                      if forgetting else {}),
-                                                  **(measure_anchor(stepped, anchor, pad_id, s.sampling_temperature,
-                                                                    n_boot, boot_seed) if anchor is not None else {})}
+                                                  **{k: v for key, a in anchors.items() for k, v in measure_anchor(
+                                                      stepped, a, pad_id, s.sampling_temperature, n_boot, boot_seed,
+                                                      key).items()}}
             del stepped
     return {"status": "ok", "configs": out, "n_step_rollouts": len(step_rows), "n_measure_rollouts": len(measure_rows),
             "settings": {k: v for k, v in vars(s).items()},
             **({"fresh_prompts": len(f.problem_ids), "fresh_initial_tokens": f.initial_tokens} if f else {}),
             **({"forgetting_prompts": len(forgetting.problem_ids),
                 "forgetting_initial_tokens": forgetting.initial_tokens,
-                "forgetting_initial_pass1": float(forgetting.initial.mean(axis=1).mean())} if forgetting else {})}
+                "forgetting_initial_pass1": float(forgetting.initial.mean(axis=1).mean())} if forgetting else {}),
+            **({"reference_prompts": len(fixed["reference"])} if reference is not None else {})}
 
 
 def settings(cfg) -> tuple[LookaheadSettings, float | None]:
@@ -348,10 +367,12 @@ def forgetting_sampler(cfg, tok, sample, forgetting: ForgettingSet | None) -> Fr
 
 
 def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], *,
-                  problems: list[dict] | None = None, sample=None, forgetting: ForgettingSet | None = None) -> dict:
+                  problems: list[dict] | None = None, sample=None, forgetting: ForgettingSet | None = None,
+                  stop_id: int = 0) -> dict:
     """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``;
     with ``lookahead.fresh_samples`` > 0, ``sample(model, prompts, settings)`` draws the fresh samples, and the
-    samples of ``forgetting`` (``engine.diagnose.render_forgetting``'s) where given."""
+    samples of ``forgetting`` (``engine.diagnose.render_forgetting``'s) where given; with ``lookahead.reference``,
+    the measurement problems' reference responses, each ending in ``stop_id`` as the trainer's do."""
     s, clip = settings(cfg)
     n = cfg.lookahead.fresh_samples
     fresh = None if not n or sample is None or problems is None else (
@@ -359,6 +380,9 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
             derive_seed(cfg.lookahead.seed, FRESH_STREAM), num_samples=n), cfg.analysis.checker,
             list(cfg.analysis.pass_k or [1, 4])))
     forget = forgetting_sampler(cfg, tok, sample, forgetting)
+    template = cfg.lookahead.reference
+    refs = None if template is None or problems is None else (
+        lambda rows: reference_rows(rows, problems, lambda p: reference_ids(tok, p, template, stop_id)))
     sc = cfg.scoring
 
     def loss_of(method: str) -> LossSettings:
@@ -369,7 +393,7 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
                  exopd_reference=sc.exopd_reference, base_view=sc.base_view, n_boot=cfg.analysis.bootstrap,
                  boot_seed=cfg.sampling.seed,
                  skip={c: "a teacher with another tokenizer: no lookahead yet" for c in cross}, fresh=fresh,
-                 forgetting=forget, per_prompt=bool(cfg.lookahead.schedule_points))
+                 forgetting=forget, per_prompt=bool(cfg.lookahead.schedule_points), reference=refs)
     path = Path(run_dir) / "summary.json"
     summary = {**store.read_json(path), "lookahead": jsonable(result)}
     store.atomic_write_json(path, summary)

@@ -81,6 +81,13 @@ def encode_text(tok, text: str) -> list[int]:
     return ids
 
 
+def reference_ids(tok, problem: dict, target_template: str, stop_id: int) -> list[int]:
+    """The reference response as ids: the template rendered, tokenised as plain text (a special token the
+    solution spells stays text), plus a stop id (``stop_ids[0]``: the template's end-of-turn token,
+    ``<|eot_id|>`` / ``<end_of_turn>``, where there is one)."""
+    return encode_text(tok, templates.render(target_template, templates.context_fields(problem))) + [stop_id]
+
+
 def encode_segments(tok, text: str, specials: list[str], literal=lambda part: part) -> list[int]:
     """``text`` split at the ``specials`` (each becomes its id, as the tokenizer itself splits at added tokens)
     and every piece between them encoded as plain text after ``literal`` (which puts masked user text back)."""

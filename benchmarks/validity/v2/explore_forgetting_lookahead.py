@@ -67,25 +67,36 @@ def forgetting_rows(plan: dict) -> list[dict]:
     return [r for r in train if (r.get("meta") or {}).get("difficulty") in (1, 2) and r["id"] not in diag][:N_FORGET]
 
 
-def rediagnose(name: str, plans: dict, out: Path) -> None:
+def forgetting_section(plan: dict, world_dir: Path) -> dict:
+    """The lookahead section's addition: the world's forgetting set (written into ``world_dir``), 4 samples each."""
+    fset = plan_mod._write_jsonl(world_dir / "forgetting.jsonl", forgetting_rows(plan))
+    return {"forgetting": {"path": str(fset)}, "forgetting_samples": 4}
+
+
+def forgetting_columns(la: dict, res: dict) -> dict:
+    """A row's columns from its lookahead result ``res`` (in the diagnosis' lookahead ``la``)."""
+    # the scores of the initial samples were added to the library after this first ran (explore_forgetting_ll.py)
+    return {"lookahead_forgetting": res["forgetting"]["pass@1"]["estimate"],
+            "forgetting_prompts": la["forgetting_prompts"], **{k: (res.get(k) or {}).get("estimate") for k in COLUMNS}}
+
+
+def rediagnose(name: str, plans: dict, out: Path, section_of=forgetting_section, columns_of=forgetting_columns) -> None:
+    """The world rediagnosed as run_v2.py does, its lookahead section with ``section_of(plan, world dir)`` added;
+    each trained row with ``columns_of(lookahead, its result)`` in ``out/name/lookahead.json`` (a finished world is
+    skipped)."""
     world_dir = (out / name).resolve()
     if (world_dir / "lookahead.json").is_file():
         return
     plan = run_worlds.resolve(plans, name)
     t0 = time.time()
-    fset = plan_mod._write_jsonl(world_dir / "forgetting.jsonl", forgetting_rows(plan))
-    section = {**run_v2.lookahead_section(yaml.safe_load(run_v2.PLAN.read_text()), plan),
-               "forgetting": {"path": str(fset)}, "forgetting_samples": 4}
+    world_dir.mkdir(parents=True, exist_ok=True)
+    section = {**run_v2.lookahead_section(yaml.safe_load(run_v2.PLAN.read_text()), plan), **section_of(plan, world_dir)}
     runs = run_v2.diagnose(plan, world_dir, section)
     rows = run_v2.rows_of(plan, runs, world_dir)
     for r in rows:
         _, inner = plan_mod.diag_source(plan, r["config"])
         la = json.loads((runs[r["diagnosis_run"]] / "summary.json").read_text())["lookahead"]
-        res = la["configs"][inner][r["loss"]]
-        r["lookahead_forgetting"] = res["forgetting"]["pass@1"]["estimate"]
-        r["forgetting_prompts"] = la["forgetting_prompts"]
-        # the scores of the initial samples, added to the library after this ran (explore_forgetting_ll.py reads them)
-        r.update({k: (res.get(k) or {}).get("estimate") for k in COLUMNS})
+        r.update(columns_of(la, la["configs"][inner][r["loss"]]))
     (world_dir / "lookahead.json").write_text(json.dumps(
         {"world": name, "seconds": round(time.time() - t0, 1), "rows": rows}, indent=1))
     print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)
@@ -160,19 +171,21 @@ def forgetting_report(source: dict[str, list[dict]], columns: tuple[str, ...], f
     return 0
 
 
-def main(argv: list[str] | None = None, doc: str = __doc__, report_of=None, keep=None) -> int:
-    """Rediagnose (``--out``), print the report from the kept rows (``--report``: ``report_of(rows)``) or, where
-    ``keep`` is given, keep ``--out``'s rows (``--keep``); both explorations' command line."""
+def main(argv: list[str] | None = None, doc: str = __doc__, report_of=None, keep=None, kept_rows=kept,
+         rediagnose_world=rediagnose) -> int:
+    """Rediagnose (``--out``: ``rediagnose_world``), print the report from the kept rows (``--report``:
+    ``report_of(kept_rows())``) or, where ``keep`` is given, keep ``--out``'s rows (``--keep``); the lookahead
+    explorations' command line."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--study", type=Path, action="append", default=[], help="a worlds study whose --spec worlds to add")
     ap.add_argument("--worlds", help="comma-separated subset")
     ap.add_argument("--report", action="store_true", help="print the report from the kept rows")
     if keep is not None:
-        ap.add_argument("--keep", action="store_true", help="keep --out's rows in forgetting_lookahead_rows.json")
+        ap.add_argument("--keep", action="store_true", help="keep --out's rows (the kept-rows file)")
     args = ap.parse_args(argv)
     if args.report:
-        return (report_of or report)(kept())
+        return (report_of or report)(kept_rows())
     if args.out is None:
         ap.error("--out is required")
     if getattr(args, "keep", False):
@@ -184,7 +197,7 @@ def main(argv: list[str] | None = None, doc: str = __doc__, report_of=None, keep
     names = args.worlds.split(",") if args.worlds else [w for w in dict.fromkeys([*WORLDS, *LATER])
                                                          if w in plans["worlds"]]
     for name in names:
-        rediagnose(name, plans, args.out)
+        rediagnose_world(name, plans, args.out)
     return 0
 
 

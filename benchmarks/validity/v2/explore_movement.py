@@ -68,11 +68,11 @@ def main() -> int:
     return 0
 
 
-def means(table: dict, worlds: list[str], rules: tuple[str, ...]) -> None:
-    """Print each rule's mean Spearman over the unfitted, the later and all worlds, and how often the rules after
+def means(table: dict, worlds: list[str], rules: tuple[str, ...], later: list[str] = LATER) -> None:
+    """Print each rule's mean Spearman over the unfitted, the ``later`` and all worlds, and how often the rules after
     the first two (shipped, G) beat the shipped ranking."""
     for name, keep in (("worlds v2 was never fitted on", [w for w in worlds if w not in look8.FITTED]),
-                       ("worlds built after the ranking shipped", LATER), ("worlds", worlds)):
+                       ("worlds built after the ranking shipped", later), ("worlds", worlds)):
         m = {k: float(np.mean([table[w][k] for w in keep])) for k in rules}
         wins = {k: sum(table[w][k] > table[w]["shipped"] for w in keep) for k in rules[2:]}
         print(f"mean over the {len(keep)} {name}: " + ", ".join(f"{k} {m[k]:+.3f}" for k in rules)
