@@ -74,8 +74,10 @@ def rediagnose(name: str, plans: dict, out: Path) -> None:
 def keep(out: Path) -> None:
     """Every rediagnosed world's rows (``KEYS`` only) into ``KEPT``, one row per line."""
     worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
-    rows = {w: [{k: r.get(k) for k in KEYS} for r in json.loads((out / w / "lookahead.json").read_text())["rows"]]
-            for w in worlds}
+    def number(v):  # run_v2.rows_of gives the lookahead's columns as {estimate, lo, hi, ...}
+        return v.get("estimate") if isinstance(v, dict) else v
+    rows = {w: [{k: number(r.get(k)) for k in KEYS} for r in json.loads((out / w / "lookahead.json").read_text())[
+        "rows"]] for w in worlds}
     KEPT.write_text('{"worlds": {\n' + ",\n".join(
         f"{json.dumps(w)}: [\n" + ",\n".join(json.dumps(r) for r in rs) + "\n]" for w, rs in rows.items()) + "\n}}\n")
 
