@@ -162,7 +162,7 @@ def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look
 
 
 def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
-    """docs/verdict.md's flint, hearth, loam, marl and sorrel figures and the mean over the seven worlds, the README's
+    """docs/verdict.md's flint, hearth, loam, marl, sorrel and pumice figures and the mean over the eight worlds, the README's
     mean, as recomputed from the committed rows; the KL exploration's left-out figure as its output prints it."""
     fmt = report_v2.fmt
     s8 = report_checks.analysis()["since_look8"]
@@ -170,7 +170,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     p = report_checks.LATER_PRODUCT
     verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    for w in ("flint", "hearth", "loam", "marl", "sorrel"):
+    for w in ("flint", "hearth", "loam", "marl", "sorrel", "pumice"):
         m = per[w]["models"]
         assert f"`{w}`, " in verdict and f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])})" \
             in verdict, w
@@ -180,7 +180,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     right, pairs = s8["method_order"]
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])}, "
             f"method pairs {right} of {pairs}")
-    assert len(per) == 7 and mean in readme
+    assert len(per) == 8 and mean in readme
     m, sorrel = per["sorrel"]["models"], per["sorrel"]["models"][p]["method_order"]
     assert (f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])}), with {sorrel['n_right']} of "
             f"{sorrel['n_pairs']} method pairs right") in verdict
@@ -262,3 +262,21 @@ def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it()
     assert (f"the sixteen worlds v2 was never fitted on reach {none} against the shipped {shipped}, above it in {wins} "
             f"of 16") in verdict
     assert f"(`ember`, {ember[0]} with it against {ember[1]} without)" in verdict
+
+
+def test_the_reference_exploration_recomputes_from_the_kept_rows_and_the_verdict_doc_quotes_it():
+    """explore_reference_ll.txt is what its report prints from the kept rows (reference_ll_rows.json), its
+    rediagnosis reproduced the committed lookahead KL, and docs/verdict.md quotes its means over the unfitted worlds."""
+    import re
+
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    committed = _reruns("explore_reference_ll", "--report")
+    assert float(re.search(r"lookahead_kl within ([\d.e+-]+) of", committed).group(1)) < 1e-6
+    line = next(x for x in committed.splitlines() if x.startswith("mean over the 17 worlds v2 was never fitted on"))
+    m = dict(re.findall(r"(\w+) ([+-]\d\.\d{3})", line.split(";")[0]))
+    two = {k: f"{float(v):+.2f}" for k, v in m.items()}
+    assert (f"it ranks the configurations at {two['ref']} alone and {two['ref_config']} as a configuration order, "
+            f"against the shipped {m['shipped']} over the seventeen worlds v2 was never fitted on; as one more feature "
+            f"of v2 {two['v2_ref']} ({two['v2_refz']} standardised within the world), and the mean of its ranks with "
+            f"the shipped ranking's {two['ens_ref']}") in verdict
+    assert all(float(m[k]) < float(m["shipped"]) for k in ("ref", "ref_config", "v2_ref", "v2_refz", "ens_ref"))
