@@ -58,7 +58,8 @@ def main() -> int:
                 page.screenshot(path=str(SHOTS / f"23-quickstart-{title.lower().replace(' ', '-')}.png"))
                 if title == "Overview":
                     page.get_by_text("Verdict and ranking").scroll_into_view_if_needed()
-                    time.sleep(0.8)
+                    page.mouse.wheel(0, 1)  # the tables' canvases draw when a scroll event shows them
+                    time.sleep(3.0)
                     page.screenshot(path=str(SHOTS / "23-quickstart-overview-verdicts.png"))
                 if title == "Tokens":
                     token = page.locator(".opsd-hm .t").nth(6)

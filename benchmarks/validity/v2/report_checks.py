@@ -45,9 +45,14 @@ def rows_of(world: str) -> list[dict]:
                                       json.loads(report_look2.lookahead_file(world).read_text())["rows"])
 
 
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 @functools.cache
 def since_look8() -> list[str]:
-    """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments 2 to 5,
+    """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments 2 to 8,
     then the ninth look's added world."""
     return [*(yaml.safe_load(PLAN.read_text()).get("after_look8") or {}),
             yaml.safe_load((HERE / "plan_look9.yaml").read_text())["added_world"]["name"]]
@@ -163,11 +168,11 @@ def render(a: dict) -> str:
     if s8["per_world"]:
         cols = (LATER_PRODUCT, *MODELS[1:])
         lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
-                  "Checked with the model file as it then stood (amendments 2 to 6 of the plan; the ninth look's added "
+                  "Checked with the model file as it then stood (amendments 2 to 8 of the plan; the ninth look's added "
                   "world, `plan_look9.yaml`)." + "".join(
                       f" {w} was excluded by the plan's level rule (`check_{w}.txt`): nothing to check."
                       for w in s8["excluded"]) + (
-                      " The builds of " + " and ".join(s8["not_shipped"]) + " missed their own specs' expectations ("
+                      " The builds of " + _listed(s8["not_shipped"]) + " missed their own specs' expectations ("
                       + ", ".join(f"`checks/{w}.yaml`" for w in s8["not_shipped"]) + "): each is checked all the "
                       "same, the plan's only exclusion being the level rule, and no such build is shipped."
                       if s8.get("not_shipped") else ""), "",
