@@ -383,3 +383,21 @@ def test_reference_loglik_and_kl_equal_a_float64_rescoring_of_the_reference_resp
     row = frame[(frame["config"] == "teacher") & (frame["method"] == "opd")].iloc[0]
     assert (row["reference_ll"], row["reference_kl"]) == pytest.approx(
         (r["reference_ll"]["estimate"], r["reference_kl"]["estimate"]), abs=1e-12)
+
+
+@pytest.mark.parametrize("rows, template, match", [
+    ([{"id": "a", "prompt": "1+1", "answer": "2"}], "{solution}",
+     r"lookahead\.reference needs problems with a solution, and none has one: map your solution column"),
+    ([{"id": "a", "prompt": "1+1", "solution": "1+1=2"}], "{solution}\nAnswer: {answer}",
+     r"lookahead\.reference needs \{answer\}, but in problem 'a' the column 'answer' is missing or empty"),
+])
+def test_reference_template_errors_name_the_key_before_any_model_loads(tmp_path, rows, template, match):
+    from opsd_diag.engine.diagnose import prepare
+
+    data = write_jsonl(tmp_path / "problems.jsonl", rows)
+    cfg = from_dict({**tiny_config(ZOO, data), "student": {"model": str(tmp_path / "no_such_model")},
+                     "teachers": [{"name": "teacher", "model": str(tmp_path / "no_such_model")}],
+                     "lookahead": {"reference": template}})
+    with pytest.raises(OpsdError, match=match) as e:
+        prepare(cfg)
+    assert "\n" not in str(e.value) and "no_such_model" not in str(e.value)

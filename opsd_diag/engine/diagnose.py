@@ -73,6 +73,13 @@ def check_problems(cfg) -> list[dict]:
                                  f"teachers.{n} '{t.name}' (context {t.context[:40]!r})", cfg.data.fields,
                                  t.partial_fraction)
     schedule_points.check_problems(cfg, problems)  # a config shown a share of the solution sees some of it
+    la = cfg.lookahead
+    if la is not None and la.enabled and la.reference is not None:  # scored where a problem has a solution
+        solved = [p for p in problems if str(p.get("solution") or "").strip()]
+        if not solved:
+            raise OpsdError("lookahead.reference needs problems with a solution, and none has one: map your solution "
+                            "column with data.fields, or leave lookahead.reference out")
+        templates.check_problems(la.reference, solved, "lookahead.reference", cfg.data.fields)
     if cfg.sampling.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise OpsdError("sampling.backend is 'vllm' but vLLM is not installed: pip install 'opsd-diag[vllm]' "
                         "or use backend: hf")

@@ -151,7 +151,7 @@ def reference_rows(rows: pd.DataFrame, problems: list[dict], ids_of: Callable[[d
 
 @dataclass
 class ForgettingSet:
-    """``lookahead.forgetting``'s problems with an answer, their student-view prompt ids (``engine.diagnose``)."""
+    """``lookahead.forgetting``'s problems with an answer and their student-view ids (``engine.diagnose``)."""
     problems: list[dict]
     prompts: list[list[int]] = field(default_factory=list)
 
@@ -368,11 +368,11 @@ def forgetting_sampler(cfg, tok, sample, forgetting: ForgettingSet | None) -> Fr
 
 def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross: list[str], *,
                   problems: list[dict] | None = None, sample=None, forgetting: ForgettingSet | None = None,
-                  stop_id: int = 0) -> dict:
+                  stop_id: int | None = None) -> dict:
     """The lookahead of a finished diagnosis in ``run_dir``, stored in its ``summary.json`` under ``lookahead``;
     with ``lookahead.fresh_samples`` > 0, ``sample(model, prompts, settings)`` draws the fresh samples, and the
-    samples of ``forgetting`` (``engine.diagnose.render_forgetting``'s) where given; with ``lookahead.reference``,
-    the measurement problems' reference responses, each ending in ``stop_id`` as the trainer's do."""
+    samples of ``forgetting`` (``engine.diagnose.render_forgetting``'s); with ``lookahead.reference``, the reference
+    responses, each ending in ``stop_id`` (default: the tokenizer's EOS) as the trainer's do."""
     s, clip = settings(cfg)
     n = cfg.lookahead.fresh_samples
     fresh = None if not n or sample is None or problems is None else (
@@ -380,9 +380,9 @@ def for_diagnosis(run_dir, cfg, student, teacher_models: dict, base, tok, cross:
             derive_seed(cfg.lookahead.seed, FRESH_STREAM), num_samples=n), cfg.analysis.checker,
             list(cfg.analysis.pass_k or [1, 4])))
     forget = forgetting_sampler(cfg, tok, sample, forgetting)
-    template = cfg.lookahead.reference
+    template, stop = cfg.lookahead.reference, tok.eos_token_id if stop_id is None else stop_id
     refs = None if template is None or problems is None else (
-        lambda rows: reference_rows(rows, problems, lambda p: reference_ids(tok, p, template, stop_id)))
+        lambda rows: reference_rows(rows, problems, lambda p: reference_ids(tok, p, template, stop)))
     sc = cfg.scoring
 
     def loss_of(method: str) -> LossSettings:
