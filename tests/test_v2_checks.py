@@ -282,3 +282,23 @@ def test_the_reference_exploration_recomputes_from_the_kept_rows_and_the_verdict
             f"of v2 {two['v2_ref']} ({two['v2_refz']} standardised within the world), and the mean of its ranks with "
             f"the shipped ranking's {two['ens_ref']}") in verdict
     assert all(float(m[k]) < float(m["shipped"]) for k in ("ref", "ref_config", "v2_ref", "v2_refz", "ens_ref"))
+
+
+def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
+    """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
+    report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""
+    import json
+
+    from benchmarks.validity.v2 import report_look2
+
+    files = set(report_look2.ANALYSES.values())
+    files |= {f for a in list(files) for f in (a.parent / "lookahead").glob("*.json")}
+    files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json"}
+    assert len(files) >= 40
+    for f in sorted(files):
+        text = f.read_text()
+        value = json.loads(text)
+        assert text == report_look2.records_json(value) + "\n", f
+    nested = {"b": [{"y": 1.5, "x": None}, {"x": [1, 2]}], "a": {"w": {"z": {"deep": [3]}}}, "e": [], "f": [1, "s"]}
+    text = report_look2.records_json(nested)
+    assert json.loads(text) == nested and '{"x": null, "y": 1.5},' in text.splitlines()  # one row, one line

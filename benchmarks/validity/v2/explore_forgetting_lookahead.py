@@ -102,18 +102,19 @@ def rediagnose(name: str, plans: dict, out: Path, section_of=forgetting_section,
     print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", flush=True)
 
 
-def keep(out: Path) -> None:
-    """Every rediagnosed world's rows (``KEYS`` only) into ``KEPT``, one row per line."""
+def keep(out: Path, keys: tuple[str, ...] = KEYS, path: Path = KEPT) -> None:
+    """Every rediagnosed world's rows (``keys`` only; a lookahead interval as its estimate) into ``path``, one row per
+    line."""
+    def number(v):  # run_v2.rows_of gives the lookahead's own columns as {estimate, lo, hi, ...}
+        return v.get("estimate") if isinstance(v, dict) else v
     worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
-    rows = {w: [{k: r[k] for k in KEYS} for r in json.loads((out / w / "lookahead.json").read_text())["rows"]]
-            for w in worlds}
-    KEPT.write_text('{"worlds": {\n' + ",\n".join(
-        f"{json.dumps(w)}: [\n" + ",\n".join(json.dumps(r) for r in rs) + "\n]" for w, rs in rows.items()) + "\n}}\n")
+    look2.write_records(path, {"worlds": {w: [{k: number(r.get(k)) for k in keys} for r in json.loads(
+        (out / w / "lookahead.json").read_text())["rows"]] for w in worlds}})
 
 
-def kept() -> dict[str, list[dict]]:
+def kept(path: Path = KEPT) -> dict[str, list[dict]]:
     """World -> its kept rows."""
-    return json.loads(KEPT.read_text())["worlds"]
+    return json.loads(path.read_text())["worlds"]
 
 
 def world_table(name: str, source: dict[str, list[dict]], columns: tuple[str, ...]) -> list[dict]:

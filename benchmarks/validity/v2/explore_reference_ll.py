@@ -34,6 +34,7 @@ training rows), over the five built after the ranking shipped, and over all, wit
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -69,21 +70,6 @@ def reference_columns(la: dict, res: dict) -> dict:
 
 def rediagnose(name: str, plans: dict, out: Path) -> None:
     efl.rediagnose(name, plans, out, reference_section, reference_columns)
-
-
-def keep(out: Path) -> None:
-    """Every rediagnosed world's rows (``KEYS`` only) into ``KEPT``, one row per line."""
-    worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if (out / w / "lookahead.json").is_file()]
-    def number(v):  # run_v2.rows_of gives the lookahead's columns as {estimate, lo, hi, ...}
-        return v.get("estimate") if isinstance(v, dict) else v
-    rows = {w: [{k: number(r.get(k)) for k in KEYS} for r in json.loads((out / w / "lookahead.json").read_text())[
-        "rows"]] for w in worlds}
-    KEPT.write_text('{"worlds": {\n' + ",\n".join(
-        f"{json.dumps(w)}: [\n" + ",\n".join(json.dumps(r) for r in rs) + "\n]" for w, rs in rows.items()) + "\n}}\n")
-
-
-def kept() -> dict[str, list[dict]]:
-    return json.loads(KEPT.read_text())["worlds"]
 
 
 def with_reference(name: str, source: dict[str, list[dict]]) -> list[dict]:
@@ -133,7 +119,8 @@ def report(source: dict[str, list[dict]]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return efl.main(argv, __doc__, report, keep, kept, rediagnose)
+    return efl.main(argv, __doc__, report, functools.partial(efl.keep, keys=KEYS, path=KEPT),
+                    functools.partial(efl.kept, KEPT), rediagnose)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import argparse
 import functools
 import json
 import math
-import shutil
 import sys
 from pathlib import Path
 
@@ -89,11 +88,30 @@ def own_world(analysis: dict, name: str) -> dict:
         name: analysis["worlds"][name]}}
 
 
+def records_json(value, depth: int = 0) -> str:
+    """A committed record as JSON that diffs and counts by row: objects opened to three levels, each object of a list
+    on one line, everything else compact (keys sorted); ``json.loads`` gives ``value`` back."""
+    if isinstance(value, dict) and value and depth < 3:
+        return "{\n" + ",\n".join(f"{json.dumps(k)}: {records_json(v, depth + 1)}"
+                                  for k, v in sorted(value.items())) + "\n}"
+    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        return "[\n" + ",\n".join(json.dumps(x, sort_keys=True) for x in value) + "\n]"
+    return json.dumps(value, sort_keys=True)
+
+
+def write_records(path: Path, value) -> None:
+    path.write_text(records_json(value) + "\n")
+
+
 def write_world_analysis(name: str, study: Path, dest: Path) -> None:
     """The study's analysis of world ``name`` (``analyze_worlds.py`` over ``study``), cut to that world, to ``dest``."""
     from benchmarks.validity.worlds import analyze_worlds
-    dest.write_text(json.dumps(v2.stats_jsonable(own_world(analyze_worlds.analyse_worlds(study.resolve()), name)),
-                               indent=1, sort_keys=True) + "\n")
+    write_records(dest, v2.stats_jsonable(own_world(analyze_worlds.analyse_worlds(study.resolve()), name)))
+
+
+def copy_lookahead(src: Path, dest: Path) -> None:
+    """A rediagnosis' ``lookahead.json`` (run_v2.py) kept as a record."""
+    write_records(dest, json.loads(src.read_text()))
 
 
 def store_added(name: str, study: Path, lookahead: Path | None, dest: Path | None = None) -> None:
@@ -102,8 +120,8 @@ def store_added(name: str, study: Path, lookahead: Path | None, dest: Path | Non
     dest = dest or ANALYSES[name]
     dest.parent.joinpath("lookahead").mkdir(parents=True, exist_ok=True)
     write_world_analysis(name, study, dest)
-    shutil.copyfile((lookahead or study / "v2-lookahead") / name / "lookahead.json",
-                    dest.parent / "lookahead" / f"{name}.json")
+    copy_lookahead((lookahead or study / "v2-lookahead") / name / "lookahead.json",
+                   dest.parent / "lookahead" / f"{name}.json")
 
 
 def write_look(look: int, a: dict, render) -> dict:
@@ -365,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.added:
         write_world_analysis(name, args.added, ANALYSES[name])
     for w in plan["worlds"] if args.look == 2 else [name]:  # the third look reuses the second's rows of the others
-        shutil.copyfile(args.study / w / "lookahead.json", out / "lookahead" / f"{w}.json")
+        copy_lookahead(args.study / w / "lookahead.json", out / "lookahead" / f"{w}.json")
     a = analyse(args.study.resolve(), args.look)
     analysis, results = HERE / f"look{args.look}_analysis.json", HERE / f"RESULTS_look{args.look}.md"
     analysis.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
