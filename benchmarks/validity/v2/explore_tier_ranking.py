@@ -2,7 +2,9 @@
 shipped ranking (v2_config: configurations by the mean of v2's predicted gains over their methods, then the sign of
 G within one) rank as well from the model without the lookahead? On the four worlds built after the ranking shipped,
 the tier without the lookahead ranked better than the shipped one (CHECKS.md: +0.77 against +0.70 as each model
-alone); this asks whether that holds as the product ranks, on every world with committed rows.
+alone); this asks whether that holds as the product ranks, on every world with committed rows. Rerun (2026-12-04)
+with the five worlds checked since (loam, marl, sorrel, pumice, shale), the script otherwise unchanged, to decide
+whether a tenth look is worth pre-registering on it (LATEST: its figures on those five alone).
 
 Per world: the Spearman with the realised Δpass@1 of the v2_config ranking whose gains come from (a) the product's
 tier (v2 with a lookahead result, as shipped), (b) v2_no_lookahead on every row, and of G alone; then the means over
@@ -27,7 +29,8 @@ from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
 from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 
-LATER = ["tallow", "flint", "hearth", "wick"]  # the worlds checked since the eighth look when this ran (amendment 4)
+LATEST = ["loam", "marl", "sorrel", "pumice", "shale"]  # checked since this first ran (amendments 5 to 8)
+LATER = ["tallow", "flint", "hearth", "wick", *LATEST]  # every world checked since the eighth look shipped its ranking
 
 
 def main() -> int:
@@ -47,7 +50,8 @@ def main() -> int:
         print(f"{w + tag:38s} {len(rows):4d}  {rho['shipped']:+.2f}    {rho['no_lookahead']:+.2f}          "
               f"{rho['G']:+.2f}")
     for name, keep in (("worlds v2 was never fitted on", [w for w in worlds if w not in look8.FITTED]),
-                       ("worlds built after the ranking shipped", LATER), ("worlds", worlds)):
+                       ("worlds built after the ranking shipped", LATER),
+                       ("worlds checked since this exploration first ran", LATEST), ("worlds", worlds)):
         m = {k: float(np.mean([table[w][k] for w in keep])) for k in ("shipped", "no_lookahead", "G")}
         wins = sum(table[w]["no_lookahead"] > table[w]["shipped"] for w in keep)
         print(f"mean over the {len(keep)} {name}: shipped {m['shipped']:+.2f}, no_lookahead {m['no_lookahead']:+.2f}, "
