@@ -1,0 +1,107 @@
+"""The predictor v2 model file (``opsd_diag/data/predictor_v2.json`` as shipped, or a calibration of the same
+format): read within bounds, checked, and held as a ``Calibration``. Its format is the module docstring of
+``benchmarks/validity/v2/report_v2.py``, which writes the shipped one (``opsd-diag scoreboard --fit`` writes a
+user's); ``prediction`` applies it to a run."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from opsd_diag.core import predictor
+from opsd_diag.errors import OpsdError
+from opsd_diag.io import safe
+
+SHIPPED = "predictor_v2.json"  # in opsd_diag/data/
+MODEL_FILE = "a predictor_v2.json written by benchmarks/validity/v2/report_v2.py or `opsd-diag scoreboard --fit`"
+MAX_BYTES = 16 << 20  # a model file is tens of KB (a calibration lists its runs: a few hundred bytes each)
+TIERS = {"v2": ("accuracy_gap", "lookahead_dv", "lookahead_dll", "lookahead_kl", "teachability", "mean_jsd", "is_jsd"),
+         "v2_no_lookahead": ("accuracy_gap", "teachability", "mean_jsd", "is_jsd")}
+CHOICES = (*TIERS, "accuracy_gap")
+OUTCOMES = ("d_pass1", "d_pass4", "d_regression", "kl_to_initial")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A predictor v2 model file (format: module docstring of ``benchmarks/validity/v2/report_v2.py``)."""
+    source: str  # "shipped" or the file's path
+    choice: str  # what the study's ship rule chose
+    reason: str
+    delta: float
+    models: dict  # tier -> outcome -> model (core.predictor's dict plus residual_band)
+    lowo: dict  # tier -> the study's leave-one-world-out figures
+    accuracy_gap: dict | None  # G's pooled Spearman in the same study
+    studies: dict  # earlier studies' figures (decision.validity's dicts)
+    study: str  # where the study's results are written up
+    lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
+    later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look10 in order
+    method_order: str = "predicted_gain"  # when G gates: how the rows are ordered (core.predictor.METHOD_ORDERS)
+    sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
+    checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
+    method_order_look: int | None = None  # the later look that chose ``method_order`` (its record: later_looks)
+
+
+def _shipped_text() -> str | None:
+    try:
+        return (resources.files("opsd_diag") / "data" / SHIPPED).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def load(calibration: str | Path | None = None) -> Calibration | None:
+    """The shipped model file (None when this installation has none), or the calibration file ``calibration``
+    of the same format (a missing or malformed one is an OpsdError naming the fix)."""
+    if calibration is None:
+        text, source = _shipped_text(), "shipped"
+        if text is None:
+            return None
+    else:
+        source = str(calibration)
+        try:  # bounded, never blocking on a FIFO: a run's config may name any path (ideal.calibration)
+            text = safe.read_bytes(calibration, MAX_BYTES, follow=True).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise OpsdError(f"cannot read the calibration file {calibration} ({getattr(e, 'strerror', None) or e}): "
+                            f"give {MODEL_FILE}") from None
+    try:
+        return _parse(safe.parse_json(text, source), source)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise OpsdError(f"the calibration {source} is not a predictor v2 model file ({e}): give {MODEL_FILE}") \
+            from None
+
+
+def _parse(d: dict, source: str) -> Calibration:
+    if d.get("version") != 2:
+        raise ValueError(f"version {d.get('version')!r}, not 2")
+    if d["choice"] not in CHOICES:
+        raise ValueError(f"choice {d['choice']!r} is none of {', '.join(CHOICES)}")
+    order = d.get("method_order", {}).get("rule", "predicted_gain")
+    if order not in predictor.METHOD_ORDERS:
+        raise ValueError(f"method_order {order!r} is none of {', '.join(predictor.METHOD_ORDERS)}")
+    scale = float(d.get("method_order", {}).get("sampled_scale", 1.0))
+    if not 0.0 <= scale <= 1.0:
+        raise ValueError(f"method_order's sampled_scale {scale!r} is not in [0, 1]")
+    for tier, outcome in ((t, o) for t in TIERS for o in OUTCOMES):
+        m = d["models"][tier][outcome]
+        n = len(m["features"])
+        if not all(len(m[k]) == n for k in ("mean", "sd", "coef")) or len(m["residual_band"]) != 2:
+            raise ValueError(f"model {tier}/{outcome} has mismatched lengths")
+        if sorted(m["features"]) != sorted(TIERS[tier]):
+            raise ValueError(f"model {tier}/{outcome} takes {m['features']}, not {list(TIERS[tier])}")
+        if not all(math.isfinite(float(v)) for v in [*m["mean"], *m["sd"], *m["coef"], m["intercept"]]):
+            raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
+        if "range" in m and not (len(m["range"]) == 2 and all(len(b) == n for b in m["range"])
+                                 and all(v is None or math.isfinite(float(v)) for b in m["range"] for v in b)):
+            raise ValueError(f"model {tier}/{outcome} has a range that is not [[min] * {n}, [max] * {n}]")
+    return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
+                       d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
+                       {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
+                       {k: v for k, v in sorted((d.get("later_looks") or {}).items(),
+                                                key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
+                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
+                       str((d.get("checks") or {}).get("summary") or ""), _look_number(d.get("method_order", {})))
+
+
+def _look_number(order: dict) -> int | None:
+    return order.get("look") if type(order.get("look")) is int else None  # a bool is no look number
