@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opsd_diag import prediction
+from opsd_diag import model_file, prediction
 from opsd_diag.core import predictor
 from opsd_diag.core.stats import jsonable, spearman
 from opsd_diag.errors import OpsdError, printable
@@ -176,18 +176,18 @@ def _rho_ci(pred: np.ndarray, y: np.ndarray, seed: int = 0) -> dict:
     return {"estimate": spearman(pred, y), "lo": float(lo), "hi": float(hi)}
 
 
-def _shipped_gain(shipped: prediction.Calibration, s: Sample) -> float:
+def _shipped_gain(shipped: model_file.Calibration, s: Sample) -> float:
     """The shipped model's Δpass@1 for a run, with the tier it gives the run (as ``prediction.predict`` does)."""
     m = shipped.models[prediction.tier_for(shipped, s.has_lookahead)]["d_pass1"]
     return float(predictor.predict(m, matrix([s], m["features"]))[0])
 
 
-def _alpha(shipped: prediction.Calibration, tier: str) -> float:
+def _alpha(shipped: model_file.Calibration, tier: str) -> float:
     return float(shipped.models[tier]["d_pass1"].get("alpha", PLAN_ALPHA))
 
 
 def fit(frame: pd.DataFrame, summary_of: Callable[[str], Summary], root: str | Path = "runs",
-        shipped: prediction.Calibration | None = None) -> Fit:
+        shipped: model_file.Calibration | None = None) -> Fit:
     """Predictor v2's Δpass@1 refitted on the usable runs of a scoreboard frame (see the module docstring);
     fewer than ``MIN_RUNS`` usable runs, or no shipped model file, is one OpsdError."""
     shipped = shipped or prediction.load()
@@ -235,7 +235,7 @@ def fit(frame: pd.DataFrame, summary_of: Callable[[str], Summary], root: str | P
 
 def _shipped_path() -> Path | None:
     try:
-        return Path(str(resources.files("opsd_diag") / "data" / prediction.SHIPPED)).resolve()
+        return Path(str(resources.files("opsd_diag") / "data" / model_file.SHIPPED)).resolve()
     except (TypeError, OSError):
         return None
 

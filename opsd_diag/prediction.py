@@ -2,22 +2,21 @@
 95% interval and its verdict, the predicted drift, forgetting and Δpass@4, a collapse flag, and the features
 behind the prediction ("why").
 
-The models are the ridge regressions of ``core.predictor`` that the pre-registered validity study fitted
-over seven outcome worlds (benchmarks/validity/v2/), shipped as ``opsd_diag/data/predictor_v2.json``
-(written by ``benchmarks/validity/v2/report_v2.py``, never by hand) or given as a calibration file of the
-same format. The file also says what the study's ship rule chose (``choice``): ``v2`` (with the lookahead
-where a run has one), ``v2_no_lookahead``, or ``accuracy_gap``, in which case G gates the recommendation
-(only a row with G > 0 is recommended), because v2 lost to it in the study and the product must never
-recommend less well than a number it shows, and the file's ``method_order`` ranks (since the eighth look:
-configurations by v2's mean predicted gain, which ranked the worlds built after the study better than G). A row without a lookahead result gets the ``v2_no_lookahead`` tier, never the lookahead
-tier with every lookahead feature imputed. Pure functions of a ``Summary`` and the model file.
+The models are the ridge regressions of ``core.predictor`` that the pre-registered validity study fitted over
+seven outcome worlds (benchmarks/validity/v2/), read from the model file (``model_file``: the shipped one or a
+calibration). The file also says what the study's ship rule chose (``choice``): ``v2`` (with the lookahead where
+a run has one), ``v2_no_lookahead``, or ``accuracy_gap``, in which case G gates the recommendation (only a row
+with G > 0 is recommended), because v2 lost to it in the study and the product must never recommend less well
+than a number it shows, and the file's ``method_order`` ranks (since the eighth look: configurations by v2's mean
+predicted gain, which ranked the worlds built after the study better than G). A row without a lookahead result
+gets the ``v2_no_lookahead`` tier, never the lookahead tier with every lookahead feature imputed. Pure functions
+of a ``Summary`` and the model file.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from importlib import resources
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +24,9 @@ import pandas as pd
 
 from opsd_diag.core import predictor
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import safe
+from opsd_diag.model_file import OUTCOMES, TIERS, Calibration, load
 from opsd_diag.summary import CI, Summary
 
-SHIPPED = "predictor_v2.json"  # in opsd_diag/data/
-MODEL_FILE = "a predictor_v2.json written by benchmarks/validity/v2/report_v2.py or `opsd-diag scoreboard --fit`"
-MAX_BYTES = 16 << 20  # a model file is tens of KB (a calibration lists its runs: a few hundred bytes each)
-TIERS = {"v2": ("accuracy_gap", "lookahead_dv", "lookahead_dll", "lookahead_kl", "teachability", "mean_jsd", "is_jsd"),
-         "v2_no_lookahead": ("accuracy_gap", "teachability", "mean_jsd", "is_jsd")}
-CHOICES = (*TIERS, "accuracy_gap")
-OUTCOMES = ("d_pass1", "d_pass4", "d_regression", "kl_to_initial")
 EXTERNAL_METHODS = ("opd", "jsd", "opd2", "exopd")  # a teacher model (opd2 only with a base)
 SELF_METHODS = ("opsd_opd", "opsd_jsd")  # the student shown a context
 LOSS = {"opd": "opd", "jsd": "jsd", "opd2": "opd2", "exopd": "exopd", "opsd_opd": "opd", "opsd_jsd": "jsd"}
@@ -61,6 +53,8 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
     "accuracy_gap": "G: teacher with its context minus student accuracy (the baseline v2 is judged against)",
     "why": "the features with the largest contributions to predicted_gain, signed",
     "imputed": "features missing for this row, set to the study's mean (contribute 0)",
+    "outside_range": "features outside the range of the rows the model was fitted on: the prediction extrapolates, "
+                     "and its interval (the study's residuals) never saw such a row",
     "calibration": "shipped (the package's model file) or the calibration file's path",
 }
 PANEL_TEXT = ("effects", "why", "ranking", "tiers", "calibration")  # the panel's paragraphs, in order
@@ -69,86 +63,6 @@ WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success ch
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
          "mean_jsd": "mean JSD", "is_jsd": "JSD loss"}
 
-
-@dataclass(frozen=True)
-class Calibration:
-    """A predictor v2 model file (format: module docstring of ``benchmarks/validity/v2/report_v2.py``)."""
-    source: str  # "shipped" or the file's path
-    choice: str  # what the study's ship rule chose
-    reason: str
-    delta: float
-    models: dict  # tier -> outcome -> model (core.predictor's dict plus residual_band)
-    lowo: dict  # tier -> the study's leave-one-world-out figures
-    accuracy_gap: dict | None  # G's pooled Spearman in the same study
-    studies: dict  # earlier studies' figures (decision.validity's dicts)
-    study: str  # where the study's results are written up
-    lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
-    later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look10 in order
-    method_order: str = "predicted_gain"  # when G gates: how the rows are ordered (core.predictor.METHOD_ORDERS)
-    sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
-    checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
-    method_order_look: int | None = None  # the later look that chose ``method_order`` (its record: later_looks)
-
-
-def _shipped_text() -> str | None:
-    try:
-        return (resources.files("opsd_diag") / "data" / SHIPPED).read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def load(calibration: str | Path | None = None) -> Calibration | None:
-    """The shipped model file (None when this installation has none), or the calibration file ``calibration``
-    of the same format (a missing or malformed one is an OpsdError naming the fix)."""
-    if calibration is None:
-        text, source = _shipped_text(), "shipped"
-        if text is None:
-            return None
-    else:
-        source = str(calibration)
-        try:  # bounded, never blocking on a FIFO: a run's config may name any path (ideal.calibration)
-            text = safe.read_bytes(calibration, MAX_BYTES, follow=True).decode("utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise OpsdError(f"cannot read the calibration file {calibration} ({getattr(e, 'strerror', None) or e}): "
-                            f"give {MODEL_FILE}") from None
-    try:
-        return _parse(safe.parse_json(text, source), source)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise OpsdError(f"the calibration {source} is not a predictor v2 model file ({e}): give {MODEL_FILE}") \
-            from None
-
-
-def _parse(d: dict, source: str) -> Calibration:
-    if d.get("version") != 2:
-        raise ValueError(f"version {d.get('version')!r}, not 2")
-    if d["choice"] not in CHOICES:
-        raise ValueError(f"choice {d['choice']!r} is none of {', '.join(CHOICES)}")
-    order = d.get("method_order", {}).get("rule", "predicted_gain")
-    if order not in predictor.METHOD_ORDERS:
-        raise ValueError(f"method_order {order!r} is none of {', '.join(predictor.METHOD_ORDERS)}")
-    scale = float(d.get("method_order", {}).get("sampled_scale", 1.0))
-    if not 0.0 <= scale <= 1.0:
-        raise ValueError(f"method_order's sampled_scale {scale!r} is not in [0, 1]")
-    for tier, outcome in ((t, o) for t in TIERS for o in OUTCOMES):
-        m = d["models"][tier][outcome]
-        n = len(m["features"])
-        if not all(len(m[k]) == n for k in ("mean", "sd", "coef")) or len(m["residual_band"]) != 2:
-            raise ValueError(f"model {tier}/{outcome} has mismatched lengths")
-        if sorted(m["features"]) != sorted(TIERS[tier]):
-            raise ValueError(f"model {tier}/{outcome} takes {m['features']}, not {list(TIERS[tier])}")
-        if not all(math.isfinite(float(v)) for v in [*m["mean"], *m["sd"], *m["coef"], m["intercept"]]):
-            raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
-    return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
-                       d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
-                       {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
-                       {k: v for k, v in sorted((d.get("later_looks") or {}).items(),
-                                                key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
-                        if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
-                       str((d.get("checks") or {}).get("summary") or ""), _look_number(d.get("method_order", {})))
-
-
-def _look_number(order: dict) -> int | None:
-    return order.get("look") if type(order.get("look")) is int else None  # a bool is no look number
 
 
 def _num(x) -> float:
@@ -200,6 +114,7 @@ class Row:
     contributions: tuple[tuple[str, float, float], ...]  # (feature, value, contribution), largest |contribution| first
     intercept: float
     imputed: tuple[str, ...]
+    outside: tuple[str, ...] = ()  # features beyond the model's fitted range (core.predictor.outside)
 
     @property
     def signal(self) -> str:
@@ -218,7 +133,8 @@ class Row:
     def why(self, n: int = N_WHY) -> str:
         top = [c for c in self.contributions if c[2] != 0][:n]
         text = "; ".join(f"{f} {v:+.3f} adds {c:+.3f}" for f, v, c in top) or "every feature at the study's mean"
-        return text + (f" (imputed: {', '.join(self.imputed)})" if self.imputed else "")
+        return text + "".join(f" ({k}: {', '.join(v)})" for k, v in (("imputed", self.imputed),
+                                                                     ("outside the study's range", self.outside)) if v)
 
 
 def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
@@ -237,7 +153,8 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), max(0.0, kl),
                out["d_regression"], out["d_pass4"], x["accuracy_gap"],
                tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),
-               tuple(f for f in m["features"] if math.isnan(x[f])))
+               tuple(f for f in m["features"] if math.isnan(x[f])),
+               tuple(f for f, out in zip(m["features"], predictor.outside(m, X["d_pass1"])[0]) if out))
 
 
 def _key(v: float) -> float:
@@ -257,6 +174,7 @@ class Predictions:
                  "predicted_gain": r.gain, "lo": r.lo, "hi": r.hi, "verdict": r.verdict, "drift": r.drift,
                  "forgetting": r.forgetting, "pass4": r.pass4, "collapse": r.collapse,
                  "accuracy_gap": r.accuracy_gap, "why": r.why(), "imputed": ", ".join(r.imputed),
+                 "outside_range": ", ".join(r.outside),
                  "calibration": self.calibration.source} for r in self.rows]
         return pd.DataFrame(recs, columns=list(COLUMNS))
 
@@ -343,6 +261,17 @@ def effects_text(r: Row) -> str:
             f"accuracy) {r.forgetting:+.3f}; Δpass@4 {r.pass4:+.3f}: {collapse}.")
 
 
+def outside_text(rows: list[Row]) -> str:
+    """The rows whose features lie outside the study's: their predictions extrapolate (a model of another scale)."""
+    far = [r for r in rows if r.outside]
+    if not far:
+        return ""
+    names = sorted({f for r in far for f in r.outside})
+    return (f" {len(far)} of {len(rows)} row(s) have features outside the range of the rows the model was fitted on "
+            f"({', '.join(names)}): their predictions extrapolate and their intervals do not cover that; "
+            "`opsd-diag scoreboard --fit` on your own finished runs gives a calibration fitted to them.")
+
+
 def panel(p: Predictions, trainable=None) -> dict[str, str]:
     """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking,
     tiers, calibration, looks (the later looks that chose the rule in force); plain text, names as the run holds
@@ -394,7 +323,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
            " (this run has no lookahead result: a lookahead: section in its config gives the full model)"
            if not tiers["v2"] else f" (no lookahead result for {', '.join(fallback)}: add the loss methods to "
                                    "lookahead.methods for the full model)")
-    out["tiers"] = "Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + why + "." + p.note
+    out["tiers"] = ("Tier: " + "; ".join(f"{t} on {n} row(s)" for t, n in tiers.items() if n) + why + "." + p.note
+                    + outside_text(p.rows))
     out["calibration"] = (f"Calibration: {cal.source}" + (f" ({cal.study})" if cal.source == "shipped" and cal.study
                                                          else "") + f"; verdict rule: {rule_text(cal.delta)}")
     return out

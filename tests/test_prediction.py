@@ -9,12 +9,14 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from calibration import model_file, write
 from conftest import tiny_config
 
 from opsd_diag import prediction
 from opsd_diag.errors import OpsdError
+from opsd_diag.model_file import CHOICES
 from opsd_diag.prediction import LOSS, TIERS
 from opsd_diag.run import Run
 from opsd_diag.summary import Summary
@@ -351,7 +353,7 @@ def test_the_shipped_file_loads_when_present():
     cal = prediction.load()
     if cal is None:
         pytest.skip("no opsd_diag/data/predictor_v2.json in this checkout yet (report_v2.py writes it)")
-    assert cal.source == "shipped" and cal.choice in prediction.CHOICES
+    assert cal.source == "shipped" and cal.choice in CHOICES
     assert set(cal.models) >= set(TIERS)
 
 
@@ -363,7 +365,7 @@ def shipped(monkeypatch):
                                           "difference": None, "better": False, "advantage_rho": None,
                                           "accuracy": {}, "by_verdict": {"helps": {"improves": 2}}},
                             "outcome_worlds": None})
-    monkeypatch.setattr(prediction, "_shipped_text", lambda: json.dumps(d))
+    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: json.dumps(d))
     return d
 
 
@@ -387,7 +389,7 @@ def test_the_run_predicts_and_joins_v2_to_the_v1_verdicts(tiny_run, cal_file):
 
 
 def test_without_a_model_file_nothing_is_predicted(tiny_run, monkeypatch):
-    monkeypatch.setattr(prediction, "_shipped_text", lambda: None)
+    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: None)
     run = Run.load(tiny_run)
     assert run.predictions() is None and "v2_method" not in run.verdicts().columns
     assert "predictions" not in run.table_names()
@@ -417,7 +419,7 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
     assert "v2 lost to G" in out and f"Calibration: {cal}" in out
     looks_line = "1 later pre-registered look, each judged on a world built after its plan: look 2 (a rule)"
     assert out.index(f"Calibration: {cal}") < out.index(looks_line)  # the history comes after the decision
-    monkeypatch.setattr(prediction, "_shipped_text", lambda: cal.read_text())
+    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: cal.read_text())
     html = Run.load(tiny_run).report_html(n_heatmaps=0)
     assert "<details><summary>How the rule in force was chosen</summary><p>" + h.escape(looks_line) in html
 
@@ -456,3 +458,71 @@ def test_a_lookahead_with_other_steps_than_the_study_is_warned():
     assert prediction.settings_note(SimpleNamespace(lookahead=None), cal) == ""
     note = prediction.settings_note(other, cal)
     assert "learning_rate 1e-05" in note and "learning_rate 0.0003" in note and "outside what v2 was fitted on" in note
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:Degrees of freedom")  # the all-NaN column's SD
+def test_the_fitted_range_and_what_lies_outside_it_match_explicit_loops():
+    """core.predictor.fitted_range / outside against a float64 loop over rows and columns (NaN: no value)."""
+    from opsd_diag.core import predictor
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(9, 4))
+    X[rng.random(X.shape) < 0.3] = np.nan
+    X[:, 3] = np.nan  # a column with no value: no range, never outside
+    m = predictor.fit(X, rng.normal(size=9), ["a", "b", "c", "d"], 1.0)
+    for j in range(4):
+        vals = [float(X[i, j]) for i in range(9) if not math.isnan(X[i, j])]
+        assert m["range"][0][j] == (min(vals) if vals else None) and m["range"][1][j] == (max(vals) if vals else None)
+    Q = rng.normal(scale=2.0, size=(6, 4))
+    Q[0, 0] = np.nan
+    got = predictor.outside(m, Q)
+    for i in range(6):
+        for j in range(4):
+            lo, hi = m["range"][0][j], m["range"][1][j]
+            want = not math.isnan(Q[i, j]) and lo is not None and not lo <= Q[i, j] <= hi
+            assert bool(got[i, j]) == want
+    assert not predictor.outside({k: v for k, v in m.items() if k != "range"}, Q).any()  # a file from before ranges
+    assert not predictor.outside(m, X).any()  # the fitting rows lie inside it
+
+
+def test_a_row_outside_the_fitted_range_is_flagged_in_its_column_its_why_and_the_panel(raw, tmp_path):
+    """A feature beyond the range the model was fitted on is named per row (outside_range, why) and counted in
+    the panel's tiers line; inside the range, or with a file without ranges, nothing is flagged."""
+    d = model_file()
+    s = Summary.model_validate(raw)
+    inside = prediction.predict(s, {"self_full"}, True, write(tmp_path / "in.json"))
+    for tier in d["models"].values():
+        for m in tier.values():
+            m["range"] = [[-1e9] * len(m["features"]), [1e9] * len(m["features"])]
+    (tmp_path / "wide.json").write_text(json.dumps(d))
+    wide = prediction.predict(s, {"self_full"}, True, tmp_path / "wide.json")
+    assert not any(r.outside for r in wide.rows) and "outside the range" not in prediction.panel(wide)["tiers"]
+    for tier in d["models"].values():
+        for m in tier.values():
+            j = m["features"].index("accuracy_gap")
+            m["range"][0][j] = m["range"][1][j] = 5.0  # no real gap lies there
+    (tmp_path / "narrow.json").write_text(json.dumps(d))
+    p = prediction.predict(s, {"self_full"}, True, tmp_path / "narrow.json")
+    assert all(r.outside == ("accuracy_gap",) for r in p.rows if not math.isnan(r.accuracy_gap))
+    frame = p.frame()
+    assert (frame["outside_range"] == "accuracy_gap").sum() == sum(bool(r.outside) for r in p.rows) > 0
+    assert all("outside the study's range: accuracy_gap" in w for w in frame["why"][frame["outside_range"] != ""])
+    n = sum(bool(r.outside) for r in p.rows)
+    assert f"{n} of {len(p.rows)} row(s) have features outside the range" in prediction.panel(p)["tiers"]
+    assert [(r.config, r.method, r.gain) for r in p.rows] == [(r.config, r.method, r.gain) for r in inside.rows]
+    for tier in d["models"].values():
+        for m in tier.values():
+            m["range"] = [[0.0], [1.0]]  # not one bound per feature
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(OpsdError, match="has a range that is not"):
+        prediction.load(tmp_path / "bad.json")
+
+
+def test_the_shipped_models_carry_the_range_of_the_rows_they_were_fitted_on():
+    """model_range.py wrote each shipped model's range from the committed rows of the seven worlds (after checking
+    that they reproduce the stored means and SDs), and the file holds what it would write now."""
+    from benchmarks.validity.v2 import model_range
+
+    assert model_range.main(["--check"]) == 0
+    cal = prediction.load()
+    assert all(len(m["range"][0]) == len(m["features"]) for t in cal.models.values() for m in t.values())

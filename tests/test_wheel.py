@@ -15,10 +15,10 @@ import pytest
 import yaml
 from conftest import REPO
 
-from opsd_diag import prediction
+from opsd_diag import model_file, prediction
 
 pytestmark = pytest.mark.slow  # builds a wheel and runs a diagnosis: `make test` only
-SHIPPED = Path("opsd_diag") / "data" / prediction.SHIPPED
+SHIPPED = Path("opsd_diag") / "data" / model_file.SHIPPED
 SOURCES = ("pyproject.toml", "README.md", "opsd_diag", "trainer", "app")
 
 
@@ -81,7 +81,7 @@ def test_the_installed_wheel_predicts_on_the_bundled_example(installed, tmp_path
     from opsd_diag.run import Run
 
     # this checkout's reading of the same run with the same model file: the installed panel says the same
-    monkeypatch.setattr(prediction, "_shipped_text", lambda: json.dumps(model))
+    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: json.dumps(model))
     p = Run.load(tmp_path / "run").predictions()
     text = prediction.panel(p)
     assert "decision (predictor v2):" in out and "Calibration: shipped" in out and "v1 verdicts, ranked" in out

@@ -85,7 +85,27 @@ def fit(X: np.ndarray, y: np.ndarray, features: list[str], alpha: float) -> dict
     y0 = y.mean()
     coef = np.linalg.solve(Z.T @ Z + alpha * np.eye(Z.shape[1]), Z.T @ (y - y0))  # [f]
     return {"features": list(features), "mean": mean.tolist(), "sd": sd.tolist(), "coef": coef.tolist(),
-            "intercept": float(y0), "alpha": float(alpha)}
+            "intercept": float(y0), "alpha": float(alpha), "range": fitted_range(X)}
+
+
+def fitted_range(X: np.ndarray) -> list[list[float | None]]:
+    """``[[min], [max]]`` of each column of ``X`` ``[n, f]`` over the fitting rows (None: no finite value): a
+    prediction from values outside it extrapolates, which the fold residuals behind its interval never saw."""
+    X = np.asarray(X, dtype=np.float64)
+    lo = np.where(np.isfinite(X), X, np.inf).min(axis=0)  # [f]; inf where the column has no finite value
+    hi = np.where(np.isfinite(X), X, -np.inf).max(axis=0)
+    return [[float(v) if np.isfinite(v) else None for v in b] for b in (lo, hi)]
+
+
+def outside(model: dict, X: np.ndarray) -> np.ndarray:
+    """``[n, f]``: True where a finite value lies outside the model's fitted range (``fitted_range``; False
+    everywhere for a model file written before ranges were recorded, and for a column without one)."""
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    if "range" not in model:
+        return np.zeros(X.shape, dtype=bool)
+    lo, hi = (np.array([np.nan if v is None else float(v) for v in b]) for b in model["range"])  # [f] each
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(X) & ((X < lo) | (X > hi))  # a NaN bound compares False
 
 
 def fit_logistic(X: np.ndarray, y: np.ndarray, features: list[str], lam: float, tol: float = 1e-10,

@@ -56,7 +56,7 @@ def prediction_text(p: prediction.Predictions) -> str:
     text = prediction.panel(p)
     lines = ["\ndecision (predictor v2):", text["headline"] + "."]
     lines += [text[k] for k in (*prediction.PANEL_TEXT, "looks") if k in text]
-    frame = p.frame().drop(columns=["calibration", "why", "imputed"])
+    frame = p.frame().drop(columns=["calibration", "why", "imputed", "outside_range"])  # the panel lines say them
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         table = frame.to_string(index=False, float_format=lambda v: f"{v:+.4f}")
     lines += ["\npredicted effect per (config, method), ranked (columns: docs/verdict.md):", table]
