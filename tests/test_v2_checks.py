@@ -306,3 +306,26 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
     nested = {"b": [{"y": 1.5, "x": None}, {"x": [1, 2]}], "a": {"w": {"z": {"deep": [3]}}}, "e": [], "f": [1, "s"]}
     text = report_look2.records_json(nested)
     assert json.loads(text) == nested and '{"x": null, "y": 1.5},' in text.splitlines()  # one row, one line
+
+
+def test_the_reliability_and_range_explorations_recompute_and_the_verdict_doc_quotes_them():
+    """explore_reliability.txt and explore_outside_range.txt are what their scripts print from the committed rows,
+    and docs/verdict.md quotes their pooled figures."""
+    import re
+
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    rel = _reruns("explore_reliability")
+    line = next(x for x in rel.splitlines() if x.startswith("mean over the 21 worlds v2 was never fitted on"))
+    shipped, shrunk, _ = re.findall(r"[+-]\d+\.\d+", line)
+    assert f"{shrunk} against the shipped {shipped} over the twenty-one" in verdict
+    far = _reruns("explore_outside_range")
+    inside = re.search(r"inside +(\d+) rows: mean \|realised - predicted\| (\d\.\d+); 95% interval covers (\d+)%", far)
+    outside = re.search(r"outside +(\d+) rows: mean \|realised - predicted\| (\d\.\d+); 95% interval covers (\d+)%",
+                        far)
+    diff = re.search(r"outside minus inside, mean \|error\|: (\S+) \[(\S+), (\S+)\]", far)
+    n = int(inside.group(1)) + int(outside.group(1))
+    assert (f"{outside.group(1)} of {n} rows lie outside; their predictions are off by {outside.group(2)} on average "
+            f"against {inside.group(2)} inside (difference {diff.group(1)} [{diff.group(2)}, {diff.group(3)}], "
+            f"bootstrap over worlds), and the shown interval covers {outside.group(3)}% of them against "
+            f"{inside.group(3)}%") in verdict
+    assert float(diff.group(2)) > 0  # the flag marks worse predictions (what the doc says of it)

@@ -9,6 +9,12 @@ range, with a cluster bootstrap over worlds of the difference, and the share of 
 lies inside the 95% interval the product shows.
 
     python benchmarks/validity/v2/explore_outside_range.py > benchmarks/validity/v2/explore_outside_range.txt
+
+Reading of its output (explore_outside_range.txt): on worlds built after the fit, two rows in five lie outside the
+range on some feature (most often G above the seven worlds' largest gap, or a lookahead column), and their
+predictions err more: mean absolute error 0.210 against 0.143 inside, a difference whose cluster-bootstrap interval
+lies above 0, with coverage of the shown interval 93% against 99%. So the flag the product shows marks predictions
+to trust less; it changes no prediction, ranking or verdict (nothing here was chosen on these worlds).
 """
 from __future__ import annotations
 
