@@ -206,7 +206,8 @@ if pred is not None:
         "drift": st.column_config.NumberColumn(format="%.4f"), "why": st.column_config.TextColumn(width="large")})
     st.caption("Predictor v2 (docs/verdict.md#predictor-v2): predicted_gain is the change of held-out pass@1 after "
                "training, [lo, hi] its 95% interval; drift: KL(trained || initial) per token; forgetting: change of "
-               "regression-set accuracy; pass4: change of pass@4; collapse: pass@1 up while pass@4 goes down.")
+               "regression-set accuracy; pass4: change of pass@4; collapse: pass@1 up while pass@4 goes down; "
+               "outside_range: features beyond the range the model was fitted on (the prediction extrapolates).")
 
 verdicts = s.verdict_frame()
 if verdicts is not None:
