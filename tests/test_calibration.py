@@ -142,6 +142,9 @@ def test_fit_prints_both_errors_and_saves_a_calibration(runs, shipped, capsys):
         for outcome in ("d_pass4", "d_regression", "kl_to_initial"):
             assert saved["models"][tier][outcome] == shipped["models"][tier][outcome]
     assert saved["models"]["v2"]["d_pass1"] != shipped["models"]["v2"]["d_pass1"]
+    lo, hi = saved["models"]["v2"]["d_pass1"]["range"]  # the refit's own rows bound where it extrapolates
+    assert len(lo) == len(saved["models"]["v2"]["d_pass1"]["features"]) and all(
+        a is None or a <= b for a, b in zip(lo, hi))
     gains = [r["gain"] for r in on["runs"]]
     assert len(set(gains)) > 1  # real runs of trained models: the gains differ
     line = next(x for x in out.splitlines() if x.startswith("refit"))
