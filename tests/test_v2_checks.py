@@ -332,3 +332,6 @@ def test_the_reliability_and_range_explorations_recompute_and_the_verdict_doc_qu
             f"bootstrap over worlds), and the shown interval covers {outside.group(3)}% of them against "
             f"{inside.group(3)}%") in verdict
     assert float(diff.group(2)) > 0  # the flag marks worse predictions (what the doc says of it)
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    worlds = re.search(r"pooled over the (\d+) worlds", far).group(1)
+    assert f"on {worlds} later worlds, off by {outside.group(2)} against {inside.group(2)}" in readme
