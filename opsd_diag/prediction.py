@@ -221,17 +221,20 @@ def settings_note(summary: Summary, cal: Calibration) -> str:
 
 
 def contribution_frame(p: Predictions, config: str, method: str) -> pd.DataFrame:
-    """Why (config, method) got its predicted gain: per feature its value, the study's mean and SD, the
-    coefficient and the contribution coef * (value - mean) / SD (0 when imputed), largest first."""
+    """Why (config, method) got its predicted gain: per feature its value, the study's mean, SD and range (NaN for
+    a file without ranges), whether the value lies outside that range, the coefficient and the contribution
+    coef * (value - mean) / SD (0 when imputed), largest first."""
     r = p.row(config, method)
     if r is None:
         raise OpsdError(f"no prediction for ({config}, {method}): this run has "
                         + ", ".join(f"({x.config}, {x.method})" for x in p.rows))
     m = p.calibration.models[r.tier]["d_pass1"]
-    stats = {f: (mean, sd, coef) for f, mean, sd, coef in zip(m["features"], m["mean"], m["sd"], m["coef"])}
-    rows = [{"feature": f, "what": WORDS.get(f, f), "value": v, "study_mean": stats[f][0], "study_sd": stats[f][1],
-             "coef": stats[f][2], "contribution": c} for f, v, c in r.contributions]
-    return pd.DataFrame(rows, columns=["feature", "what", "value", "study_mean", "study_sd", "coef", "contribution"])
+    lo, hi = ([_num(v) for v in b] for b in m.get("range", [[None] * len(m["features"])] * 2))
+    stats = {f: (m["mean"][i], m["sd"][i], lo[i], hi[i], m["coef"][i]) for i, f in enumerate(m["features"])}
+    cols = ["feature", "what", "value", "study_mean", "study_sd", "study_min", "study_max", "outside", "coef",
+            "contribution"]
+    return pd.DataFrame([(f, WORDS.get(f, f), v, *stats[f][:4], f in r.outside, stats[f][4], c)
+                         for f, v, c in r.contributions], columns=cols)
 
 
 def join(verdicts: pd.DataFrame, p: Predictions) -> pd.DataFrame:

@@ -508,6 +508,10 @@ def test_a_row_outside_the_fitted_range_is_flagged_in_its_column_its_why_and_the
     assert (frame["outside_range"] == "accuracy_gap").sum() == sum(bool(r.outside) for r in p.rows) > 0
     assert all("outside the study's range: accuracy_gap" in w for w in frame["why"][frame["outside_range"] != ""])
     n = sum(bool(r.outside) for r in p.rows)
+    far = next(r for r in p.rows if r.outside)
+    why = prediction.contribution_frame(p, far.config, far.method).set_index("feature")
+    assert why.loc["accuracy_gap", "outside"] and why.loc["accuracy_gap", ["study_min", "study_max"]].tolist() == [5, 5]
+    assert not why.drop(index="accuracy_gap")["outside"].any()
     assert f"{n} of {len(p.rows)} row(s) have features outside the range" in prediction.panel(p)["tiers"]
     assert [(r.config, r.method, r.gain) for r in p.rows] == [(r.config, r.method, r.gain) for r in inside.rows]
     for tier in d["models"].values():

@@ -23,7 +23,8 @@ if pred is not None:
     st.caption(CONTRIBUTION_HELP)
     st.dataframe(frame, hide_index=True, key="ev_v2_table",
                  column_config={c: st.column_config.NumberColumn(format="%+.4f") for c in
-                                ("value", "study_mean", "study_sd", "coef", "contribution")})
+                                ("value", "study_mean", "study_sd", "study_min", "study_max", "coef",
+                                 "contribution")})
     st.caption(common.md(f"Study mean Δpass@1 {pick.intercept:+.3f}; " + prediction.effects_text(pick) + " "
                          + prediction.panel(pred)["calibration"]))
     st.subheader("The v1 rule: the ideal-gradient predictor's evidence")

@@ -31,7 +31,8 @@ EVIDENCE_HELP = {
 SPLITS = ("all", "incorrect", "correct")
 CONTRIBUTION_HELP = ("Predictor v2: each feature's contribution to the predicted held-out pass@1 change of the chosen "
                      "(config, method), coef × (value − study mean) / study SD; the prediction is their sum plus the "
-                     "study's mean change. A missing feature sits at the study's mean and contributes 0.")
+                     "study's mean change. A missing feature sits at the study's mean and contributes 0; a value "
+                     "outside the study's range (study_min to study_max) is extrapolated.")
 
 
 def alignment_frame(summary: Summary) -> pd.DataFrame:
