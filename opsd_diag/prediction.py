@@ -230,11 +230,11 @@ def contribution_frame(p: Predictions, config: str, method: str) -> pd.DataFrame
                         + ", ".join(f"({x.config}, {x.method})" for x in p.rows))
     m = p.calibration.models[r.tier]["d_pass1"]
     lo, hi = ([_num(v) for v in b] for b in m.get("range", [[None] * len(m["features"])] * 2))
-    stats = {f: (m["mean"][i], m["sd"][i], lo[i], hi[i], m["coef"][i]) for i, f in enumerate(m["features"])}
-    cols = ["feature", "what", "value", "study_mean", "study_sd", "study_min", "study_max", "outside", "coef",
-            "contribution"]
-    return pd.DataFrame([(f, WORDS.get(f, f), v, *stats[f][:4], f in r.outside, stats[f][4], c)
-                         for f, v, c in r.contributions], columns=cols)
+    at = {f: i for i, f in enumerate(m["features"])}
+    return pd.DataFrame([{"feature": f, "what": WORDS.get(f, f), "value": v, "study_mean": m["mean"][at[f]],
+                          "study_sd": m["sd"][at[f]], "study_min": lo[at[f]], "study_max": hi[at[f]],
+                          "outside": f in r.outside, "coef": m["coef"][at[f]], "contribution": c}
+                         for f, v, c in r.contributions])
 
 
 def join(verdicts: pd.DataFrame, p: Predictions) -> pd.DataFrame:
