@@ -174,17 +174,18 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     p = report_checks.LATER_PRODUCT
     verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    for w in ("flint", "hearth", "loam", "marl", "sorrel", "pumice", "shale", "basalt", "cobble"):
+    for w in ("flint", "hearth", "loam", "marl", "sorrel", "pumice", "shale", "basalt", "cobble", "flume"):
         m = per[w]["models"]
         assert f"`{w}`, " in verdict and f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])})" \
             in verdict, w
     assert f"prediction reached only {fmt(per['hearth']['models']['v2']['other']['d_regression'])}" in verdict
+    assert f"with v2's forgetting prediction at {fmt(per['flume']['models']['v2']['other']['d_regression'])}" in verdict
     loam = per["loam"]["models"][p]["method_order"]
     assert f"with {loam['n_right']} of {loam['n_pairs']} method pairs right" in verdict
     right, pairs = s8["method_order"]
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])}, "
             f"method pairs {right} of {pairs}")
-    assert len(per) == 11 and mean in readme
+    assert len(per) == 12 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)})" in verdict
     m, sorrel = per["sorrel"]["models"], per["sorrel"]["models"][p]["method_order"]

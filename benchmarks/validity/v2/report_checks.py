@@ -168,7 +168,7 @@ def render(a: dict) -> str:
     if s8["per_world"]:
         cols = (LATER_PRODUCT, *MODELS[1:])
         lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
-                  "Checked with the model file as it then stood (amendments 2 to 10 of the plan; the ninth look's added "
+                  "Checked with the model file as it then stood (amendments 2 to 11 of the plan; the ninth look's added "
                   "world, `plan_look9.yaml`)." + "".join(
                       f" {w} was excluded by the plan's level rule (`check_{w}.txt`): nothing to check."
                       for w in s8["excluded"]) + (
