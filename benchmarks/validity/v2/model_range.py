@@ -8,9 +8,8 @@ study's fold residuals, never saw such rows, and the product says so per row (``
 fitted by ``report_v2.py`` before it did, and the study directory it read is gone. The committed rows of the seven
 worlds (``report_look2.load_rows``: each world's analysis and lookahead rows) are those rows: this script checks
 that, per tier and outcome, they reproduce the file's stored feature means and SDs (within 1e-6 of each SD; the
-lookahead columns were rounded once, by about 1e-9) before
-it writes ``range`` beside them; every other key stays as it is. ``--check``: fail when the file's ranges are not
-what it would write.
+lookahead columns were rounded once, by about 1e-9) before it writes ``range`` beside them; every other key stays as
+it is. ``--check``: fail when the file's ranges are not what it would write.
 """
 from __future__ import annotations
 
