@@ -1,22 +1,15 @@
 """The predictor v2 model file (``opsd_diag/data/predictor_v2.json`` as shipped, or a calibration of the same
-format): read within bounds, checked, and held as a ``Calibration``. Its format is the module docstring of
-``benchmarks/validity/v2/report_v2.py``, which writes the shipped one (``opsd-diag scoreboard --fit`` writes a
-user's); ``prediction`` applies it to a run."""
+format): its tiers and outcomes, checked and held as a ``Calibration`` (pure; ``prediction.load`` reads the file).
+``benchmarks/validity/v2/report_v2.py`` writes the shipped one, ``opsd-diag scoreboard --fit`` a user's."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 
 from opsd_diag.core import predictor
-from opsd_diag.errors import OpsdError
-from opsd_diag.io import safe
 
 SHIPPED = "predictor_v2.json"  # in opsd_diag/data/
-MODEL_FILE = "a predictor_v2.json written by benchmarks/validity/v2/report_v2.py or `opsd-diag scoreboard --fit`"
-MAX_BYTES = 16 << 20  # a model file is tens of KB (a calibration lists its runs: a few hundred bytes each)
 TIERS = {"v2": ("accuracy_gap", "lookahead_dv", "lookahead_dll", "lookahead_kl", "teachability", "mean_jsd", "is_jsd"),
          "v2_no_lookahead": ("accuracy_gap", "teachability", "mean_jsd", "is_jsd")}
 CHOICES = (*TIERS, "accuracy_gap")
@@ -43,35 +36,8 @@ class Calibration:
     method_order_look: int | None = None  # the later look that chose ``method_order`` (its record: later_looks)
 
 
-def _shipped_text() -> str | None:
-    try:
-        return (resources.files("opsd_diag") / "data" / SHIPPED).read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def load(calibration: str | Path | None = None) -> Calibration | None:
-    """The shipped model file (None when this installation has none), or the calibration file ``calibration``
-    of the same format (a missing or malformed one is an OpsdError naming the fix)."""
-    if calibration is None:
-        text, source = _shipped_text(), "shipped"
-        if text is None:
-            return None
-    else:
-        source = str(calibration)
-        try:  # bounded, never blocking on a FIFO: a run's config may name any path (ideal.calibration)
-            text = safe.read_bytes(calibration, MAX_BYTES, follow=True).decode("utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise OpsdError(f"cannot read the calibration file {calibration} ({getattr(e, 'strerror', None) or e}): "
-                            f"give {MODEL_FILE}") from None
-    try:
-        return _parse(safe.parse_json(text, source), source)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise OpsdError(f"the calibration {source} is not a predictor v2 model file ({e}): give {MODEL_FILE}") \
-            from None
-
-
-def _parse(d: dict, source: str) -> Calibration:
+def parse(d: dict, source: str) -> Calibration:
+    """The model file's data ``d`` checked and held; a ValueError (or KeyError, TypeError) names what is wrong."""
     if d.get("version") != 2:
         raise ValueError(f"version {d.get('version')!r}, not 2")
     if d["choice"] not in CHOICES:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,12 @@ import pandas as pd
 
 from opsd_diag.core import predictor
 from opsd_diag.errors import OpsdError
-from opsd_diag.model_file import OUTCOMES, TIERS, Calibration, load
+from opsd_diag.io import safe
+from opsd_diag.model_file import OUTCOMES, SHIPPED, TIERS, Calibration, parse
 from opsd_diag.summary import CI, Summary
 
+MODEL_FILE = "a predictor_v2.json written by benchmarks/validity/v2/report_v2.py or `opsd-diag scoreboard --fit`"
+MAX_BYTES = 16 << 20  # a model file is tens of KB (a calibration lists its runs: a few hundred bytes each)
 EXTERNAL_METHODS = ("opd", "jsd", "opd2", "exopd")  # a teacher model (opd2 only with a base)
 SELF_METHODS = ("opsd_opd", "opsd_jsd")  # the student shown a context
 LOSS = {"opd": "opd", "jsd": "jsd", "opd2": "opd2", "exopd": "exopd", "opsd_opd": "opd", "opsd_jsd": "jsd"}
@@ -63,6 +67,34 @@ WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success ch
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
          "mean_jsd": "mean JSD", "is_jsd": "JSD loss"}
 
+
+
+def _shipped_text() -> str | None:
+    try:
+        return (resources.files("opsd_diag") / "data" / SHIPPED).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def load(calibration: str | Path | None = None) -> Calibration | None:
+    """The shipped model file (None when this installation has none), or the calibration file ``calibration``
+    of the same format (a missing or malformed one is an OpsdError naming the fix)."""
+    if calibration is None:
+        text, source = _shipped_text(), "shipped"
+        if text is None:
+            return None
+    else:
+        source = str(calibration)
+        try:  # bounded, never blocking on a FIFO: a run's config may name any path (ideal.calibration)
+            text = safe.read_bytes(calibration, MAX_BYTES, follow=True).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise OpsdError(f"cannot read the calibration file {calibration} ({getattr(e, 'strerror', None) or e}): "
+                            f"give {MODEL_FILE}") from None
+    try:
+        return parse(safe.parse_json(text, source), source)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise OpsdError(f"the calibration {source} is not a predictor v2 model file ({e}): give {MODEL_FILE}") \
+            from None
 
 
 def _num(x) -> float:

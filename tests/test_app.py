@@ -801,7 +801,7 @@ def _with_calibration(monkeypatch, runs_root: Path, tmp_path: Path, name: str, *
     sys.path.insert(0, str(REPO / "tests"))
     from calibration import model_file
 
-    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: json.dumps(model_file(**kw)))
+    monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: json.dumps(model_file(**kw)))
     run = tmp_path / "runs" / name
     shutil.copytree(runs_root / "tiny", run)
     return run

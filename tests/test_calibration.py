@@ -74,7 +74,7 @@ def runs(tmp_path_factory):
 def shipped(monkeypatch):
     """A synthetic model file in the place of the shipped one (the real one is the study's to write)."""
     d = model_file()
-    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: json.dumps(d))
+    monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: json.dumps(d))
     return d
 
 
@@ -254,7 +254,7 @@ def test_outputs_the_fit_never_writes(runs, shipped, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_without_a_shipped_model_file_the_fit_says_so(runs, monkeypatch):
-    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: None)
+    monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: None)
     with pytest.raises(OpsdError, match="no shipped predictor v2 model file"):
         calibration.fit(scoreboard(runs / "runs").frame, _summary_of, runs / "runs")
 

@@ -365,7 +365,7 @@ def shipped(monkeypatch):
                                           "difference": None, "better": False, "advantage_rho": None,
                                           "accuracy": {}, "by_verdict": {"helps": {"improves": 2}}},
                             "outcome_worlds": None})
-    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: json.dumps(d))
+    monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: json.dumps(d))
     return d
 
 
@@ -389,7 +389,7 @@ def test_the_run_predicts_and_joins_v2_to_the_v1_verdicts(tiny_run, cal_file):
 
 
 def test_without_a_model_file_nothing_is_predicted(tiny_run, monkeypatch):
-    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: None)
+    monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: None)
     run = Run.load(tiny_run)
     assert run.predictions() is None and "v2_method" not in run.verdicts().columns
     assert "predictions" not in run.table_names()
@@ -419,7 +419,7 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
     assert "v2 lost to G" in out and f"Calibration: {cal}" in out
     looks_line = "1 later pre-registered look, each judged on a world built after its plan: look 2 (a rule)"
     assert out.index(f"Calibration: {cal}") < out.index(looks_line)  # the history comes after the decision
-    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: cal.read_text())
+    monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: cal.read_text())
     html = Run.load(tiny_run).report_html(n_heatmaps=0)
     assert "<details><summary>How the rule in force was chosen</summary><p>" + h.escape(looks_line) in html
 

@@ -111,6 +111,9 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
         HERE / "check_lantern.txt").read_text()
     assert "lantern was excluded by the plan's level rule" in (HERE / "CHECKS.md").read_text()
     assert s8["not_shipped"] == ["marl", "sorrel", "shale", "basalt"]  # amendments 5b, 6b, 8b and 9c
+    assert list(s8["not_shipped_because"]) == ["cobble"]  # amendment 10b: met its spec, too large to ship
+    assert (HERE / "checks" / "cobble.yaml").is_file() and not (REPO / "sample_data" / "worlds" / "cobble").exists()
+    assert "cobble (`checks/cobble.yaml`): its build met its spec, but its weights" in (HERE / "CHECKS.md").read_text()
     assert all((HERE / "checks" / f"{w}.yaml").is_file() and not (REPO / "sample_data" / "worlds" / w).exists()
                for w in s8["not_shipped"])
     assert "The builds of marl, sorrel, shale and basalt missed their own specs' expectations" in (

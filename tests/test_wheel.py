@@ -81,7 +81,7 @@ def test_the_installed_wheel_predicts_on_the_bundled_example(installed, tmp_path
     from opsd_diag.run import Run
 
     # this checkout's reading of the same run with the same model file: the installed panel says the same
-    monkeypatch.setattr("opsd_diag.model_file._shipped_text", lambda: json.dumps(model))
+    monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: json.dumps(model))
     p = Run.load(tmp_path / "run").predictions()
     text = prediction.panel(p)
     assert "decision (predictor v2):" in out and "Calibration: shipped" in out and "v1 verdicts, ranked" in out
