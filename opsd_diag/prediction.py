@@ -68,7 +68,6 @@ WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success ch
          "mean_jsd": "mean JSD", "is_jsd": "JSD loss"}
 
 
-
 def _shipped_text() -> str | None:
     try:
         return (resources.files("opsd_diag") / "data" / SHIPPED).read_text(encoding="utf-8")
@@ -146,7 +145,7 @@ class Row:
     contributions: tuple[tuple[str, float, float], ...]  # (feature, value, contribution), largest |contribution| first
     intercept: float
     imputed: tuple[str, ...]
-    outside: tuple[str, ...] = ()  # features beyond the model's fitted range (core.predictor.outside)
+    outside: tuple[str, ...]  # features beyond the model's fitted range (core.predictor.outside)
 
     @property
     def signal(self) -> str:
