@@ -296,6 +296,27 @@ def test_the_reference_exploration_recomputes_from_the_kept_rows_and_the_verdict
     assert all(float(m[k]) < float(m["shipped"]) for k in ("ref", "ref_config", "v2_ref", "v2_refz", "ens_ref"))
 
 
+def test_the_reach_exploration_recomputes_from_the_kept_rows_and_the_verdict_doc_quotes_it():
+    """explore_lookahead_reach.txt is what its report prints from the kept rows (reach_rows.json, every world's rows
+    rediagnosed at ten times the learning rate), and docs/verdict.md quotes its means."""
+    import json
+    import re
+
+    committed = _reruns("explore_lookahead_reach", "--report")
+    kept = json.loads((HERE / "reach_rows.json").read_text())
+    assert len(kept) == 27 and all(d["learning_rate"] == pytest.approx(3e-3) for d in kept.values())
+    g, shipped, config, fresh, _, kl = re.findall(r"[+-]\d\.\d{3}", next(
+        x for x in committed.splitlines() if x.startswith("mean of worlds")))
+    above, below = re.search(r"above in (\d+), below in (\d+) of 27", committed).groups()
+    mad, zero = re.search(r"mean absolute difference (\d\.\d+) \(mean \|realised\| (\d\.\d+)\)", committed).groups()
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"the fresh pass@1 change ranks a world's rows at {fresh} on average ({config} as a configuration order) "
+            f"against the shipped ranking's {shipped} and G's {g}, above the shipped ranking in {above} of the 27; "
+            f"pooled it misses the realised change by {mad} on average, more than predicting no change ({zero}). Its "
+            f"KL ranks against the outcome ({kl} on average)") in verdict
+    assert int(above) + int(below) <= 27 and float(fresh) < float(shipped) and float(mad) > float(zero)
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""
@@ -305,7 +326,7 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
 
     files = set(report_look2.ANALYSES.values())
     files |= {f for a in list(files) for f in (a.parent / "lookahead").glob("*.json")}
-    files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json"}
+    files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json", HERE / "reach_rows.json"}
     assert len(files) >= 40
     for f in sorted(files):
         text = f.read_text()
