@@ -326,6 +326,45 @@ def test_the_reach_exploration_recomputes_from_the_kept_rows_and_the_verdict_doc
     assert int(above) + int(below) <= 27 and float(fresh) < float(shipped) and float(mad) > float(zero)
 
 
+def test_the_harm_column_is_the_explicit_loop_and_its_exploration_recomputes(tmp_path):
+    """explore_harm.harm against an explicit loop on a small random token table (float64), then explore_harm.txt is
+    what its report prints from the kept values (harm_rows.json) and docs/verdict.md quotes its means."""
+    import math
+    import re
+
+    import numpy as np
+    import pandas as pd
+
+    from benchmarks.validity.v2 import explore_harm
+
+    rng = np.random.default_rng(3)
+    n = 400
+    tokens = pd.DataFrame({"rollout_id": rng.integers(0, 12, n), "config": rng.choice(["a", "b", "c"], n),
+                           "lp_s": np.log(rng.uniform(0.05, 1.0, n)), "r_opd": rng.normal(0, 1.5, n)})
+    rollouts = pd.DataFrame({"rollout_id": np.arange(12), "correct": rng.random(12) < 0.6})
+    tokens.to_parquet(tmp_path / "tokens.parquet")
+    rollouts.to_parquet(tmp_path / "rollouts.parquet")
+    want = {}
+    for c in ("a", "b", "c"):
+        pushes = [max(0.0, -float(t.r_opd)) for t in tokens.itertuples()
+                  if t.config == c and bool(rollouts.correct[t.rollout_id]) and float(t.lp_s) >= math.log(0.5)]
+        if pushes:
+            want[c] = sum(pushes) / len(pushes)
+    assert explore_harm.harm(tmp_path) == pytest.approx(want, rel=1e-12) and len(want) == 3
+
+    committed = _reruns("explore_harm", "--report")
+    mean = re.findall(r"[+-]\d\.\d{3}", next(x for x in committed.splitlines() if x.startswith("mean of worlds")))
+    g, shipped, alone, _, both = mean
+    above = re.search(r"above in (\d+), below in \d+ of (\d+)", committed).groups()
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"ranks a world's rows at {alone} on average over {above[1]} worlds, near G's {g}" in verdict and
+            f"Averaged with the shipped ranking it gives {both} against {shipped}, above in {above[0]} of "
+            f"{above[1]} worlds" in verdict)
+    for w in ("quartz", "loam"):
+        g_w, _, alone_w = re.findall(r"[+-]\d\.\d{2}", next(x for x in committed.splitlines() if x.startswith(w)))[:3]
+        assert f"`{w}` {alone_w} against {'' if w == 'loam' else 'G' + chr(39) + 's '}{g_w}" in verdict, w
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""
@@ -335,7 +374,8 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
 
     files = set(report_look2.ANALYSES.values())
     files |= {f for a in list(files) for f in (a.parent / "lookahead").glob("*.json")}
-    files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json", HERE / "reach_rows.json"}
+    files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json", HERE / "reach_rows.json",
+              HERE / "harm_rows.json"}
     assert len(files) >= 40
     for f in sorted(files):
         text = f.read_text()

@@ -19,6 +19,12 @@ The token tables are those of the diagnosis runs of explore_lookahead_reach.py's
 learning rate changes no token column) and of the checks' studies; the per-configuration values are kept in
 harm_rows.json so the report reruns without them.
 
+Reading of its output (explore_harm.txt, 28 worlds): the column sees something. Alone it ranks a world's rows at
++0.630 on average, near G's +0.654, from the token table alone and with no accuracy measured, and it is best where G
+is worst (quartz +0.51 against G's +0.09, loam +0.68 against +0.20). Averaged with the shipped ranking it gives +0.728
+against +0.732, above in 15 of 28 worlds and below in 13: no gain, and no look was built here. Its use, if any, is as a
+feature of a model fitted leave-one-world-out and judged on a world built after that plan.
+
     python benchmarks/validity/v2/explore_harm.py --runs DIR [DIR ...] --keep    # DIR/<world>/diag/<run>/tokens.parquet
     python benchmarks/validity/v2/explore_harm.py --report > benchmarks/validity/v2/explore_harm.txt
 """
