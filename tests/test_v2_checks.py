@@ -365,6 +365,21 @@ def test_the_harm_column_is_the_explicit_loop_and_its_exploration_recomputes(tmp
         assert f"`{w}` {alone_w} against {'' if w == 'loam' else 'G' + chr(39) + 's '}{g_w}" in verdict, w
 
 
+def test_the_harm_fit_exploration_recomputes_and_the_verdict_doc_quotes_it():
+    import re
+
+    committed = _reruns("explore_harm_fit")
+    never = next(x for x in committed.splitlines() if x.startswith("mean of the 21 never fitted"))
+    g, shipped, without, with_harm = re.findall(r"[+-]\d\.\d{3}", never)
+    diff = re.search(r"v2_harm minus v2_all over the 21 never fitted: ([+-]\d\.\d{3}) \[([+-]\d\.\d{3}), "
+                     r"([+-]\d\.\d{3})\]", committed).groups()
+    quartz = re.findall(r"[+-]\d\.\d{2}", next(x for x in committed.splitlines() if x.startswith("quartz")))
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"it reaches {with_harm} over the 21 the first look never fitted on against {without} without it "
+            f"(difference {diff[0]} [{diff[1]}, {diff[2]}]) and the shipped {shipped}; on `quartz` {quartz[3]} "
+            "either way") in verdict and quartz[2] == quartz[3]
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""

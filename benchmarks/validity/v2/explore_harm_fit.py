@@ -15,6 +15,11 @@ Per world the Spearman with the realised held-out Δpass@1 of both, of the shipp
 ranking, and the mean difference against v2_all with a bootstrap over worlds. A gain here would be a candidate for a
 look judged on a world built after its plan, with harm as a tested column of the diagnosis.
 
+Reading of its output (explore_harm_fit.txt): fitted, the column adds nothing. v2_harm reaches +0.748 over the 21
+never-fitted worlds against v2_all's +0.746 (difference +0.002 [-0.003, +0.007]) and the shipped ranking's +0.736;
+on quartz, where harm alone ranked best, +0.12 with or without it. What harm knows, G, teachability and the mean JSD
+already carry in a linear model; where it helped alone (the preamble worlds) it is averaged away. No look follows.
+
     python benchmarks/validity/v2/explore_harm_fit.py > benchmarks/validity/v2/explore_harm_fit.txt
 """
 from __future__ import annotations
