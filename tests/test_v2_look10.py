@@ -102,7 +102,8 @@ def test_readme_and_verdict_doc_quote_the_committed_figures():
               f"{f(new['spearman']['v2_all'])} against {f(new['spearman']['shipped'])} on `gravel` (G alone "
               f"{f(new['spearman']['accuracy_gap'])})",
               f"the lookahead's KL {coef['shipped']['lookahead_kl']:+.3f} to {coef['v2_all']['lookahead_kl']:+.3f} per SD",
-              f"teachability {coef['shipped']['teachability']:+.3f} to {coef['v2_all']['teachability']:+.3f}",
+              f"teachability {coef['shipped']['teachability']:+.3f} to {coef['v2_all']['teachability']:+.3f}, mean "
+              f"JSD {coef['shipped']['mean_jsd']:+.3f} to {coef['v2_all']['mean_jsd']:+.3f}",
               *(f"`{w}` {f(pw['v2_all']['worlds'][w])} against {q}{f(pw['shipped']['worlds'][w])}"
                 for w, q in (("hearth", ""), ("chains", "the first look's in-sample "), ("cobble", ""),
                              ("ember", ""))),
