@@ -124,6 +124,36 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
            f"({', '.join(checked)}): {report_v2.fmt(float(np.mean(product)))}" in prediction.load().checks
 
 
+def test_what_the_product_decides_on_the_worlds_built_after_the_ranking_shipped():
+    """CHECKS.md's recommended rows against an independent pick (report_look8.recommended over the product's and G's
+    orders, the best realised row by a loop), and the means the report and the model file's sentence quote."""
+    import numpy as np
+
+    from benchmarks.validity.v2 import report_look8
+    from benchmarks.validity.v2.looks import product_order
+    from opsd_diag import prediction
+    s8 = report_checks.analysis()["since_look8"]
+    assert list(s8["recommended"]) == list(s8["per_world"])
+    for w, d in s8["recommended"].items():
+        rows = report_checks.rows_of(w)
+        gain = report_look8.product_gain(rows, check_world.shipped())
+        realised = [r["d_pass1"]["estimate"] for r in rows]
+        for k, rule in (("product", "v2_config"), ("by_g", "sign_of_g")):
+            want = report_look8.recommended(product_order(rows, gain, rule), rows)[w]
+            assert d[k]["realised"] == pytest.approx(want, abs=1e-12), (w, k)
+            assert d[k]["place"] == 1 + sum(x > want for x in realised), (w, k)
+        assert d["best"] == pytest.approx(max(realised), abs=1e-12) and d["n_rows"] == len(rows)
+    means = {k: float(np.mean([d[k]["realised"] for d in s8["recommended"].values()])) for k in ("product", "by_g")}
+    assert s8["recommended_mean"]["product"] == pytest.approx(means["product"])
+    assert means["product"] > means["by_g"]  # the eighth look's ranking recommends better rows than G's did
+    assert f"realised {means['product']:+.3f} on average" in prediction.load().checks
+    assert f"| mean | | {means['product']:+.3f} | {means['by_g']:+.3f} |" in (HERE / "CHECKS.md").read_text()
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"the row it recommends (the best-ranked with G > 0) realised {means['product']:+.3f} on average over the "
+            f"{len(s8['recommended'])}, against {s8['recommended_mean']['best']:+.3f} for each world's best row and "
+            f"{means['by_g']:+.3f} for the row the ranking by G recommended before the eighth look") in verdict
+
+
 def test_the_ceiling_exploration_recomputes_and_the_verdict_doc_quotes_it():
     """explore_ceiling.txt is what its script prints from the committed rows (numbers within 0.011: CPUs round
     differently), and docs/verdict.md quotes its means."""

@@ -5,7 +5,8 @@
 Reads only committed files: each checked world's rows in ``checks/`` (``check_world.py --keep``), recomputes the
 figures ``check_world.py`` printed for it, and adds what no single world shows: the mean of the per-world
 Spearman coefficients, method pairs and decisive verdicts summed over the worlds, and the forgetting Spearman
-pooled over their rows, each beside the issue's target. A world of the plan that the level rule excluded is
+pooled over their rows, each beside the issue's target; on the worlds built after the eighth look, what the product
+decides: the row it recommends and that row's realised change. A world of the plan that the level rule excluded is
 listed with its line; one not checked yet is listed as such. The same figures, in one sentence, go into the
 package's model file (``checks``), which the decision panel quotes after its ranking rule. ``--check`` fails
 when CHECKS.md or that sentence differs.
@@ -27,7 +28,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import check_world, report_look2, report_v2  # noqa: E402
-from benchmarks.validity.v2.looks import shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_checks.yaml"
@@ -82,6 +83,21 @@ def world_figures(world: str, rows: list[dict] | None = None) -> dict:
     return json.loads(json.dumps(report_v2.stats_jsonable(figures)))
 
 
+def recommended(rows: list[dict], ship: dict) -> dict:
+    """What the product decides on one world: the realised Δpass@1 of the row it recommends (the best-ranked with
+    G > 0) under the eighth look's ranking and under the ranking by G before it, each with its place among the
+    world's rows (1: the best realised), and the best row's."""
+    y = report_v2.target(rows, "d_pass1")
+    g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
+    out = {"best": float(np.nanmax(y)), "n_rows": len(rows)}
+    for name, rule in (("product", LATER), ("by_g", ORDER)):
+        order, k = product_order(rows, shipped_gain(rows, ship), rule), np.flatnonzero(g > 0)
+        i = int(k[np.argmax(order[k])]) if k.size else None
+        out[name] = None if i is None else {"row": f"{rows[i]['config']} with {rows[i]['method']}",
+                                            "realised": float(y[i]), "place": int((y > y[i]).sum()) + 1}
+    return out
+
+
 def status(world: str) -> str:
     """checked, excluded (its check_<world>.txt says why) or not checked yet."""
     if (report_look2.CHECKS / f"{world}_analysis.json").is_file():
@@ -121,6 +137,8 @@ def analysis() -> dict:
     forgetting = {tier: stats.spearman(shipped_gain(every, as_checked(), tier, "d_regression"),
                                        report_v2.target(every, "d_regression")) if since else None
                   for tier in ("v2", "v2_no_lookahead")}
+    picks = {w: recommended(later_rows[w], as_checked(w)) for w in since}
+    both = [p for p in picks.values() if p["product"] and p["by_g"]]  # worlds where both rankings recommend a row
     too_large = shipping_notes()  # met their specs, not shipped for another reason
     return json.loads(json.dumps(report_v2.stats_jsonable(
         {"worlds": states, "per_world": per, "over": over,
@@ -129,7 +147,10 @@ def analysis() -> dict:
                          "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()
                                          and w not in too_large],
                          "not_shipped_because": too_large,
-                         "forgetting_pooled_all": forgetting}})))
+                         "forgetting_pooled_all": forgetting, "recommended": picks,
+                         "recommended_mean": {k: float(np.mean([p[k]["realised"] if k != "best" else p[k]
+                                                                for p in both])) if both else None
+                                              for k in ("product", "by_g", "best")}}})))
 
 
 def _share(a: int, b: int) -> str:
@@ -196,6 +217,19 @@ def render(a: dict) -> str:
                          + f" | {mo['n_right']}/{mo['n_pairs']} |")
         lines.append("| mean | | " + " | ".join(f(s8["mean_spearman"][m]) for m in cols)
                      + f" | {s8['method_order'][0]}/{s8['method_order'][1]} |")
+        rec = s8["recommended"]
+        lines += ["", "What the product decides there: the row it recommends (the best-ranked with G > 0), its realised "
+                  "Δpass@1 and its place among the world's rows (1: the best realised), beside the row the ranking by "
+                  f"G before the eighth look ({ORDER}) recommends and the best row.", "",
+                  f"| world | recommended ({LATER}) | realised (place) | by G ({ORDER}): realised (place) | best row |",
+                  "|---|---|---|---|---|"]
+        for w, d in rec.items():
+            p, q = d["product"], d["by_g"]
+            lines.append(f"| {w} | " + (f"{p['row']} | {p['realised']:+.3f} ({p['place']} of {d['n_rows']})"
+                                        if p else "none (no G > 0) | —")
+                         + (f" | {q['realised']:+.3f} ({q['place']})" if q else " | —") + f" | {d['best']:+.3f} |")
+        lines.append("| mean | | " + " | ".join(f"{s8['recommended_mean'][k]:+.3f}" for k in ("product", "by_g", "best"))
+                     + " |")
         fp, n = s8["forgetting_pooled_all"], len(checked) + len(s8["per_world"])
         lines += ["", f"v2's forgetting Spearman pooled over the rows of all {n} worlds checked since the seventh look: "
                       f"{f(fp['v2'])} (v2 without lookahead {f(fp['v2_no_lookahead'])}; the plan's "
@@ -223,7 +257,9 @@ def _since_sentence(s8: dict) -> str:
     ms, f, worlds = s8["mean_spearman"], report_v2.fmt, list(s8["per_world"])
     return (f" The ranking shipped since ({LATER}), on the {len(worlds)} world{'s' * (len(worlds) != 1)} built after "
             f"it ({', '.join(worlds)}): {f(ms[LATER_PRODUCT])}, G alone {f(ms['accuracy_gap'])}; it ordered "
-            f"{s8['method_order'][0]} of {s8['method_order'][1]} method pairs right.")
+            f"{s8['method_order'][0]} of {s8['method_order'][1]} method pairs right, and the row it recommends "
+            f"(best-ranked with G > 0) realised {s8['recommended_mean']['product']:+.3f} on average (the best row "
+            f"{s8['recommended_mean']['best']:+.3f}, the ranking by G's {s8['recommended_mean']['by_g']:+.3f}).")
 
 
 def main(argv: list[str] | None = None) -> int:
