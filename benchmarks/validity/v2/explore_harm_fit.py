@@ -37,6 +37,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_harm import KEPT  # noqa: E402
+from benchmarks.validity.v2.looks import by_tier  # noqa: E402
 
 RULES = ("accuracy_gap", "shipped", "v2_all", "v2_harm")
 
@@ -52,7 +53,7 @@ def gains(rows: list[dict], extra: list[str]) -> np.ndarray:
     tier rule."""
     d = look10.design()
     folds = {t: v2.lowo(rows, [*f, *extra], "d_pass1", d["alpha"], inner=False)["pred"] for t, f in d["tiers"].items()}
-    return look10.by_tier(folds, rows)
+    return by_tier(folds, rows)
 
 
 def main() -> int:

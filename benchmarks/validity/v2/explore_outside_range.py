@@ -33,16 +33,15 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
 from benchmarks.validity.v2.explore_tier_ranking import LATER  # noqa: E402
+from benchmarks.validity.v2.looks import has_lookahead  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
-
-LOOKAHEAD = ("lookahead_dv", "lookahead_dll", "lookahead_kl")
-
 
 def rows_of(w: str, shipped: dict) -> list[dict]:
     """Each row with the product's tier, its predicted gain and interval, the features outside the range."""
     out = []
-    for r in look2.load_rows({"worlds": [w]}):
-        tier = "v2" if any(math.isfinite(v2._num(r[k])) for k in LOOKAHEAD) else "v2_no_lookahead"
+    rows = look2.load_rows({"worlds": [w]})
+    for r, has in zip(rows, has_lookahead(rows)):
+        tier = "v2" if has else "v2_no_lookahead"
         m = shipped["models"][tier]["d_pass1"]
         X = v2.matrix([r], m["features"])
         gain = float(model.predict(m, X)[0])

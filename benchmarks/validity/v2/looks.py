@@ -109,6 +109,19 @@ def lowo_classes(rows: list[dict], features: list[str], lam: float) -> dict[str,
     return out
 
 
+LOOKAHEAD = ("lookahead_dv", "lookahead_dll", "lookahead_kl")
+
+
+def has_lookahead(rows: list[dict]) -> np.ndarray:
+    """``[n]``: the rows with a lookahead result, which the product predicts with tier v2 (else v2_no_lookahead)."""
+    return np.array([any(np.isfinite(v2._num(r[k])) for k in LOOKAHEAD) for r in rows], dtype=bool)
+
+
+def by_tier(per_tier: dict[str, np.ndarray], rows: list[dict]) -> np.ndarray:
+    """The product's choice of tier per row: ``per_tier["v2"]`` with a lookahead result, else v2_no_lookahead's."""
+    return np.where(has_lookahead(rows), per_tier["v2"], per_tier["v2_no_lookahead"])
+
+
 def shipped_gain(rows: list[dict], shipped: dict, tier: str = "v2", outcome: str = "d_pass1") -> np.ndarray:
     """A shipped model file's predicted ``outcome`` of each row (``tier``: the one the product uses where a row
     has a lookahead)."""

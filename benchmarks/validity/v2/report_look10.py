@@ -28,13 +28,12 @@ from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import by_tier, product_order  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look10.yaml"
 RULES = ("accuracy_gap", "shipped", "v2_all")
-LOOKAHEAD = ("lookahead_dv", "lookahead_dll", "lookahead_kl")
 BOOT = {"n": 2000, "seed": 0}
 
 
@@ -50,15 +49,6 @@ def seen() -> list[str]:
 def design() -> dict:
     """The first look's model design (tiers, alpha), which v2_all keeps."""
     return yaml.safe_load(v2.PLAN.read_text())["model"]
-
-
-def has_lookahead(rows: list[dict]) -> np.ndarray:
-    return np.array([any(math.isfinite(v2._num(r[k])) for k in LOOKAHEAD) for r in rows])
-
-
-def by_tier(per_tier: dict[str, np.ndarray], rows: list[dict]) -> np.ndarray:
-    """The product's choice of tier per row: v2 with a lookahead result, v2_no_lookahead without."""
-    return np.where(has_lookahead(rows), per_tier["v2"], per_tier["v2_no_lookahead"])
 
 
 def applied(models: dict, rows: list[dict]) -> dict[str, dict]:

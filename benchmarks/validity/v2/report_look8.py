@@ -18,7 +18,6 @@ ranking that ships is written there as ``method_order``.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look7 as look7  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import by_tier, product_order, shipped_gain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look8.yaml"
@@ -53,10 +52,7 @@ def worlds() -> list[str]:
 
 def product_gain(rows: list[dict], shipped: dict) -> np.ndarray:
     """v2's predicted Δpass@1 as the product computes it: tier v2 with a lookahead result, v2_no_lookahead without."""
-    full, fallback = shipped_gain(rows, shipped, "v2"), shipped_gain(rows, shipped, "v2_no_lookahead")
-    has = np.array([any(math.isfinite(v2._num(r[k])) for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl"))
-                    for r in rows])
-    return np.where(has, full, fallback)
+    return by_tier({t: shipped_gain(rows, shipped, t) for t in ("v2", "v2_no_lookahead")}, rows)
 
 
 def orders(rows: list[dict], shipped: dict) -> dict[str, np.ndarray]:
