@@ -20,8 +20,8 @@ Definitions, fixed before any of it ran:
   0.25), and ``g4``, the 4 teacher samples' success rate minus the student's (G from twice the samples), to tell a
   gain of the handoff from one of sample size.
 
-Judged on every world whose build is in the repository and whose rows are committed (explore_lookahead_reach.worlds),
-over the worlds the first look never fitted on, per world the Spearman with the realised held-out Δpass@1 of:
+Judged on every world whose build is in the repository and whose rows are committed (``worlds``: the 27 of
+explore_lookahead_reach.py and quartz, checked since), over the worlds the first look never fitted on, per world the Spearman with the realised held-out Δpass@1 of:
 - ``handoff_config``: the product's ranking (``looks.product_order``, v2_config) with the handoff as the gain;
 - ``mean_rank``: the mean of each row's within-world ranks under the shipped ranking and handoff_config;
 - ``v2_handoff``: the first look's design with ``handoff`` as one more feature in both tiers, fitted
@@ -61,6 +61,10 @@ STREAM = 9000
 FRACTIONS = {"handoff": 0.5, "handoff_25": 0.25}
 COLUMNS = ("handoff", "handoff_25", "g4")
 RULES = ("accuracy_gap", "shipped", "handoff_config", "mean_rank", "v2_all", "v2_handoff")
+
+
+def worlds() -> list[str]:
+    return [*reach.worlds(), "quartz"]
 
 
 def prefix_of(ids: list[int], stop_ids, fraction: float) -> list[int]:
@@ -152,7 +156,7 @@ def measure(out: Path, names: list[str]) -> None:
 
 def keep(out: Path) -> None:
     kept = {}
-    for w in reach.worlds():
+    for w in worlds():
         f = out / w / "handoff.json"
         if f.is_file():
             d = json.loads(f.read_text())
@@ -243,7 +247,7 @@ def main(argv=None) -> int:
     if args.keep:
         keep(args.out)
         return 0
-    measure(args.out, args.worlds.split(",") if args.worlds else reach.worlds())
+    measure(args.out, args.worlds.split(",") if args.worlds else worlds())
     return 0
 
 
