@@ -410,6 +410,38 @@ def test_the_harm_fit_exploration_recomputes_and_the_verdict_doc_quotes_it():
             "either way") in verdict and quartz[2] == quartz[3]
 
 
+def test_the_handoff_prefix_is_the_definition_and_its_exploration_recomputes():
+    """explore_handoff.prefix_of keeps floor(f x n) of a sample's n ids and never a stop id (an explicit loop on
+    random ids); explore_handoff.txt is what its report prints from the kept rows (handoff_rows.json), no rule clears
+    the +0.02 its decision rule fixed, and docs/verdict.md quotes its means."""
+    import random
+    import re
+
+    from benchmarks.validity.v2 import explore_handoff
+
+    rng = random.Random(0)
+    for _ in range(200):
+        ids, stops, f = [rng.randrange(6) for _ in range(rng.randrange(12))], {0, 5}, rng.choice((0.25, 0.5, 0.9))
+        want = []
+        for t in ids:
+            if len(want) < int(f * len(ids)) and t not in stops:
+                want.append(t)
+        assert explore_handoff.prefix_of(ids, stops, f) == want
+    committed = _reruns("explore_handoff", "--report")
+    never = next(x for x in committed.splitlines() if x.startswith("mean, 21 never fitted"))
+    g, shipped, config, mean_rank, without, with_h = re.findall(r"[+-]\d\.\d{3}", never)[:6]
+    diff = re.search(r"mean_rank minus shipped over the never fitted: ([+-]\d\.\d{3}) \[([+-]\d\.\d{3}), "
+                     r"([+-]\d\.\d{3})\] \(bootstrap over worlds\), above in (\d+), below in (\d+)", committed).groups()
+    assert "an eleventh look on the handoff is not planned" in committed and float(diff[0]) < 0.02
+    assert float(config) < float(shipped) and float(with_h) < float(without) + 0.02
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"ranks the 21 worlds the first look never fitted on at {config}, above G's {g} and below the shipped "
+            f"ranking's {shipped}") in verdict
+    assert (f"Averaged with the shipped ranking it reaches {mean_rank}, {diff[0]} [{diff[1]}, {diff[2]}] above it "
+            f"(above in {diff[3]}, below in {diff[4]}); as one more feature of v2 {with_h} against {without} without "
+            "it") in verdict
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""
@@ -420,7 +452,7 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
     files = set(report_look2.ANALYSES.values())
     files |= {f for a in list(files) for f in (a.parent / "lookahead").glob("*.json")}
     files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json", HERE / "reach_rows.json",
-              HERE / "harm_rows.json"}
+              HERE / "harm_rows.json", HERE / "handoff_rows.json"}
     assert len(files) >= 40
     for f in sorted(files):
         text = f.read_text()

@@ -31,6 +31,15 @@ the handoff only if handoff_config or mean_rank beats the shipped ranking, or v2
 and v2_all, by at least +0.02 in the mean over the never-fitted worlds and in more of them than it trails. Otherwise
 the handoff is reported and nothing else follows.
 
+Reading of its output (explore_handoff.txt, 28 worlds, 700 s of measurement): the handoff sees part of what G misses
+and loses what G sees. Alone, as a configuration order, it ranks the 21 never-fitted worlds at +0.705 (the column
+itself +0.691), above G's +0.656 and below the shipped ranking's +0.736. It is far above G where G fails (the answer-only
+self-teacher's gain vanishes: capacity's G +0.64 is a handoff of -0.04; quartz +0.27, loam +0.73, ember +0.89 against
+G's +0.09, +0.20, +0.33) and far below where the teacher's advantage lies late in its answer (style +0.11 against G's
++0.58, mixed +0.49 against +0.82). Averaged with the shipped ranking it reaches +0.751, +0.015 [-0.022, +0.051] above
+it (above in 13 worlds, below in 8); fitted as a feature of v2 +0.741 against v2_all's +0.746. No rule clears the +0.02
+fixed above: no eleventh look is planned on it.
+
     python benchmarks/validity/v2/explore_handoff.py --out DIR [--worlds a,b]    # measure (resumable per world)
     python benchmarks/validity/v2/explore_handoff.py --out DIR --keep            # rows: handoff_rows.json
     python benchmarks/validity/v2/explore_handoff.py --report > benchmarks/validity/v2/explore_handoff.txt
