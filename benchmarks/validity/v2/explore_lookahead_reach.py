@@ -30,7 +30,6 @@ than G. Four steps along the initial gradient, however long, are not the run. No
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -46,7 +45,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2 import run_v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, product_order  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -153,22 +152,7 @@ def render(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--worlds")
-    ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--report", action="store_true")
-    args = ap.parse_args(argv)
-    if args.report:
-        print(render(report()))
-        return 0
-    if args.out is None:
-        ap.error("--out DIR is needed to rediagnose or to keep")
-    if args.keep:
-        keep(args.out)
-        return 0
-    rediagnose(args.out, args.worlds.split(",") if args.worlds else worlds())
-    return 0
+    return explore_cli(argv, __doc__, rediagnose, keep, lambda: render(report()), worlds)
 
 
 if __name__ == "__main__":

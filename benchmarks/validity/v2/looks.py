@@ -144,3 +144,27 @@ def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0)
     scores = np.empty(len(rows))
     scores[order] = np.arange(len(rows), dtype=float)
     return scores
+
+
+def explore_cli(argv, doc: str, measure, keep, text, worlds) -> int:
+    """The command line of an exploration that measures worlds into ``--out DIR`` (resumable; ``--worlds a,b``),
+    keeps their rows beside its script (``--keep``) and prints its report from the kept rows (``--report``)."""
+    import argparse
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--worlds")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args(argv)
+    if args.report:
+        print(text())
+        return 0
+    if args.out is None:
+        ap.error("--out DIR is needed to measure or to keep")
+    if args.keep:
+        keep(args.out)
+    else:
+        measure(args.out, args.worlds.split(",") if args.worlds else worlds())
+    return 0
