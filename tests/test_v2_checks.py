@@ -93,8 +93,8 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
 
 
 def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_built_after_it():
-    """tallow (amendment 2), flint, hearth, loam, marl, sorrel, pumice, shale, basalt, cobble, flume, gravel and quartz
-    (amendments 4 to 13) and wick (the ninth look's world), each
+    """tallow (amendment 2), flint, hearth, loam, marl, sorrel, pumice, shale, basalt, cobble, flume, gravel, quartz,
+    ochre and umber (amendments 4 to 15) and wick (the ninth look's world), each
     checked with the eighth look's ranking: the mean the report and the model file's checks sentence quote is the
     mean of their recomputed figures; lantern (amendment 3) was excluded by the level rule and is reported as such."""
     import numpy as np
@@ -103,7 +103,7 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     s8 = report_checks.analysis()["since_look8"]
     planned = report_checks.since_look8()
     assert planned == ["tallow", "lantern", "flint", "hearth", "loam", "marl", "sorrel", "pumice", "shale", "basalt",
-                       "cobble", "flume", "gravel", "quartz", "wick"]
+                       "cobble", "flume", "gravel", "quartz", "ochre", "umber", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
     assert s8["excluded"] == ["lantern"] and report_checks.status("lantern") == "excluded"  # amendment 3: level rule
@@ -208,7 +208,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     for w in ("flint", "hearth", "loam", "marl", "sorrel", "pumice", "shale", "basalt", "cobble", "flume", "gravel",
-              "quartz"):
+              "quartz", "ochre", "umber"):
         m = per[w]["models"]
         assert f"`{w}`, " in verdict and f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])})" \
             in verdict, w
@@ -219,7 +219,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     right, pairs = s8["method_order"]
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])}, "
             f"method pairs {right} of {pairs}")
-    assert len(per) == 14 and mean in readme
+    assert len(per) == 16 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)})" in verdict
     for w in ("sorrel", "basalt", "cobble", "gravel", "quartz"):
