@@ -1,9 +1,12 @@
 """The later looks' model design and statistics (plan_look2.yaml, plan_look3.yaml): a centred feature ``c(x)``,
 leave-one-world-out fits with the training folds' imputation, the within-diagnosis Spearman of the third look, and
-the shipped model's gain and the product's order of rows (looks 5 and 6, check_world.py).
-``report_look2.py`` runs them over the worlds and writes the reports."""
+the shipped model's gain and the product's order of rows (looks 5 and 6, check_world.py), and the explorations'
+command line. ``report_look2.py`` runs them over the worlds and writes the reports."""
 
 from __future__ import annotations
+
+import argparse
+from pathlib import Path
 
 import numpy as np
 
@@ -149,9 +152,6 @@ def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0)
 def explore_cli(argv, doc: str, measure, keep, text, worlds) -> int:
     """The command line of an exploration that measures worlds into ``--out DIR`` (resumable; ``--worlds a,b``),
     keeps their rows beside its script (``--keep``) and prints its report from the kept rows (``--report``)."""
-    import argparse
-    from pathlib import Path
-
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--worlds")
