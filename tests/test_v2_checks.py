@@ -442,6 +442,31 @@ def test_the_handoff_prefix_is_the_definition_and_its_exploration_recomputes():
             "it") in verdict
 
 
+def test_the_rank_parts_exploration_recomputes_its_oracles_and_the_verdict_doc_quotes_it():
+    """explore_rank_parts.lexical orders by its first key, ties by its second (an explicit sort on random keys);
+    explore_rank_parts.txt is what its script prints from the committed rows; docs/verdict.md quotes its means."""
+    import re
+
+    import numpy as np
+
+    from benchmarks.validity.v2 import explore_rank_parts
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        first, then = rng.integers(0, 4, 12).astype(float), rng.permutation(12).astype(float)
+        want = sorted(range(12), key=lambda i: (first[i], then[i]))
+        assert list(np.argsort(explore_rank_parts.lexical(first, then), kind="stable")) == want
+    committed = _reruns("explore_rank_parts")
+    means = re.findall(r"shipped ([+-]\d\.\d{3}), config_oracle ([+-]\d\.\d{3}), method_oracle ([+-]\d\.\d{3})",
+                       committed)
+    (a_s, a_c, a_m), (s_s, s_c, s_m) = means
+    assert float(a_c) - float(a_s) > 5 * (float(a_m) - float(a_s))  # the room is the configuration order
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"the mean within-world Spearman over the 35 worlds with committed rows would be {a_c} against the shipped "
+            f"{a_s}; keep the product's configuration order and order each configuration's methods perfectly, {a_m}. "
+            f"On the 16 worlds built after the ranking shipped, {s_c} and {s_m} against {s_s}.") in verdict
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""
