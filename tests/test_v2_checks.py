@@ -467,6 +467,39 @@ def test_the_rank_parts_exploration_recomputes_its_oracles_and_the_verdict_doc_q
             f"On the 16 worlds built after the ranking shipped, {s_c} and {s_m} against {s_s}.") in verdict
 
 
+def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
+    """explore_recommended_size.txt is what its script prints from the committed rows; CHECKS.md's across-world
+    Spearman of the recommended row's prediction (report_checks.recommended_size) equals the exploration's own pick over
+    the same worlds; docs/verdict.md and the model file's checks sentence quote it."""
+    import json
+    import re
+
+    from benchmarks.validity.v2 import explore_recommended_size as size
+
+    committed = _reruns("explore_recommended_size")
+    res = size.report()
+    s8 = report_checks.analysis()["since_look8"]
+    since = [w for w in s8["per_world"] if w in res["rows"]]
+    assert len(since) == len(s8["per_world"]) == 16
+    assert s8["recommended_size"] == pytest.approx(size.summary(res["rows"], since)["spearman_predicted"], abs=1e-9)
+    for w in since:  # the same row, its realised change
+        assert s8["recommended"][w]["product"]["realised"] == pytest.approx(res["rows"][w]["realised"], abs=1e-12)
+    never = res["never_fitted"]
+    low = [res["rows"][w] for w in never["small"]]
+    assert never["spearman_predicted"] < 0 and len(low) == 7
+    line = next(x for x in committed.splitlines() if x.startswith("never fitted"))
+    pred, g = re.search(r"its predicted gain ([+-]\d\.\d\d), its G ([+-]\d\.\d\d)", line).groups()
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"the recommended row's predicted gain ranks what it realised at {pred} (its G {g}; "
+            f"{report_v2.fmt(s8['recommended_size'])} over the 16 built after the ranking shipped). The seven where the "
+            f"recommendation realised less than +0.02 were predicted {min(r['predicted'] for r in low):+.2f} to "
+            f"{max(r['predicted'] for r in low):+.2f}, five of them with a G of +0.55 or more") in verdict
+    assert sum(r["accuracy_gap"] >= 0.55 for r in low) == 5
+    sentence = json.loads(report_checks.SHIPPED.read_text())["checks"]["summary"]
+    assert (f"predicted gain against what it realised: Spearman {report_v2.fmt(s8['recommended_size'])}. The prediction "
+            "orders the rows of a diagnosis; it did not say how much the recommendation would help.") in sentence
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""

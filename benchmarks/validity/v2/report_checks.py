@@ -89,13 +89,22 @@ def recommended(rows: list[dict], ship: dict) -> dict:
     world's rows (1: the best realised), and the best row's."""
     y = report_v2.target(rows, "d_pass1")
     g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
-    out = {"best": float(np.nanmax(y)), "n_rows": len(rows)}
+    out, gain = {"best": float(np.nanmax(y)), "n_rows": len(rows)}, shipped_gain(rows, ship)
     for name, rule in (("product", LATER), ("by_g", ORDER)):
-        order, k = product_order(rows, shipped_gain(rows, ship), rule), np.flatnonzero(g > 0)
+        order, k = product_order(rows, gain, rule), np.flatnonzero(g > 0)
         i = int(k[np.argmax(order[k])]) if k.size else None
         out[name] = None if i is None else {"row": f"{rows[i]['config']} with {rows[i]['method']}",
-                                            "realised": float(y[i]), "place": int((y > y[i]).sum()) + 1}
+                                            "realised": float(y[i]), "place": int((y > y[i]).sum()) + 1,
+                                            "predicted": float(gain[i])}
     return out
+
+
+def recommended_size(picks: dict) -> float | None:
+    """Across worlds, the Spearman of the recommended row's predicted gain with what it realised: does the headline
+    number say how much the recommendation helps, not only which row?"""
+    p = [d["product"] for d in picks.values() if d["product"]]
+    return stats.spearman(np.array([x["predicted"] for x in p]), np.array([x["realised"] for x in p])) \
+        if len(p) > 2 else None
 
 
 def status(world: str) -> str:
@@ -148,6 +157,7 @@ def analysis() -> dict:
                                          and w not in too_large],
                          "not_shipped_because": too_large,
                          "forgetting_pooled_all": forgetting, "recommended": picks,
+                         "recommended_size": recommended_size(picks),
                          "recommended_mean": {k: float(np.mean([p[k]["realised"] if k != "best" else p[k]
                                                                 for p in both])) if both else None
                                               for k in ("product", "by_g", "best")}}})))
@@ -230,6 +240,8 @@ def render(a: dict) -> str:
                          + (f" | {q['realised']:+.3f} ({q['place']})" if q else " | —") + f" | {d['best']:+.3f} |")
         lines.append("| mean | | " + " | ".join(f"{s8['recommended_mean'][k]:+.3f}" for k in ("product", "by_g", "best"))
                      + " |")
+        lines += ["", "Across these worlds, the recommended row's predicted Δpass@1 (the decision panel's headline number) "
+                      f"against what it realised: Spearman {f(s8['recommended_size'])}. " + _size_words(s8)]
         fp, n = s8["forgetting_pooled_all"], len(checked) + len(s8["per_world"])
         lines += ["", f"v2's forgetting Spearman pooled over the rows of all {n} worlds checked since the seventh look: "
                       f"{f(fp['v2'])} (v2 without lookahead {f(fp['v2_no_lookahead'])}; the plan's "
@@ -259,7 +271,16 @@ def _since_sentence(s8: dict) -> str:
             f"it ({', '.join(worlds)}): {f(ms[LATER_PRODUCT])}, G alone {f(ms['accuracy_gap'])}; it ordered "
             f"{s8['method_order'][0]} of {s8['method_order'][1]} method pairs right, and the row it recommends "
             f"(best-ranked with G > 0) realised {s8['recommended_mean']['product']:+.3f} on average (the best row "
-            f"{s8['recommended_mean']['best']:+.3f}, the ranking by G's {s8['recommended_mean']['by_g']:+.3f}).")
+            f"{s8['recommended_mean']['best']:+.3f}, the ranking by G's {s8['recommended_mean']['by_g']:+.3f}). "
+            f"Across those worlds the recommended row's predicted gain against what it realised: Spearman "
+            f"{f(s8['recommended_size'])}. " + _size_words(s8))
+
+
+def _size_words(s8: dict) -> str:
+    """What the across-world Spearman of the recommended row's prediction means for a reader of the headline."""
+    r = s8["recommended_size"]
+    return ("The prediction tracked how much the recommendation helped." if r is not None and r >= 0.5 else
+            "The prediction orders the rows of a diagnosis; it did not say how much the recommendation would help.")
 
 
 def main(argv: list[str] | None = None) -> int:
