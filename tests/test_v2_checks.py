@@ -498,6 +498,9 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     sentence = json.loads(report_checks.SHIPPED.read_text())["checks"]["summary"]
     assert (f"predicted gain against what it realised: Spearman {report_v2.fmt(s8['recommended_size'])}. The prediction "
             "orders the rows of a diagnosis; it did not say how much the recommendation would help.") in sentence
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert (f"the recommended row's predicted gain ranks what it realised across them at "
+            f"{report_v2.fmt(s8['recommended_size'])}: an order, not a size") in readme
 
 
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
