@@ -495,6 +495,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
             f"recommendation realised less than +0.02 were predicted {min(r['predicted'] for r in low):+.2f} to "
             f"{max(r['predicted'] for r in low):+.2f}, five of them with a G of +0.55 or more") in verdict
     assert sum(r["accuracy_gap"] >= 0.55 for r in low) == 5
+    assert f"recommended row's prediction ran against what it realised ({pred} over the 28 worlds" in verdict
     sentence = json.loads(report_checks.SHIPPED.read_text())["checks"]["summary"]
     assert (f"predicted gain against what it realised: Spearman {report_v2.fmt(s8['recommended_size'])}. The prediction "
             "orders the rows of a diagnosis; it did not say how much the recommendation would help.") in sentence
