@@ -496,6 +496,12 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
             f"{max(r['predicted'] for r in low):+.2f}, five of them with a G of +0.55 or more") in verdict
     assert sum(r["accuracy_gap"] >= 0.55 for r in low) == 5
     assert f"recommended row's prediction ran against what it realised ({pred} over the 28 worlds" in verdict
+    leads = {c: (r, n) for c, r, n in re.findall(r"^(\w+)\s+([+-]\d\.\d\d)\s+\(n = (\d+)\)",
+                                                  _reruns("explore_size_leads"), re.M)}
+    assert leads["predicted"][0] == pred and leads["accuracy_gap"][0] == g  # the same rows as the size exploration
+    assert (f"the handoff of the recommended configuration {leads['handoff'][0]} ({leads['handoff'][1]} worlds measured), "
+            f"the row's teachability {leads['teachability'][0]} and its lookahead success change "
+            f"{leads['lookahead_dv'][0]}") in verdict
     sentence = json.loads(report_checks.SHIPPED.read_text())["checks"]["summary"]
     assert (f"predicted gain against what it realised: Spearman {report_v2.fmt(s8['recommended_size'])}. The prediction "
             "orders the rows of a diagnosis; it did not say how much the recommendation would help.") in sentence

@@ -8,6 +8,11 @@ rows; worlds measured there only), and its own teachability, mean JSD, lookahead
 lookahead KL. For each, the Spearman across the worlds the first look never fitted on with what the recommended row
 realised, and the number of worlds it covers.
 
+Reading of its output (explore_size_leads.txt): three columns point the right way, none strongly. The handoff of the
+recommended configuration reaches +0.39 (21 worlds measured), the row's teachability +0.39 and its lookahead success
+change +0.34, against the predicted gain's -0.46 and G's -0.26. A size worth showing would need a look of its own,
+fitted across worlds and judged on new ones; these are where it could start.
+
     python benchmarks/validity/v2/explore_size_leads.py > benchmarks/validity/v2/explore_size_leads.txt
 """
 from __future__ import annotations
