@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import rankdata
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity.v2 import report_checks  # noqa: E402
@@ -46,7 +47,6 @@ def worlds() -> list[str]:
 
 def lexical(first: np.ndarray, then: np.ndarray) -> np.ndarray:
     """Scores that order by ``first``, ties broken by ``then`` (both: higher ranked first)."""
-    from scipy.stats import rankdata
     return rankdata(first, method="dense") * (len(then) + 1) + rankdata(then)
 
 

@@ -55,7 +55,7 @@ def recommended_rows(shipped: dict) -> dict[str, dict]:
             i = max(k, key=lambda j: score[j])
             out[w] = {"row": f"{rows[i]['config']}/{rows[i]['method']}", "predicted": float(gain[i]),
                       "lo": float(lo[i]), "hi": float(hi[i]), "accuracy_gap": float(rows[i]["accuracy_gap"]),
-                      "realised": float(rows[i]["d_pass1"]["estimate"])}
+                      "realised": float(rows[i]["d_pass1"]["estimate"]), "source": rows[i]}
     return out
 
 

@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import explore_handoff as handoff  # noqa: E402
 from benchmarks.validity.v2 import explore_recommended_size as size  # noqa: E402
-from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 
@@ -39,8 +38,7 @@ def leads() -> dict:
     kept = json.loads(handoff.KEPT.read_text())
     values = {}
     for w, r in rec.items():
-        config, method = r["row"].split("/")
-        row = next(x for x in look2.load_rows({"worlds": [w]}) if (x["config"], x["method"]) == (config, method))
+        row = r["source"]
         h = kept.get(w, {}).get("runs", {}).get(row["diagnosis_run"], {}).get(row["diagnosis_config"], {})
         values[w] = {"realised": r["realised"], "predicted": r["predicted"], "accuracy_gap": r["accuracy_gap"],
                      "handoff": h.get("handoff", np.nan),

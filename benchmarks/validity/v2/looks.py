@@ -132,6 +132,11 @@ def shipped_gain(rows: list[dict], shipped: dict, tier: str = "v2", outcome: str
     return model.predict(m, v2.matrix(rows, m["features"]))
 
 
+def product_gain(rows: list[dict], shipped: dict) -> np.ndarray:
+    """v2's predicted Δpass@1 as the product computes it: tier v2 with a lookahead result, v2_no_lookahead without."""
+    return by_tier({t: shipped_gain(rows, shipped, t) for t in ("v2", "v2_no_lookahead")}, rows)
+
+
 def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0) -> np.ndarray:
     """Scores (higher: ranked first) that order ``rows`` as the product does when G ranks
     (``core.predictor.gap_rank_key``): ``sign_of_g`` orders by G, then a config's full-distribution methods first

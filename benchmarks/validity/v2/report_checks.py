@@ -28,7 +28,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import check_world, report_look2, report_v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import product_gain, product_order, shipped_gain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_checks.yaml"
@@ -89,7 +89,7 @@ def recommended(rows: list[dict], ship: dict) -> dict:
     world's rows (1: the best realised), and the best row's."""
     y = report_v2.target(rows, "d_pass1")
     g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
-    out, gain = {"best": float(np.nanmax(y)), "n_rows": len(rows)}, shipped_gain(rows, ship)
+    out, gain = {"best": float(np.nanmax(y)), "n_rows": len(rows)}, product_gain(rows, ship)  # the product's tiers
     for name, rule in (("product", LATER), ("by_g", ORDER)):
         order, k = product_order(rows, gain, rule), np.flatnonzero(g > 0)
         i = int(k[np.argmax(order[k])]) if k.size else None

@@ -31,7 +31,7 @@ from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look7 as look7  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import by_tier, product_order, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import product_gain, product_order, shipped_gain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look8.yaml"
@@ -48,11 +48,6 @@ def worlds() -> list[str]:
     checked = [w for w in yaml.safe_load(report_checks.PLAN.read_text())["worlds"]
                if report_checks.status(w) == "checked"]
     return [*look7.worlds(), *checked, plan()["added_world"]["name"]]
-
-
-def product_gain(rows: list[dict], shipped: dict) -> np.ndarray:
-    """v2's predicted Δpass@1 as the product computes it: tier v2 with a lookahead result, v2_no_lookahead without."""
-    return by_tier({t: shipped_gain(rows, shipped, t) for t in ("v2", "v2_no_lookahead")}, rows)
 
 
 def orders(rows: list[dict], shipped: dict) -> dict[str, np.ndarray]:
