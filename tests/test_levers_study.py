@@ -132,6 +132,7 @@ def test_the_pass4_room_is_the_best_case_of_every_setting_and_the_doc_quotes_it(
     """explore_pass4_room.txt is what its script prints from the kept per-problem evaluations (pass4_room.json); the
     rerun all-token training reproduces the study's committed figures; the best case is 1 - pass@4(all) per problem
     (an explicit loop); target 1 could not be met on the first look's seeds; docs/training.md quotes the bound."""
+    import re
     import subprocess
     import sys
 
@@ -140,7 +141,11 @@ def test_the_pass4_room_is_the_best_case_of_every_setting_and_the_doc_quotes_it(
 
     out = subprocess.run([sys.executable, str(HERE / "explore_pass4_room.py")], capture_output=True, text=True,
                          check=True, cwd=HERE.parents[2]).stdout
-    assert out == (HERE / "explore_pass4_room.txt").read_text()
+    committed = (HERE / "explore_pass4_room.txt").read_text()  # the same text; numbers within 0.0011 (CPUs round)
+    number = r"[+-]?\d+\.\d+"
+    assert re.sub(number, "#", out) == re.sub(number, "#", committed)
+    assert [float(x) for x in re.findall(number, out)] == pytest.approx(
+        [float(x) for x in re.findall(number, committed)], abs=0.0011)
     kept, res = json.loads(room.KEPT.read_text()), room.report()
     for look, r in res.items():
         assert r["reproduced"] and len(kept[look]["final_pass@4"]) == r["problems"] == 48
