@@ -1,0 +1,98 @@
+"""Does the student's own level say how much the recommendation will realise? A descriptive exploration (committed
+before it ran; it chooses and fits nothing).
+
+explore_recommended_size.py found that the recommended row's predicted gain ranks what it realised, across worlds, at
+-0.46: the largest predictions (G +0.55 to +0.88) went to worlds where training realised about nothing. A gap that large
+means a student that solves little on its own; on-policy distillation trains on the student's own rollouts, so a
+student that rarely gets near an answer may give the teacher little to correct. This reads, per world, the
+recommended row (as explore_recommended_size picks it) beside the student's own level and the gap relative to it:
+- ``student_heldout``: the initial student's held-out pass@1 (the study's evaluation, every world; a diagnosis has the
+  same student's accuracy on its own prompts, ``student_diag`` below, which it estimates);
+- ``pass4_minus_pass1``: the initial student's held-out pass@4 minus pass@1 (correct answers it reaches only
+  sometimes);
+- ``student_diag``, ``teacher_diag``: the student's and the recommended configuration's teacher's success rates on the
+  diagnosis prompts (handoff_rows.json: the worlds whose build is in the repository);
+- ``gap_over_room``: G / (1 - student_diag), the share of what the student misses that the teacher gets;
+- ``handoff``, ``handoff_share``: the handoff gap (explore_handoff.py) and handoff / G;
+- ``accuracy_gap`` and the predicted gain, for reference.
+Per column: the Spearman with the realised Δpass@1 across the worlds the first look never fitted on (and across all),
+and the AUROC of the column for "realised below +0.02" (0.5: no information; the column's low values flagging it).
+
+    python benchmarks/validity/v2/explore_size_floor.py > benchmarks/validity/v2/explore_size_floor.txt
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
+from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
+from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+COLUMNS = ("predicted", "accuracy_gap", "student_heldout", "pass4_minus_pass1", "student_diag", "teacher_diag",
+           "gap_over_room", "handoff", "handoff_share")
+
+
+def initial(world: str) -> dict:
+    """The initial student's held-out evaluation in the world's committed study analysis."""
+    return look2._analysis(look2.ANALYSES.get(world, look2.SEVEN))["worlds"][world]["initial"]
+
+
+def table() -> dict[str, dict]:
+    """Per world: the recommended row's realised Δpass@1 and every column (NaN where not measured)."""
+    hand = json.loads((HERE / "handoff_rows.json").read_text())
+    shipped = json.loads(v2.SHIPPED.read_text())
+    out = {}
+    for w, rec in recommended_rows(shipped).items():
+        ini = initial(w)
+        src = rec["source"]
+        h = hand.get(w, {}).get("runs", {}).get(src["diagnosis_run"], {}).get(src["diagnosis_config"], {})
+        s, t = h.get("student", np.nan), h.get("teacher", np.nan)
+        g = rec["accuracy_gap"]
+        out[w] = {"row": rec["row"], "realised": rec["realised"], "predicted": rec["predicted"], "accuracy_gap": g,
+                  "student_heldout": ini["pass@1"]["estimate"],
+                  "pass4_minus_pass1": ini["pass@4"]["estimate"] - ini["pass@1"]["estimate"],
+                  "student_diag": s, "teacher_diag": t, "gap_over_room": g / (1 - s) if s < 1 else np.nan,
+                  "handoff": h.get("handoff", np.nan), "handoff_share": h.get("handoff", np.nan) / g,
+                  "fitted": w in look8.FITTED}
+    return out
+
+
+def auroc(score: np.ndarray, flagged: np.ndarray) -> float:
+    """P(a flagged world's score < an unflagged world's), ties counted half (low values flag)."""
+    a, b = score[flagged], score[~flagged]
+    if not len(a) or not len(b):
+        return float("nan")
+    return float(np.mean([(x < y) + 0.5 * (x == y) for x in a for y in b]))
+
+
+def render(rows: dict[str, dict]) -> str:
+    lines = ["Per world: the recommended row, what it realised, and the student's own level (* the shipped models were "
+             "fitted on it)", ""]
+    head = f"{'world':<20}{'row':<22}{'realised':>9}" + "".join(f"{c[:12]:>13}" for c in COLUMNS)
+    lines.append(head)
+    for w, r in rows.items():
+        lines.append(f"{w + (' *' if r['fitted'] else ''):<20}{r['row']:<22}{r['realised']:>+9.3f}"
+                     + "".join(f"{r[c]:>+13.3f}" for c in COLUMNS))
+    for label, keep in (("never fitted", lambda r: not r["fitted"]), ("all", lambda r: True)):
+        sub = [r for r in rows.values() if keep(r)]
+        y = np.array([r["realised"] for r in sub])
+        lines += ["", f"{label} ({len(sub)} worlds): Spearman with what the recommended row realised, and AUROC for "
+                  f"realised < {SMALL:+.2f} ({int((y < SMALL).sum())} worlds; low values flag)"]
+        for c in COLUMNS:
+            x = np.array([r[c] for r in sub], dtype=float)
+            k = np.isfinite(x)
+            rho = stats.spearman(x[k], y[k]) if k.sum() > 2 else float("nan")
+            lines.append(f"  {c:<20} Spearman {rho:+.2f}  AUROC {auroc(x[k], y[k] < SMALL):.2f}  (n = {int(k.sum())})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render(table()))
