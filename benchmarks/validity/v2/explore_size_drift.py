@@ -11,6 +11,14 @@ and that KL relative to the world's median over its rows (the scale of a world's
 Spearman with the realised Δpass@1 across the worlds the first look never fitted on and across all, and the AUROC for
 "realised below +0.02" (low values flag).
 
+Reading of its output (explore_size_drift.txt): the mechanism holds, the diagnosis does not see it. Across the 28
+never-fitted worlds, how far training moved the student (realised KL, an outcome) ranks what the recommended row
+realised at +0.71 (AUROC 0.88 for "about nothing"): cinder, shale, crossed and hearth moved it by 0.002 to 0.009.
+The diagnosis' columns for the same row do not: its lookahead KL +0.06, that KL relative to its world's median +0.22,
+and v2's predicted drift -0.39 (it is fitted on G, so it predicts most drift where G is largest). A column that
+predicts how far training will move the student would size the recommendation; four small steps do not
+(explore_coherence.py tries whether the training signal agrees across problems).
+
     python benchmarks/validity/v2/explore_size_drift.py > benchmarks/validity/v2/explore_size_drift.txt
 """
 from __future__ import annotations

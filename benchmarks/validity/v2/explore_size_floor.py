@@ -18,6 +18,13 @@ recommended row (as explore_recommended_size picks it) beside the student's own 
 Per column: the Spearman with the realised Δpass@1 across the worlds the first look never fitted on (and across all),
 and the AUROC of the column for "realised below +0.02" (0.5: no information; the column's low values flagging it).
 
+Reading of its output (explore_size_floor.txt): no. Five of the seven never-fitted worlds where the recommendation
+realised about nothing have a weak student (held-out pass@1 0.12 to 0.23; the other two, crossed and hearth, a strong
+one and an answer-only self-teacher), but so do relay, tandem and tallow, which realised +0.70 or more: across the 28 never-fitted worlds the student's held-out pass@1 ranks the realised size at +0.18 (AUROC
+0.78 for "about nothing"), its diagnosis accuracy at -0.07, and G relative to the room (G / (1 - student)) at -0.49, as
+wrong as G. The handoff stays the best of these columns (+0.39, AUROC 0.85 over 21 worlds). A weak student is where
+the size is uncertain, not where it is small.
+
     python benchmarks/validity/v2/explore_size_floor.py > benchmarks/validity/v2/explore_size_floor.txt
 """
 from __future__ import annotations
