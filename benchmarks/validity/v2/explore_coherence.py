@@ -34,6 +34,14 @@ than it trails; a look on a size statement only if the recommended row's coheren
 least +0.50 with what it realised and an AUROC of at least 0.85 over the never-fitted worlds. Otherwise the columns are
 reported and nothing else follows.
 
+Reading of its output (explore_coherence.txt, 30 worlds, 1932 s of rediagnosis and gradients): no. As a configuration
+order G x coherence ranks the 23 never-fitted worlds at +0.705 against the shipped ranking's +0.751 (-0.046 [-0.118,
++0.022], above in 8, below in 14); averaged with the shipped ranking +0.754 (+0.003 [-0.031, +0.039], above in 11, below
+in 12). Across worlds the recommended row's coherence ranks what it realised at +0.40 with an AUROC of 0.53 for "about
+nothing" (g_coh +0.24, 0.46): flint's recommended signal is among the most coherent (+0.62) and realised +0.003, umber's
++0.57 and +0.017. Neither rule fires: no look is planned on it. Whether a signal agrees across problems at the initial
+student does not say whether training will move the student far or well.
+
     python benchmarks/validity/v2/explore_coherence.py --out DIR [--worlds a,b]    # measure (resumable per world)
     python benchmarks/validity/v2/explore_coherence.py --out DIR --keep            # rows: coherence_rows.json
     python benchmarks/validity/v2/explore_coherence.py --report > benchmarks/validity/v2/explore_coherence.txt
