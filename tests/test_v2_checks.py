@@ -510,6 +510,35 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
             f"{report_v2.fmt(s8['recommended_size'])}: an order, not a size") in readme
 
 
+def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
+    """explore_size_floor.txt, explore_size_drift.txt and explore_coherence.txt are what their scripts print from the
+    committed rows (coherence_rows.json); docs/verdict.md quotes their figures and the coherence look's outcome."""
+    import re
+
+    def figures(text: str) -> dict[str, tuple[str, str]]:
+        return {c: (r, a) for c, r, a in re.findall(r"^  (\w+)\s+Spearman ([+-]\d\.\d\d)\s+AUROC (\d\.\d\d)", text, re.M)}
+
+    floor, drift = _reruns("explore_size_floor"), _reruns("explore_size_drift")
+    coh = _reruns("explore_coherence", "--report")
+    never = lambda t: t.split("\nall (")[0]  # noqa: E731  the never-fitted block comes first
+    f, d, c = figures(never(floor)), figures(never(drift)), figures(coh)
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"student's held-out pass@1 ranks what the recommended row realised at {f['student_heldout'][0]}, and G "
+            f"relative to the room the student leaves (G / (1 - its accuracy)) at {f['gap_over_room'][0]}") in verdict
+    assert (f"realised KL to the initial student, an outcome and not a predictor, ranks what it realised at "
+            f"{d['realised_kl'][0]}, where its lookahead KL gives {d['lookahead_kl'][0]} and v2's predicted drift "
+            f"{d['predicted_drift'][0]}") in verdict
+    mean = re.search(r"^mean, 23 never fitted\s+([+-]\d\.\d+)\s+([+-]\d\.\d+)\s+([+-]\d\.\d+)", coh, re.M)
+    assert mean and f"at {float(mean[3]):+.3f} against the shipped ranking's {float(mean[2]):+.3f}" in verdict
+    paired = re.search(r"^mean_rank minus shipped over the never fitted: ([+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\])",
+                       coh, re.M)[1]
+    assert f"averaged with the shipped ranking, {paired}" in verdict
+    assert (f"recommended row's coherence ranks what it realised at {c['coherence'][0]} with an AUROC of "
+            f"{c['coherence'][1]}") in verdict
+    assert "a look on the ranking is not planned; a look on a size statement is not planned" in coh
+    assert "Neither rule fired: no look was built on it." in verdict
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""
@@ -520,7 +549,7 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
     files = set(report_look2.ANALYSES.values())
     files |= {f for a in list(files) for f in (a.parent / "lookahead").glob("*.json")}
     files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json", HERE / "reach_rows.json",
-              HERE / "harm_rows.json", HERE / "handoff_rows.json"}
+              HERE / "harm_rows.json", HERE / "handoff_rows.json", HERE / "coherence_rows.json"}
     assert len(files) >= 40
     for f in sorted(files):
         text = f.read_text()
