@@ -41,8 +41,13 @@ from benchmarks.validity.v2.looks import product_order  # noqa: E402
 RULES = ("shipped", "config_oracle", "method_oracle")
 
 
+LATER = ("sable", "tawny")  # checked after the explorations that read worlds() had run (plan_checks amendment 16)
+
+
 def worlds() -> list[str]:
-    return [*look8.FITTED, *look2.ANALYSES]
+    """The worlds with committed rows when the explorations reading this list ran (through plan_checks amendment 15):
+    their records keep the figures they printed; worlds checked since are reported in CHECKS.md."""
+    return [w for w in [*look8.FITTED, *look2.ANALYSES] if w not in LATER]
 
 
 def lexical(first: np.ndarray, then: np.ndarray) -> np.ndarray:

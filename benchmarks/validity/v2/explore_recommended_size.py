@@ -40,11 +40,12 @@ from benchmarks.validity.v2.looks import by_tier, product_order  # noqa: E402
 SMALL = 0.02
 
 
-def recommended_rows(shipped: dict) -> dict[str, dict]:
-    """Per world, the recommended row's predicted gain, interval, G and realised Δpass@1."""
+def recommended_rows(shipped: dict, names: list[str] | None = None) -> dict[str, dict]:
+    """Per world (``names``, default ``worlds()``), the recommended row's predicted gain, interval, G and realised
+    Δpass@1."""
     band = {t: shipped["models"][t]["d_pass1"]["residual_band"] for t in ("v2", "v2_no_lookahead")}
     out = {}
-    for w in worlds():
+    for w in worlds() if names is None else names:
         rows = look2.load_rows({"worlds": [w]})
         gain = look8.product_gain(rows, shipped)
         lo = gain + by_tier({t: np.full(len(rows), band[t][0]) for t in band}, rows)
