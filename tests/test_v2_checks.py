@@ -512,8 +512,9 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
 
 
 def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
-    """explore_size_floor.txt, explore_size_drift.txt and explore_coherence.txt are what their scripts print from the
-    committed rows (coherence_rows.json); docs/verdict.md quotes their figures and the coherence look's outcome."""
+    """explore_size_floor.txt, explore_size_drift.txt, explore_coherence.txt and explore_early_read.txt are what their
+    scripts print from the committed rows (coherence_rows.json, early_read_rows.json); docs/verdict.md quotes their
+    figures and the two rules' outcome."""
     import re
 
     def figures(text: str) -> dict[str, tuple[str, str]]:
@@ -538,6 +539,9 @@ def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
             f"{c['coherence'][1]}") in verdict
     assert "a look on the ranking is not planned; a look on a size statement is not planned" in coh
     assert "Neither rule fired: no look was built on it." in verdict
+    early = figures(_reruns("explore_early_read", "--report"))
+    assert (f"the recommended row's KL drop ranks what it realised at {early['kl_drop'][0]} (AUROC {early['kl_drop'][1]} "
+            f"for \"about nothing\"), its loss drop at {early['loss_drop'][0]}") in verdict
 
 
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
@@ -550,7 +554,8 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
     files = set(report_look2.ANALYSES.values())
     files |= {f for a in list(files) for f in (a.parent / "lookahead").glob("*.json")}
     files |= {HERE / "forgetting_lookahead_rows.json", HERE / "reference_ll_rows.json", HERE / "reach_rows.json",
-              HERE / "harm_rows.json", HERE / "handoff_rows.json", HERE / "coherence_rows.json"}
+              HERE / "harm_rows.json", HERE / "handoff_rows.json", HERE / "coherence_rows.json",
+              HERE / "early_read_rows.json"}
     assert len(files) >= 40
     for f in sorted(files):
         text = f.read_text()
