@@ -168,13 +168,7 @@ def measure(out: Path, names: list[str]) -> None:
 
 
 def keep(out: Path) -> None:
-    kept = {}
-    for w in worlds():
-        f = out / w / "coherence.json"
-        if f.is_file():
-            d = json.loads(f.read_text())
-            kept[w] = {"seconds": d["seconds"], "runs": d["runs"]}
-    KEPT.write_text(look2.records_json(kept) + "\n")
+    handoff.keep_runs(out, worlds(), "coherence.json", KEPT)
 
 
 def with_columns(rows: list[dict], kept: dict) -> list[dict]:
@@ -185,6 +179,38 @@ def with_columns(rows: list[dict], kept: dict) -> list[dict]:
         coh = kept[r["world"]]["runs"][run].get(inner, {}).get(LOSS[r["method"]], {}).get("coherence", np.nan)
         out.append({**r, "coherence": coh, "g_coh": v2._num(r["accuracy_gap"]) * max(coh, 0.0)})
     return out
+
+
+def recommended(rows: list[dict], rec: dict[str, dict], names: list[str], columns) -> dict[str, dict]:
+    """Per world of ``names`` with its recommended row (explore_recommended_size's pick) among ``rows``: that row's
+    realised Δpass@1 and ``columns``."""
+    by_key = {(r["world"], f"{r['config']}/{r['method']}"): r for r in rows}
+    return {x: {"row": rec[x]["row"], "realised": rec[x]["realised"], **{c: by_key[(x, rec[x]["row"])][c] for c in columns}}
+            for x in names if x in rec and (x, rec[x]["row"]) in by_key}
+
+
+def size_figures(picked: dict[str, dict], never: list[str], columns) -> dict[str, dict]:
+    """Per column, across the never-fitted worlds: the recommended row's column against what it realised (Spearman,
+    and the AUROC for realised < SMALL, low values flagging)."""
+    out = {}
+    for c in columns:
+        x, y = np.array([(picked[w][c], picked[w]["realised"]) for w in never if w in picked], dtype=float).T
+        k = np.isfinite(x)
+        out[c] = {"spearman": stats.spearman(x[k], y[k]), "auroc": auroc(x[k], y[k] < SMALL), "n": int(k.sum()),
+                  "small": int((y[k] < SMALL).sum())}
+    return out
+
+
+def size_rule(size: dict[str, dict]) -> bool:
+    """The docstrings' rule for a look on a size statement."""
+    return any(s["spearman"] >= 0.5 and s["auroc"] >= 0.85 for s in size.values())
+
+
+def size_lines(size: dict[str, dict]) -> list[str]:
+    lines = ["", "the recommended row across the never-fitted worlds: Spearman with what it realised, AUROC for "
+             f"realised < {SMALL:+.2f} (low values flag)"]
+    return lines + [f"  {c:10s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, {s['small']} below)"
+                    for c, s in size.items()]
 
 
 def report() -> dict:
@@ -201,24 +227,12 @@ def report() -> dict:
     paired = {f"{a} minus shipped": look10.paired_mean(per[a], per["shipped"], never)
               for a in ("gcoh_config", "mean_rank")}
     rank_look = any(d["estimate"] >= 0.02 and d["above"] > d["below"] for d in paired.values())
-    rec = recommended_rows(shipped)
-    by_key = {(r["world"], f"{r['config']}/{r['method']}"): r for r in rows}
-    size = {}
-    for c in COLUMNS:
-        pts = [(by_key[(x, rec[x]["row"])][c], rec[x]["realised"]) for x in never if x in rec and (x, rec[x]["row"])
-               in by_key]
-        x, y = np.array(pts, dtype=float).T
-        k = np.isfinite(x)
-        size[c] = {"spearman": stats.spearman(x[k], y[k]), "auroc": auroc(x[k], y[k] < SMALL), "n": int(k.sum()),
-                   "small": int((y[k] < SMALL).sum())}
-    size_look = any(s["spearman"] >= 0.5 and s["auroc"] >= 0.85 for s in size.values())
+    picked = recommended(rows, recommended_rows(shipped), names, COLUMNS)
+    size = size_figures(picked, never, COLUMNS)
     return {"worlds": names, "never_fitted": never, "per_world": per,
             "mean_never_fitted": {k: float(np.mean([per[k][x] for x in never])) for k in per},
             "mean_all": {k: float(np.mean([per[k][x] for x in names])) for k in per}, "paired": paired,
-            "rank_look": bool(rank_look), "size": size, "size_look": bool(size_look),
-            "recommended": {x: {"row": rec[x]["row"], "realised": rec[x]["realised"],
-                                **{c: by_key[(x, rec[x]["row"])][c] for c in COLUMNS}}
-                            for x in names if x in rec and (x, rec[x]["row"]) in by_key},
+            "rank_look": bool(rank_look), "size": size, "size_look": size_rule(size), "recommended": picked,
             "seconds": sum(kept[x]["seconds"] for x in kept)}
 
 
@@ -236,11 +250,7 @@ def render(res: dict) -> str:
     for k, d in res["paired"].items():
         lines.append(f"{k} over the never fitted: {d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (bootstrap "
                      f"over worlds), above in {d['above']}, below in {d['below']}")
-    lines += ["", "the recommended row across the never-fitted worlds: Spearman with what it realised, AUROC for "
-              f"realised < {SMALL:+.2f} (low values flag)"]
-    for c, s in res["size"].items():
-        lines.append(f"  {c:10s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, "
-                     f"{s['small']} below)")
+    lines += size_lines(res["size"])
     lines += ["", "decision rules (docstring): a look on the ranking is " + ("planned" if res["rank_look"] else
               "not planned") + "; a look on a size statement is " + ("planned" if res["size_look"] else "not planned"),
               "", "the recommended row per world: realised, coherence, g_coh"]

@@ -49,14 +49,12 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import explore_coherence as coherence  # noqa: E402
 from benchmarks.validity.v2 import explore_lookahead_reach as reach  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
-from benchmarks.validity.v2.explore_size_floor import auroc  # noqa: E402
+from benchmarks.validity.v2.explore_recommended_size import recommended_rows  # noqa: E402
 from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
@@ -131,21 +129,11 @@ def report() -> dict:
     per = {k: v2.per_world(x, rows, "d_pass1")["worlds"] for k, x in cols.items()}
     names = list(per["accuracy_gap"])
     never = [x for x in names if x not in look8.FITTED]
-    rec = recommended_rows(shipped)
-    by_key = {(r["world"], f"{r['config']}/{r['method']}"): r for r in rows}
-    size = {}
-    for c in COLUMNS:
-        pts = [(by_key[(x, rec[x]["row"])][c], rec[x]["realised"]) for x in never if (x, rec[x]["row"]) in by_key]
-        x, y = np.array(pts, dtype=float).T
-        size[c] = {"spearman": stats.spearman(x, y), "auroc": auroc(x, y < SMALL), "n": len(x),
-                   "small": int((y < SMALL).sum())}
+    picked = coherence.recommended(rows, recommended_rows(shipped), names, COLUMNS)
+    size = coherence.size_figures(picked, never, COLUMNS)
     return {"worlds": names, "never_fitted": never, "per_world": per,
             "mean_never_fitted": {k: float(np.nanmean([per[k][x] for x in never])) for k in per},
-            "size": size, "look": any(s["spearman"] >= 0.5 and s["auroc"] >= 0.85 for s in size.values()),
-            "recommended": {x: {"row": rec[x]["row"], "realised": rec[x]["realised"],
-                                **{c: by_key[(x, rec[x]["row"])][c] for c in COLUMNS}}
-                            for x in names if (x, rec[x]["row"]) in by_key}}
-
+            "size": size, "look": coherence.size_rule(size), "recommended": picked}
 
 def render(res: dict) -> str:
     cols = ("accuracy_gap", *COLUMNS)
@@ -156,11 +144,7 @@ def render(res: dict) -> str:
         lines.append(f"{n + (' *' if n not in res['never_fitted'] else ''):20s} "
                      + " ".join(f"{res['per_world'][c][n]:+13.2f}" for c in cols))
     lines.append(f"{'mean, never fitted':20s} " + " ".join(f"{res['mean_never_fitted'][c]:+13.3f}" for c in cols))
-    lines += ["", "the recommended row across the never-fitted worlds: Spearman with what it realised, AUROC for "
-              f"realised < {SMALL:+.2f} (low values flag)"]
-    for c, s in res["size"].items():
-        lines.append(f"  {c:10s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, "
-                     f"{s['small']} below)")
+    lines += coherence.size_lines(res["size"])
     lines += ["", "decision rule (docstring): a look on an early read of the run is " +
               ("planned" if res["look"] else "not planned"), "",
               "the recommended row per world: realised, loss_drop, kl_drop"]

@@ -163,14 +163,19 @@ def measure(out: Path, names: list[str]) -> None:
         print(f"{name}: {sum(len(r) for r in runs.values())} configurations in {time.time() - t0:.0f} s", flush=True)
 
 
-def keep(out: Path) -> None:
+def keep_runs(out: Path, names: list[str], filename: str, kept_path: Path) -> None:
+    """Each measured world's ``out/<world>/<filename>`` (its seconds and runs), kept in ``kept_path``, one row a line."""
     kept = {}
-    for w in worlds():
-        f = out / w / "handoff.json"
+    for w in names:
+        f = out / w / filename
         if f.is_file():
             d = json.loads(f.read_text())
             kept[w] = {"seconds": d["seconds"], "runs": d["runs"]}
-    KEPT.write_text(look2.records_json(kept) + "\n")
+    kept_path.write_text(look2.records_json(kept) + "\n")
+
+
+def keep(out: Path) -> None:
+    keep_runs(out, worlds(), "handoff.json", KEPT)
 
 
 def rows_with_handoff(kept: dict) -> list[dict]:

@@ -30,12 +30,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
-from benchmarks.validity.v2.explore_size_floor import auroc  # noqa: E402
+from benchmarks.validity.v2.explore_recommended_size import recommended_rows  # noqa: E402
+from benchmarks.validity.v2.explore_size_floor import across_worlds  # noqa: E402
 from benchmarks.validity.v2.looks import by_tier, shipped_gain  # noqa: E402
 
 COLUMNS = ("realised_kl", "predicted_drift", "lookahead_kl", "lookahead_kl_rel")
@@ -64,18 +63,7 @@ def render(rows: dict[str, dict]) -> str:
     for w, r in rows.items():
         lines.append(f"{w + (' *' if r['fitted'] else ''):<20}{r['row']:<22}{r['realised']:>+9.3f}"
                      + "".join(f"{r[c]:>+17.4f}" for c in COLUMNS))
-    for label, keep in (("never fitted", lambda r: not r["fitted"]), ("all", lambda r: True)):
-        sub = [r for r in rows.values() if keep(r)]
-        y = np.array([r["realised"] for r in sub])
-        lines += ["", f"{label} ({len(sub)} worlds): Spearman with what the recommended row realised, and AUROC for "
-                  f"realised < {SMALL:+.2f} ({int((y < SMALL).sum())} worlds; low values flag)"]
-        for c in COLUMNS:
-            x = np.array([r[c] for r in sub], dtype=float)
-            k = np.isfinite(x)
-            lines.append(f"  {c:<20} Spearman {stats.spearman(x[k], y[k]):+.2f}  AUROC "
-                         f"{auroc(x[k], y[k] < SMALL):.2f}  (n = {int(k.sum())})")
-    return "\n".join(lines)
-
+    return "\n".join(lines + across_worlds(rows, COLUMNS))
 
 if __name__ == "__main__":
     print(render(table()))

@@ -80,26 +80,30 @@ def auroc(score: np.ndarray, flagged: np.ndarray) -> float:
     return float(np.mean([(x < y) + 0.5 * (x == y) for x in a for y in b]))
 
 
-def render(rows: dict[str, dict]) -> str:
-    lines = ["Per world: the recommended row, what it realised, and the student's own level (* the shipped models were "
-             "fitted on it)", ""]
-    head = f"{'world':<20}{'row':<22}{'realised':>9}" + "".join(f"{c[:12]:>13}" for c in COLUMNS)
-    lines.append(head)
-    for w, r in rows.items():
-        lines.append(f"{w + (' *' if r['fitted'] else ''):<20}{r['row']:<22}{r['realised']:>+9.3f}"
-                     + "".join(f"{r[c]:>+13.3f}" for c in COLUMNS))
+def across_worlds(rows: dict[str, dict], columns) -> list[str]:
+    """Per column, over the never-fitted worlds and over all: its Spearman with what the recommended row realised
+    and its AUROC for "realised below SMALL"."""
+    lines = []
     for label, keep in (("never fitted", lambda r: not r["fitted"]), ("all", lambda r: True)):
         sub = [r for r in rows.values() if keep(r)]
         y = np.array([r["realised"] for r in sub])
         lines += ["", f"{label} ({len(sub)} worlds): Spearman with what the recommended row realised, and AUROC for "
                   f"realised < {SMALL:+.2f} ({int((y < SMALL).sum())} worlds; low values flag)"]
-        for c in COLUMNS:
+        for c in columns:
             x = np.array([r[c] for r in sub], dtype=float)
             k = np.isfinite(x)
             rho = stats.spearman(x[k], y[k]) if k.sum() > 2 else float("nan")
             lines.append(f"  {c:<20} Spearman {rho:+.2f}  AUROC {auroc(x[k], y[k] < SMALL):.2f}  (n = {int(k.sum())})")
-    return "\n".join(lines)
+    return lines
 
+
+def render(rows: dict[str, dict]) -> str:
+    lines = ["Per world: the recommended row, what it realised, and the student's own level (* the shipped models were "
+             "fitted on it)", "", f"{'world':<20}{'row':<22}{'realised':>9}" + "".join(f"{c[:12]:>13}" for c in COLUMNS)]
+    for w, r in rows.items():
+        lines.append(f"{w + (' *' if r['fitted'] else ''):<20}{r['row']:<22}{r['realised']:>+9.3f}"
+                     + "".join(f"{r[c]:>+13.3f}" for c in COLUMNS))
+    return "\n".join(lines + across_worlds(rows, COLUMNS))
 
 if __name__ == "__main__":
     print(render(table()))
