@@ -94,7 +94,7 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
 
 def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_built_after_it():
     """tallow (amendment 2), flint, hearth, loam, marl, sorrel, pumice, shale, basalt, cobble, flume, gravel, quartz,
-    ochre, umber, sable and tawny (amendments 4 to 16) and wick (the ninth look's world), each
+    ochre, umber, sable, tawny and sedge (amendments 4 to 17) and wick (the ninth look's world), each
     checked with the eighth look's ranking: the mean the report and the model file's checks sentence quote is the
     mean of their recomputed figures; lantern (amendment 3) was excluded by the level rule and is reported as such."""
     import numpy as np
@@ -103,20 +103,21 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     s8 = report_checks.analysis()["since_look8"]
     planned = report_checks.since_look8()
     assert planned == ["tallow", "lantern", "flint", "hearth", "loam", "marl", "sorrel", "pumice", "shale", "basalt",
-                       "cobble", "flume", "gravel", "quartz", "ochre", "umber", "sable", "tawny", "wick"]
+                       "cobble", "flume", "gravel", "quartz", "ochre", "umber", "sable", "tawny", "sedge",
+                       "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
     assert s8["excluded"] == ["lantern"] and report_checks.status("lantern") == "excluded"  # amendment 3: level rule
     assert "lantern: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
         HERE / "check_lantern.txt").read_text()
     assert "lantern was excluded by the plan's level rule" in (HERE / "CHECKS.md").read_text()
-    assert s8["not_shipped"] == ["marl", "sorrel", "shale", "basalt"]  # amendments 5b, 6b, 8b and 9c
+    assert s8["not_shipped"] == ["marl", "sorrel", "shale", "basalt", "sedge"]  # amendments 5b, 6b, 8b, 9c and 17b
     assert list(s8["not_shipped_because"]) == ["cobble"]  # amendment 10b: met its spec, too large to ship
     assert (HERE / "checks" / "cobble.yaml").is_file() and not (REPO / "sample_data" / "worlds" / "cobble").exists()
     assert "cobble (`checks/cobble.yaml`): its build met its spec, but its weights" in (HERE / "CHECKS.md").read_text()
     assert all((HERE / "checks" / f"{w}.yaml").is_file() and not (REPO / "sample_data" / "worlds" / w).exists()
                for w in s8["not_shipped"])
-    assert "The builds of marl, sorrel, shale and basalt missed their own specs' expectations" in (
+    assert "The builds of marl, sorrel, shale, basalt and sedge missed their own specs' expectations" in (
         HERE / "CHECKS.md").read_text()
     product = [report_checks.world_figures(w)["models"]["product (v2_config)"]["spearman"] for w in checked]
     assert s8["mean_spearman"]["product (v2_config)"] == pytest.approx(float(np.mean(product)))
@@ -208,7 +209,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     for w in ("flint", "hearth", "loam", "marl", "sorrel", "pumice", "shale", "basalt", "cobble", "flume", "gravel",
-              "quartz", "ochre", "umber", "sable", "tawny"):
+              "quartz", "ochre", "umber", "sable", "tawny", "sedge"):
         m = per[w]["models"]
         assert f"`{w}`, " in verdict and f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])})" \
             in verdict, w
@@ -219,7 +220,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     right, pairs = s8["method_order"]
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])}, "
             f"method pairs {right} of {pairs}")
-    assert len(per) == 18 and mean in readme
+    assert len(per) == 19 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)})" in verdict
     for w in ("sorrel", "basalt", "cobble", "gravel", "quartz"):
@@ -480,7 +481,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     res = size.report()
     s8 = report_checks.analysis()["since_look8"]
     since = list(s8["per_world"])
-    assert len(since) == 18 and len([w for w in since if w in res["rows"]]) == 16  # sable and tawny: checked after it
+    assert len(since) == 19 and len([w for w in since if w in res["rows"]]) == 16  # sable, tawny, sedge: after it
     rows = size.recommended_rows(json.loads(report_checks.SHIPPED.read_text()), since)  # its pick, on CHECKS' worlds
     assert s8["recommended_size"] == pytest.approx(size.summary(rows, since)["spearman_predicted"], abs=1e-9)
     for w in since:  # the same row, its realised change
@@ -492,7 +493,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     pred, g = re.search(r"its predicted gain ([+-]\d\.\d\d), its G ([+-]\d\.\d\d)", line).groups()
     verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
     assert (f"the recommended row's predicted gain ranks what it realised at {pred} (its G {g}; "
-            f"{report_v2.fmt(s8['recommended_size'])} over the 18 built after the ranking shipped). The seven where the "
+            f"{report_v2.fmt(s8['recommended_size'])} over the 19 built after the ranking shipped). The seven where the "
             f"recommendation realised less than +0.02 were predicted {min(r['predicted'] for r in low):+.2f} to "
             f"{max(r['predicted'] for r in low):+.2f}, five of them with a G of +0.55 or more") in verdict
     assert sum(r["accuracy_gap"] >= 0.55 for r in low) == 5
