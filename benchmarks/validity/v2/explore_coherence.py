@@ -63,15 +63,14 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity import plan as plan_mod  # noqa: E402
 from benchmarks.validity import runs_io  # noqa: E402
-from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import explore_handoff as handoff  # noqa: E402
 from benchmarks.validity.v2 import explore_lookahead_reach as reach  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
-from benchmarks.validity.v2.explore_size_floor import auroc  # noqa: E402
+from benchmarks.validity.v2.explore_recommended_size import recommended_rows  # noqa: E402
+from benchmarks.validity.v2.explore_size_floor import size_figures, size_lines, size_rule  # noqa: E402
 from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
 from benchmarks.validity.v2.run_v2 import LOSS  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
@@ -173,9 +172,9 @@ def keep(out: Path) -> None:
 
 def with_columns(rows: list[dict], kept: dict) -> list[dict]:
     """The rows with their configuration's coherence for their loss, and g_coh."""
-    out = []
+    plans, out = {w: reach.plan_of(w) for w in {r["world"] for r in rows}}, []
     for r in rows:
-        run, inner = plan_mod.diag_source(reach.plan_of(r["world"]), r["config"])
+        run, inner = plan_mod.diag_source(plans[r["world"]], r["config"])
         coh = kept[r["world"]]["runs"][run].get(inner, {}).get(LOSS[r["method"]], {}).get("coherence", np.nan)
         out.append({**r, "coherence": coh, "g_coh": v2._num(r["accuracy_gap"]) * max(coh, 0.0)})
     return out
@@ -189,30 +188,6 @@ def recommended(rows: list[dict], rec: dict[str, dict], names: list[str], column
             for x in names if x in rec and (x, rec[x]["row"]) in by_key}
 
 
-def size_figures(picked: dict[str, dict], never: list[str], columns) -> dict[str, dict]:
-    """Per column, across the never-fitted worlds: the recommended row's column against what it realised (Spearman,
-    and the AUROC for realised < SMALL, low values flagging)."""
-    out = {}
-    for c in columns:
-        x, y = np.array([(picked[w][c], picked[w]["realised"]) for w in never if w in picked], dtype=float).T
-        k = np.isfinite(x)
-        out[c] = {"spearman": stats.spearman(x[k], y[k]), "auroc": auroc(x[k], y[k] < SMALL), "n": int(k.sum()),
-                  "small": int((y[k] < SMALL).sum())}
-    return out
-
-
-def size_rule(size: dict[str, dict]) -> bool:
-    """The docstrings' rule for a look on a size statement."""
-    return any(s["spearman"] >= 0.5 and s["auroc"] >= 0.85 for s in size.values())
-
-
-def size_lines(size: dict[str, dict]) -> list[str]:
-    lines = ["", "the recommended row across the never-fitted worlds: Spearman with what it realised, AUROC for "
-             f"realised < {SMALL:+.2f} (low values flag)"]
-    return lines + [f"  {c:10s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, {s['small']} below)"
-                    for c, s in size.items()]
-
-
 def report() -> dict:
     kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
     rows = with_columns(look2.load_rows({"worlds": list(kept)}), kept)
@@ -221,35 +196,16 @@ def report() -> dict:
                                   "gcoh_config": np.array([r["g_coh"] for r in rows], dtype=float)})
     ranked["mean_rank"] = handoff.within_ranks(ranked["shipped"], w) + handoff.within_ranks(ranked["gcoh_config"], w)
     cols = {c: np.array([r[c] for r in rows], dtype=float) for c in COLUMNS}
-    per = {k: v2.per_world(x, rows, "d_pass1")["worlds"] for k, x in {**ranked, **cols}.items()}
-    names = list(per["shipped"])
-    never = [x for x in names if x not in look8.FITTED]
-    paired = {f"{a} minus shipped": look10.paired_mean(per[a], per["shipped"], never)
-              for a in ("gcoh_config", "mean_rank")}
-    rank_look = any(d["estimate"] >= 0.02 and d["above"] > d["below"] for d in paired.values())
-    picked = recommended(rows, recommended_rows(shipped), names, COLUMNS)
-    size = size_figures(picked, never, COLUMNS)
-    return {"worlds": names, "never_fitted": never, "per_world": per,
-            "mean_never_fitted": {k: float(np.mean([per[k][x] for x in never])) for k in per},
-            "mean_all": {k: float(np.mean([per[k][x] for x in names])) for k in per}, "paired": paired,
-            "rank_look": bool(rank_look), "size": size, "size_look": size_rule(size), "recommended": picked,
+    res = handoff.ranking_summary({**ranked, **cols}, rows, (("gcoh_config", "shipped"), ("mean_rank", "shipped")))
+    rank_look = any(d["estimate"] >= 0.02 and d["above"] > d["below"] for d in res["paired"].values())
+    picked = recommended(rows, recommended_rows(shipped), res["worlds"], COLUMNS)
+    size = size_figures(picked, res["never_fitted"], COLUMNS)
+    return {**res, "rank_look": bool(rank_look), "size": size, "size_look": size_rule(size), "recommended": picked,
             "seconds": sum(kept[x]["seconds"] for x in kept)}
 
 
 def render(res: dict) -> str:
-    cols = (*RULES, *COLUMNS)
-    lines = ["Spearman with the realised held-out Δpass@1 within each world (* the shipped models were fitted on it)",
-             "", f"{'world':20s} " + " ".join(f"{c:>13s}" for c in cols)]
-    for n in res["worlds"]:
-        tag = " *" if n not in res["never_fitted"] else ""
-        lines.append(f"{n + tag:20s} " + " ".join(f"{res['per_world'][c][n]:+13.2f}" for c in cols))
-    for label, m in ((f"mean, {len(res['never_fitted'])} never fitted", res["mean_never_fitted"]),
-                     (f"mean, all {len(res['worlds'])}", res["mean_all"])):
-        lines.append(f"{label:20s} " + " ".join(f"{m[c]:+13.3f}" for c in cols))
-    lines.append("")
-    for k, d in res["paired"].items():
-        lines.append(f"{k} over the never fitted: {d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (bootstrap "
-                     f"over worlds), above in {d['above']}, below in {d['below']}")
+    lines = handoff.ranking_lines(res, (*RULES, *COLUMNS), 13)
     lines += size_lines(res["size"])
     lines += ["", "decision rules (docstring): a look on the ranking is " + ("planned" if res["rank_look"] else
               "not planned") + "; a look on a size statement is " + ("planned" if res["size_look"] else "not planned"),

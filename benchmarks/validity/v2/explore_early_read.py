@@ -55,6 +55,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import recommended_rows  # noqa: E402
+from benchmarks.validity.v2.explore_size_floor import size_figures, size_lines, size_rule  # noqa: E402
 from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
@@ -130,10 +131,10 @@ def report() -> dict:
     names = list(per["accuracy_gap"])
     never = [x for x in names if x not in look8.FITTED]
     picked = coherence.recommended(rows, recommended_rows(shipped), names, COLUMNS)
-    size = coherence.size_figures(picked, never, COLUMNS)
+    size = size_figures(picked, never, COLUMNS)
     return {"worlds": names, "never_fitted": never, "per_world": per,
             "mean_never_fitted": {k: float(np.nanmean([per[k][x] for x in never])) for k in per},
-            "size": size, "look": coherence.size_rule(size), "recommended": picked}
+            "size": size, "look": size_rule(size), "recommended": picked}
 
 def render(res: dict) -> str:
     cols = ("accuracy_gap", *COLUMNS)
@@ -144,7 +145,7 @@ def render(res: dict) -> str:
         lines.append(f"{n + (' *' if n not in res['never_fitted'] else ''):20s} "
                      + " ".join(f"{res['per_world'][c][n]:+13.2f}" for c in cols))
     lines.append(f"{'mean, never fitted':20s} " + " ".join(f"{res['mean_never_fitted'][c]:+13.3f}" for c in cols))
-    lines += coherence.size_lines(res["size"])
+    lines += size_lines(res["size"])
     lines += ["", "decision rule (docstring): a look on an early read of the run is " +
               ("planned" if res["look"] else "not planned"), "",
               "the recommended row per world: realised, loss_drop, kl_drop"]

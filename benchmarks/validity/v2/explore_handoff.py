@@ -178,6 +178,11 @@ def keep(out: Path) -> None:
     keep_runs(out, worlds(), "handoff.json", KEPT)
 
 
+def config_row(kept: dict, world: str, row: dict) -> dict:
+    """The kept handoff columns of a product row's configuration ({} where its world was not measured)."""
+    return kept.get(world, {}).get("runs", {}).get(row["diagnosis_run"], {}).get(row["diagnosis_config"], {})
+
+
 def rows_with_handoff(kept: dict) -> list[dict]:
     rows = look2.load_rows({"worlds": list(kept)})
     return [{**r, **{c: kept[r["world"]]["runs"][r["diagnosis_run"]][r["diagnosis_config"]][c] for c in COLUMNS}}
@@ -194,6 +199,35 @@ def within_ranks(score: np.ndarray, worlds: np.ndarray) -> np.ndarray:
     return out
 
 
+def ranking_summary(scores: dict[str, np.ndarray], rows: list[dict], pairs) -> dict:
+    """Per world the Spearman of each score with the realised Δpass@1, their means over the never-fitted worlds and
+    over all, and each pair (a, b) of ``pairs`` as a paired mean difference over the never-fitted worlds."""
+    per = {k: v2.per_world(x, rows, "d_pass1")["worlds"] for k, x in scores.items()}
+    worlds = list(per["shipped"])
+    never = [x for x in worlds if x not in look8.FITTED]
+    return {"worlds": worlds, "never_fitted": never, "per_world": per,
+            "mean_never_fitted": {k: float(np.mean([per[k][x] for x in never])) for k in per},
+            "mean_all": {k: float(np.mean([per[k][x] for x in worlds])) for k in per},
+            "paired": {f"{a} minus {b}": look10.paired_mean(per[a], per[b], never) for a, b in pairs}}
+
+
+def ranking_lines(res: dict, cols, width: int) -> list[str]:
+    """``ranking_summary`` as a table, one world a line, then its paired differences."""
+    lines = ["Spearman with the realised held-out Δpass@1 within each world (* the shipped models were fitted on it)",
+             "", f"{'world':20s} " + " ".join(f"{c:>{width}s}" for c in cols)]
+    for n in res["worlds"]:
+        tag = " *" if n not in res["never_fitted"] else ""
+        lines.append(f"{n + tag:20s} " + " ".join(f"{res['per_world'][c][n]:+{width}.2f}" for c in cols))
+    for label, m in ((f"mean, {len(res['never_fitted'])} never fitted", res["mean_never_fitted"]),
+                     (f"mean, all {len(res['worlds'])}", res["mean_all"])):
+        lines.append(f"{label:20s} " + " ".join(f"{m[c]:+{width}.3f}" for c in cols))
+    lines.append("")
+    for k, d in res["paired"].items():
+        lines.append(f"{k} over the never fitted: {d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (bootstrap "
+                     f"over worlds), above in {d['above']}, below in {d['below']}")
+    return lines
+
+
 def report() -> dict:
     kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
     rows = rows_with_handoff(kept)
@@ -203,37 +237,18 @@ def report() -> dict:
                                   "handoff_config": np.array([r["handoff"] for r in rows], dtype=float)})
     ranked["mean_rank"] = within_ranks(ranked["shipped"], w) + within_ranks(ranked["handoff_config"], w)
     cols = {c: np.array([r[c] for r in rows], dtype=float) for c in COLUMNS}
-    per = {k: v2.per_world(x, rows, "d_pass1")["worlds"] for k, x in {**ranked, **cols}.items()}
-    worlds = list(per["shipped"])
-    never = [x for x in worlds if x not in look8.FITTED]
-    mean = {k: float(np.mean([per[k][x] for x in never])) for k in per}
-    paired = {f"{a} minus {b}": look10.paired_mean(per[a], per[b], never)
-              for a, b in (("handoff_config", "shipped"), ("mean_rank", "shipped"), ("v2_handoff", "shipped"),
-                           ("v2_handoff", "v2_all"))}
-    ok = {k: d["estimate"] >= 0.02 and d["above"] > d["below"] for k, d in paired.items()}
+    res = ranking_summary({**ranked, **cols}, rows, (("handoff_config", "shipped"), ("mean_rank", "shipped"),
+                                                     ("v2_handoff", "shipped"), ("v2_handoff", "v2_all")))
+    ok = {k: d["estimate"] >= 0.02 and d["above"] > d["below"] for k, d in res["paired"].items()}
     look = ok["handoff_config minus shipped"] or ok["mean_rank minus shipped"] or (
         ok["v2_handoff minus shipped"] and ok["v2_handoff minus v2_all"])
-    return {"worlds": worlds, "never_fitted": never, "per_world": per, "mean_never_fitted": mean,
-            "mean_all": {k: float(np.mean([per[k][x] for x in worlds])) for k in per}, "paired": paired,
-            "look": bool(look), "seconds": sum(kept[x]["seconds"] for x in kept),
+    return {**res, "look": bool(look), "seconds": sum(kept[x]["seconds"] for x in kept),
             "configs": {x: {f"{run}/{c}": {k: kept[x]["runs"][run][c][k] for k in ("student", "teacher", *COLUMNS)}
-                            for run in kept[x]["runs"] for c in kept[x]["runs"][run]} for x in worlds}}
+                            for run in kept[x]["runs"] for c in kept[x]["runs"][run]} for x in res["worlds"]}}
 
 
 def render(res: dict) -> str:
-    cols = (*RULES, *COLUMNS)
-    lines = ["Spearman with the realised held-out Δpass@1 within each world (* the shipped models were fitted on it)",
-             "", f"{'world':20s} " + " ".join(f"{c:>14s}" for c in cols)]
-    for n in res["worlds"]:
-        tag = " *" if n not in res["never_fitted"] else ""
-        lines.append(f"{n + tag:20s} " + " ".join(f"{res['per_world'][c][n]:+14.2f}" for c in cols))
-    for label, m in ((f"mean, {len(res['never_fitted'])} never fitted", res["mean_never_fitted"]),
-                     (f"mean, all {len(res['worlds'])}", res["mean_all"])):
-        lines.append(f"{label:20s} " + " ".join(f"{m[c]:+14.3f}" for c in cols))
-    lines.append("")
-    for k, d in res["paired"].items():
-        lines.append(f"{k} over the never fitted: {d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (bootstrap "
-                     f"over worlds), above in {d['above']}, below in {d['below']}")
+    lines = ranking_lines(res, (*RULES, *COLUMNS), 14)
     lines += ["", "decision rule (docstring): an eleventh look on the handoff is " +
               ("planned" if res["look"] else "not planned"), "",
               "per configuration: student and teacher success rates (4 samples a prompt), handoff (f 0.5), "

@@ -34,15 +34,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import mannwhitneyu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import explore_handoff as handoff  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 COLUMNS = ("predicted", "accuracy_gap", "student_heldout", "pass4_minus_pass1", "student_diag", "teacher_diag",
            "gap_over_room", "handoff", "handoff_share")
 
@@ -54,13 +55,13 @@ def initial(world: str) -> dict:
 
 def table() -> dict[str, dict]:
     """Per world: the recommended row's realised Δpass@1 and every column (NaN where not measured)."""
-    hand = json.loads((HERE / "handoff_rows.json").read_text())
+    hand = json.loads(handoff.KEPT.read_text())
     shipped = json.loads(v2.SHIPPED.read_text())
     out = {}
     for w, rec in recommended_rows(shipped).items():
         ini = initial(w)
         src = rec["source"]
-        h = hand.get(w, {}).get("runs", {}).get(src["diagnosis_run"], {}).get(src["diagnosis_config"], {})
+        h = handoff.config_row(hand, w, src)
         s, t = h.get("student", np.nan), h.get("teacher", np.nan)
         g = rec["accuracy_gap"]
         out[w] = {"row": rec["row"], "realised": rec["realised"], "predicted": rec["predicted"], "accuracy_gap": g,
@@ -73,27 +74,49 @@ def table() -> dict[str, dict]:
 
 
 def auroc(score: np.ndarray, flagged: np.ndarray) -> float:
-    """P(a flagged world's score < an unflagged world's), ties counted half (low values flag)."""
+    """P(a flagged world's score < an unflagged world's), ties counted half (low values flag): the Mann-Whitney U of
+    the unflagged scores over the flagged ones, divided by the number of pairs."""
     a, b = score[flagged], score[~flagged]
     if not len(a) or not len(b):
         return float("nan")
-    return float(np.mean([(x < y) + 0.5 * (x == y) for x in a for y in b]))
+    return float(mannwhitneyu(b, a).statistic / (len(a) * len(b)))
+
+
+def size_figures(picked: dict[str, dict], names: list[str], columns) -> dict[str, dict]:
+    """Per column, across ``names``: the recommended row's column (``picked[world]``) against what it realised
+    (Spearman over the worlds where it is measured, and the AUROC for realised < SMALL, low values flagging)."""
+    out = {}
+    for c in columns:
+        x, y = np.array([(picked[w][c], picked[w]["realised"]) for w in names if w in picked], dtype=float).T
+        k = np.isfinite(x)
+        out[c] = {"spearman": stats.spearman(x[k], y[k]), "auroc": auroc(x[k], y[k] < SMALL), "n": int(k.sum()),
+                  "small": int((y[k] < SMALL).sum())}
+    return out
+
+
+def size_rule(size: dict[str, dict]) -> bool:
+    """explore_coherence's and explore_early_read's rule for a look on a size statement (their docstrings)."""
+    return any(s["spearman"] >= 0.5 and s["auroc"] >= 0.85 for s in size.values())
+
+
+def size_lines(size: dict[str, dict]) -> list[str]:
+    """``size_figures`` of the never-fitted worlds as lines."""
+    lines = ["", "the recommended row across the never-fitted worlds: Spearman with what it realised, AUROC for "
+             f"realised < {SMALL:+.2f} (low values flag)"]
+    return lines + [f"  {c:10s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, {s['small']} below)"
+                    for c, s in size.items()]
 
 
 def across_worlds(rows: dict[str, dict], columns) -> list[str]:
-    """Per column, over the never-fitted worlds and over all: its Spearman with what the recommended row realised
-    and its AUROC for "realised below SMALL"."""
+    """Per column, over the never-fitted worlds and over all: ``size_figures`` as lines."""
     lines = []
     for label, keep in (("never fitted", lambda r: not r["fitted"]), ("all", lambda r: True)):
-        sub = [r for r in rows.values() if keep(r)]
-        y = np.array([r["realised"] for r in sub])
-        lines += ["", f"{label} ({len(sub)} worlds): Spearman with what the recommended row realised, and AUROC for "
-                  f"realised < {SMALL:+.2f} ({int((y < SMALL).sum())} worlds; low values flag)"]
-        for c in columns:
-            x = np.array([r[c] for r in sub], dtype=float)
-            k = np.isfinite(x)
-            rho = stats.spearman(x[k], y[k]) if k.sum() > 2 else float("nan")
-            lines.append(f"  {c:<20} Spearman {rho:+.2f}  AUROC {auroc(x[k], y[k] < SMALL):.2f}  (n = {int(k.sum())})")
+        names = [w for w, r in rows.items() if keep(r)]
+        small = sum(rows[w]["realised"] < SMALL for w in names)
+        lines += ["", f"{label} ({len(names)} worlds): Spearman with what the recommended row realised, and AUROC for "
+                  f"realised < {SMALL:+.2f} ({small} worlds; low values flag)"]
+        lines += [f"  {c:<20} Spearman {d['spearman']:+.2f}  AUROC {d['auroc']:.2f}  (n = {d['n']})"
+                  for c, d in size_figures(rows, names, columns).items()]
     return lines
 
 

@@ -39,7 +39,7 @@ def leads() -> dict:
     values = {}
     for w, r in rec.items():
         row = r["source"]
-        h = kept.get(w, {}).get("runs", {}).get(row["diagnosis_run"], {}).get(row["diagnosis_config"], {})
+        h = handoff.config_row(kept, w, row)
         values[w] = {"realised": r["realised"], "predicted": r["predicted"], "accuracy_gap": r["accuracy_gap"],
                      "handoff": h.get("handoff", np.nan),
                      **{c: v2._num(row[c]) for c in ("teachability", "mean_jsd", "lookahead_dv", "lookahead_kl")}}
