@@ -1,0 +1,190 @@
+"""An exploration kept as a look (committed before it ran): does the launched run's own held-out evaluation after a
+quarter of its steps say how much the run will realise?
+
+explore_early_read.py read the first 10 of 40 steps through the trainer's per-step log (loss, student-teacher KL on a
+batch of 16 fresh problems) and found nothing (the recommended row's KL drop ranks what it realised at +0.09). The
+trainer's periodic evaluation (``training.eval``: held-out pass@1 at the start and every ``eval_steps``) is what a user
+following the run live reads instead; nobody has measured whether its quarter-run value says where the run ends. The
+step-10 checkpoints of explore_early_read's 286 runs are on disk, so this costs evaluations only.
+
+Definitions, fixed before any of it ran:
+- rows: explore_early_read's (every world with its build in the repository and its rows committed, its 30; every row
+  with G > 0; seed 0; trained exactly as the worlds study trains it for its first 10 of 40 steps);
+- each row's step-10 checkpoint and the world's initial student are evaluated by the study's own evaluator
+  (``benchmarks/validity/evaluate.py``: the test split at the selected level, the study's samples, seed and common
+  random numbers, so the initial evaluation must reproduce the committed one: checked per world);
+- ``early_d1``: the step-10 held-out pass@1 minus the initial (mean over problems); ``early_kl``: KL(step-10 || initial
+  student) per token on its own test samples; ``early_dreg``: the regression set's pass@1 change;
+- the realised Δpass@1 is the committed one (the study's two seeds, 40 steps).
+Reported: pooled over every row of the 30 worlds, each column's Spearman with the realised Δpass@1 and AUROC for
+realised < +0.02 (low values flag), and the 2 x 2 table of early_d1 < +0.02 against realised < +0.02; per world, the
+Spearman over its rows (what a quarter of every candidate run would buy as a ranking) beside G's over the same rows,
+averaged over the never-fitted worlds; the recommended row across the never-fitted worlds (explore_early_read's size
+figures).
+The look (fixed now): the same on the worlds built after the 30 whose builds are in the repository, `sable` and `tawny`
+(their rows with G > 0, trained for 10 steps here as the 30 were).
+Decision rule: the app's view of a running training run gains an early read (once the run has evaluated at or after a
+quarter of its steps: the held-out pass@1 change since the start, and what the study's runs with such a read realised,
+from figures generated into the package's model file) only if, pooled over the 30 worlds' rows, early_d1 reaches
+Spearman >= +0.70 and AUROC >= 0.85, and pooled over the look's rows Spearman >= +0.50 with AUROC >= 0.80 (AUROC only
+where both classes have at least two rows). Otherwise the columns are reported and nothing else follows.
+
+    python benchmarks/validity/v2/explore_early_success.py --out DIR [--worlds a,b]   # train if needed, evaluate
+    python benchmarks/validity/v2/explore_early_success.py --out DIR --keep           # rows: early_success_rows.json
+    python benchmarks/validity/v2/explore_early_success.py --report > benchmarks/validity/v2/explore_early_success.txt
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import explore_coherence as coherence  # noqa: E402
+from benchmarks.validity.v2 import explore_early_read as early  # noqa: E402
+from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
+from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
+from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
+from benchmarks.validity.v2.explore_size_floor import auroc, initial, size_figures, size_lines  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+KEPT = HERE / "early_success_rows.json"
+EVALUATE = HERE.parent / "evaluate.py"
+LOOK = ("sable", "tawny")
+COLUMNS = ("early_d1", "early_kl", "early_dreg")
+CHECKPOINT = f"checkpoints/step-{early.STEPS:06d}"
+
+
+def worlds() -> list[str]:
+    return [*early.worlds(), *LOOK]
+
+
+def measure(out: Path, names: list[str]) -> None:
+    """Train what is missing (explore_early_read's runs), then evaluate the initial student and every step-10
+    checkpoint of each world in one evaluator process per world (resumable per output)."""
+    early.measure(out, names)
+
+    def evaluate(name: str) -> None:
+        world = (out / name).resolve()
+        jobs = [{"model": "initial", "out": str(world / "early_eval" / "initial.json")}]
+        jobs += [{"model": str(world / "early" / key / CHECKPOINT), "out": str(world / "early_eval" / f"{key}.json")}
+                 for key in keys(name)]
+        path = world / "early_eval.jobs.json"
+        path.write_text(json.dumps(jobs))
+        subprocess.run([sys.executable, str(EVALUATE), "--study", str(world), "--jobs", str(path)], check=True,
+                       stdout=subprocess.DEVNULL)
+    t0 = time.time()
+    with ThreadPoolExecutor(early.WORKERS) as pool:
+        list(pool.map(evaluate, names))
+    print(f"{len(names)} worlds evaluated in {time.time() - t0:.0f} s", flush=True)
+
+
+def keys(name: str) -> list[str]:
+    return [f"{r['config']}__{r['method']}__s0" for r in early.candidates(name)]
+
+
+def pass1(ev: dict, part: str) -> dict[str, float]:
+    return {pid: c / n for pid, (n, c) in ev[part].items()}
+
+
+def columns(ev: dict, ini: dict) -> dict[str, float]:
+    """The step-10 evaluation against the initial one, paired per problem."""
+    d1 = [p - pass1(ini, "test")[pid] for pid, p in pass1(ev, "test").items()]
+    dreg = [p - pass1(ini, "regression")[pid] for pid, p in pass1(ev, "regression").items()]
+    kl_sum, kl_n = np.array(list(ev["kl"].values()), dtype=float).sum(0)
+    return {"early_d1": float(np.mean(d1)), "early_kl": float(kl_sum / max(kl_n, 1.0)), "early_dreg": float(np.mean(dreg))}
+
+
+def keep(out: Path) -> None:
+    kept = {}
+    for w in worlds():
+        d = out / w / "early_eval"
+        if not (d / "initial.json").is_file():
+            continue
+        ini = json.loads((d / "initial.json").read_text())
+        runs = {k: columns(json.loads((d / f"{k}.json").read_text()), ini) for k in keys(w) if (d / f"{k}.json").is_file()}
+        kept[w] = {"initial_pass1": float(np.mean(list(pass1(ini, "test").values()))), "runs": runs}
+    KEPT.write_text(look2.records_json(kept) + "\n")
+
+
+def pooled(rows: list[dict], col: str) -> dict:
+    x, y = np.array([[r[col], v2._num(r["d_pass1"])] for r in rows], dtype=float).T
+    small = y < SMALL
+    enough = min(small.sum(), (~small).sum()) >= 2
+    return {"spearman": stats.spearman(x, y), "auroc": auroc(x, small) if enough else float("nan"), "n": len(rows),
+            "small": int(small.sum())}
+
+
+def table(rows: list[dict]) -> dict[str, int]:
+    """early_d1 < SMALL (flagged) against realised < SMALL."""
+    e = np.array([r["early_d1"] < SMALL for r in rows])
+    y = np.array([v2._num(r["d_pass1"]) < SMALL for r in rows])
+    return {"flag_small": int((e & y).sum()), "flag_moved": int((e & ~y).sum()),
+            "pass_small": int((~e & y).sum()), "pass_moved": int((~e & ~y).sum())}
+
+
+def report() -> dict:
+    kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
+    rows = [{**r, **kept[w]["runs"][f"{r['config']}__{r['method']}__s0"]} for w in kept for r in early.candidates(w)]
+    base = [r for r in rows if r["world"] not in LOOK]
+    look = [r for r in rows if r["world"] in LOOK]
+    cols = (*COLUMNS, "accuracy_gap")
+    per = {c: v2.per_world(np.array([r[c] for r in base], dtype=float), base, "d_pass1")["worlds"] for c in cols}
+    names = list(per["accuracy_gap"])
+    never = [x for x in names if x not in look8.FITTED]
+    picked = coherence.recommended(base, recommended_rows(shipped), names, COLUMNS)
+    ini = {w: (kept[w]["initial_pass1"], initial(w)["pass@1"]["estimate"]) for w in kept}
+    res = {"worlds": names, "never_fitted": never, "per_world": per, "look_worlds": [w for w in LOOK if w in kept],
+           "mean_never_fitted": {c: float(np.nanmean([per[c][x] for x in never])) for c in cols},
+           "pooled": {c: pooled(base, c) for c in cols}, "look": {c: pooled(look, c) for c in cols},
+           "table": table(base), "look_table": table(look), "size": size_figures(picked, never, COLUMNS),
+           "recommended": picked, "initial_check": max(abs(a - b) for a, b in ini.values())}
+    p, q = res["pooled"]["early_d1"], res["look"]["early_d1"]
+    res["fires"] = bool(p["spearman"] >= 0.70 and p["auroc"] >= 0.85 and q["spearman"] >= 0.50
+                        and not q["auroc"] < 0.80)
+    return res
+
+
+def render(res: dict) -> str:
+    cols = (*COLUMNS, "accuracy_gap")
+    lines = [f"The initial evaluation reproduces the committed initial pass@1 of every world within "
+             f"{res['initial_check']:.1e}.", "",
+             f"Pooled over every row with G > 0 (seed 0, evaluated after the first {early.STEPS} of 40 steps): Spearman "
+             f"with the realised held-out Δpass@1, AUROC for realised < {SMALL:+.2f} (low values flag)"]
+    for label, key in ((f"the {len(res['worlds'])} worlds", "pooled"), ("the look: " + ", ".join(res["look_worlds"]), "look")):
+        lines.append(f"  {label}")
+        lines += [f"    {c:13s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, {s['small']} below)"
+                  for c, s in res[key].items()]
+        t = res["table" if key == "pooled" else "look_table"]
+        lines.append(f"    early_d1 < {SMALL:+.2f}: {t['flag_small']} of {t['flag_small'] + t['flag_moved']} realised below "
+                     f"{SMALL:+.2f}; early_d1 >= {SMALL:+.2f}: {t['pass_moved']} of {t['pass_small'] + t['pass_moved']} "
+                     "realised at least that")
+    lines += ["", "Spearman within each world over its rows with G > 0 (* the shipped models were fitted on it)", "",
+              f"{'world':20s} " + " ".join(f"{c:>13s}" for c in cols)]
+    for n in res["worlds"]:
+        lines.append(f"{n + (' *' if n not in res['never_fitted'] else ''):20s} "
+                     + " ".join(f"{res['per_world'][c][n]:+13.2f}" for c in cols))
+    lines.append(f"{'mean, never fitted':20s} " + " ".join(f"{res['mean_never_fitted'][c]:+13.3f}" for c in cols))
+    lines += size_lines(res["size"])
+    lines += ["", "decision rule (docstring): the early read " + ("ships" if res["fires"] else "does not ship"), "",
+              "the recommended row per world: realised, " + ", ".join(COLUMNS)]
+    for n, r in res["recommended"].items():
+        lines.append(f"  {n + (' *' if n not in res['never_fitted'] else ''):20s} {r['row']:22s} {r['realised']:+.3f}  "
+                     + "  ".join(f"{r[c]:+.3f}" for c in COLUMNS))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    return explore_cli(argv, __doc__, measure, keep, lambda: render(report()), worlds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
