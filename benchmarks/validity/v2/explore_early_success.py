@@ -116,7 +116,7 @@ def keep(out: Path) -> None:
 
 
 def pooled(rows: list[dict], col: str) -> dict:
-    x, y = np.array([[r[col], v2._num(r["d_pass1"])] for r in rows], dtype=float).T
+    x, y = np.array([r[col] for r in rows], dtype=float), v2.target(rows, "d_pass1")
     small = y < SMALL
     enough = min(small.sum(), (~small).sum()) >= 2
     return {"spearman": stats.spearman(x, y), "auroc": auroc(x, small) if enough else float("nan"), "n": len(rows),
@@ -126,7 +126,7 @@ def pooled(rows: list[dict], col: str) -> dict:
 def table(rows: list[dict]) -> dict[str, int]:
     """early_d1 < SMALL (flagged) against realised < SMALL."""
     e = np.array([r["early_d1"] < SMALL for r in rows])
-    y = np.array([v2._num(r["d_pass1"]) < SMALL for r in rows])
+    y = v2.target(rows, "d_pass1") < SMALL
     return {"flag_small": int((e & y).sum()), "flag_moved": int((e & ~y).sum()),
             "pass_small": int((~e & y).sum()), "pass_moved": int((~e & ~y).sum())}
 
