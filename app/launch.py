@@ -45,14 +45,16 @@ def from_diagnosis_command(run_dir: str | Path, config: str, signal: str, out_di
                            max_steps: int | None = None, learning_rate: float | None = None,
                            batch_size: int | None = None, seed: int | None = None,
                            eval_data: str | Path | None = None, eval_problems: int | None = None,
-                           eval_samples: int | None = None, token_mask: str | None = None,
+                           eval_samples: int | None = None, eval_steps: int | None = None,
+                           token_mask: str | None = None,
                            reveal: float | None = None, trust_remote_code: bool = False) -> list[str]:
     """The argv of ``opsd-train --from-diagnosis RUN --config C --signal S --out DIR [overrides]``."""
     argv = [sys.executable, "-m", "trainer", "--from-diagnosis", str(run_dir), "--config", config, "--signal", signal,
             "--out", str(out_dir), *(["--trust-remote-code"] if trust_remote_code else [])]
     for flag, value in (("--max-steps", max_steps), ("--learning-rate", learning_rate), ("--batch-size", batch_size),
                         ("--seed", seed), ("--eval-data", eval_data), ("--eval-problems", eval_problems),
-                        ("--eval-samples", eval_samples), ("--token-mask", token_mask), ("--reveal", reveal)):
+                        ("--eval-samples", eval_samples), ("--eval-steps", eval_steps), ("--token-mask", token_mask),
+                        ("--reveal", reveal)):
         if value is not None and value != "":
             argv += [flag, str(value)]
     return argv
@@ -67,7 +69,7 @@ def start_from_diagnosis(run_dir: str | Path, config: str, signal: str, out_dir:
     from trainer.from_diagnosis import from_diagnosis
 
     names = {"max_steps": "max_steps", "learning_rate": "learning_rate", "batch_size": "per_device_train_batch_size",
-             "seed": "seed"}
+             "seed": "seed", "eval_steps": "eval_steps"}
     cfg_over = {names[k]: v for k, v in overrides.items() if k in names and v is not None}
     from trainer.cli import eval_overrides, reveal_schedule
 

@@ -736,11 +736,16 @@ def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_pat
     at.number_input(key="tt_steps").set_value(4).run()
     _ok(at)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Held-out samples"] == f"{2 * 10 * 2:,}"  # start and end, 10 problems x 2 samples
-    assert metrics["Estimated evaluation"] == "20 s"  # 40 samples x 0.5 s per sample (12 s over 24 samples)
+    assert metrics["Held-out samples"] == f"{5 * 10 * 2:,}"  # the start and every quarter (the early read) of 4 steps
+    assert metrics["Estimated evaluation"] == "50 s"  # 100 samples x 0.5 s per sample (12 s over 24 samples)
     assert any("0.50 s per held-out sample" in c.value and str(past.resolve()) in c.value for c in at.caption)
     command = [c.value for c in at.code if "--from-diagnosis" in c.value][0]
-    assert "--eval-problems 10" in command and "--eval-samples 2" in command
+    assert "--eval-problems 10" in command and "--eval-samples 2" in command and "--eval-steps 1" in command
+    at.checkbox(key="tt_early").uncheck().run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Held-out samples"] == f"{2 * 10 * 2:,}" and metrics["Estimated evaluation"] == "20 s"  # start, end
+    assert "--eval-steps" not in [c.value for c in at.code if "--from-diagnosis" in c.value][0]
 
     busy = _training_run(root, "evaluating", "running", None)
     job_protocol.write_status(busy, "running", stage="evaluating", step=0, max_steps=6, eval_step=0, eval_done=100,
@@ -751,6 +756,34 @@ def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_pat
     texts = [p.proto.text for p in at.get("progress")]
     assert any(t.startswith("evaluating the held-out problems at step 0: 100 of 400 problems, about 3 min") for t in
                texts), texts
+
+
+def test_a_followed_run_shows_its_early_read_once_it_has_evaluated_at_a_quarter(runs_root, tmp_path):
+    """explore_early_success's rule fired: a run that has evaluated at or after a quarter of its steps shows its
+    held-out pass@1 change since the start with the study's figures; a low read is a warning while it runs."""
+    root = tmp_path / "runs"
+    run = _training_run(root, "early", "running", None)
+    per = lambda c: [[i, 4, x] for i, x in enumerate(c)]  # noqa: E731
+    recs = [{"kind": "eval", "step": 0, "pass@1": 0.5, "per_problem": per([2, 2, 2, 2])},
+            {"kind": "train", "step": 1, "loss": 1.0},
+            {"kind": "eval", "step": 10, "pass@1": 0.5, "per_problem": per([2, 2, 2, 2])}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    job_protocol.write_status(run, "running", kind="training", step=10, max_steps=40, method="opd")  # this process
+    at = _app(root, None)
+    at.session_state["train_run"] = str(run)
+    at.switch_page("views/train.py").run()
+    _ok(at)
+    assert [w.value for w in at.warning if w.value.startswith("Early read at step 10 of 40: held-out pass@1 +0.000")]
+    assert "stopping it now saves" in at.warning[0].value and not [i for i in at.info if "Early read" in i.value]
+
+    recs[-1]["per_problem"], recs[-1]["pass@1"] = per([4, 4, 3, 2]), 0.8125
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    job_protocol.write_status(run, "finished", owner=False, kind="training", step=40, max_steps=40, method="opd")
+    at.session_state["train_followers"] = {}  # a fresh follower reads the rewritten file
+    at.run()
+    _ok(at)
+    assert any(i.value.startswith("Early read at step 10 of 40: held-out pass@1 +0.312 [") for i in at.info)
+    assert not [w for w in at.warning if "Early read" in w.value]
 
 
 def test_links_from_an_evidence_node_and_a_disputed_token_to_its_heatmap(runs_root):

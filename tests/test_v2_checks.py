@@ -545,6 +545,33 @@ def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
             f"for \"about nothing\"), its loss drop at {early['loss_drop'][0]}") in verdict
 
 
+def test_the_early_read_study_recomputes_ships_its_figures_and_the_verdict_doc_quotes_them():
+    """explore_early_success.txt is what its script prints from early_success_rows.json, the model file's early_read
+    record is what it writes from them (--check), and docs/verdict.md quotes its figures."""
+    import json
+    import re
+
+    text = _reruns("explore_early_success", "--report")
+    assert subprocess.run([sys.executable, str(HERE / "explore_early_success.py"), "--check"], cwd=REPO).returncode == 0
+    assert "decision rule (docstring): the early read ships" in text
+    shipped = json.loads((REPO / "opsd_diag" / "data" / "predictor_v2.json").read_text())["early_read"]
+    pooled = re.search(r"early_d1\s+Spearman ([+-]\d\.\d\d)\s+AUROC (\d\.\d\d)\s+\(n = (\d+)", text)
+    flags = re.search(r"early_d1 < \+0\.02: (\d+) of (\d+) realised below \+0\.02; early_d1 >= \+0\.02: (\d+) of (\d+)",
+                      text)
+    assert (f"{shipped['spearman']:+.2f}", f"{shipped['auroc']:.2f}", shipped["runs"]) == (pooled[1], pooled[2],
+                                                                                          int(pooled[3]))
+    assert [shipped["low"]["realised_below"], shipped["low"]["runs"], shipped["high"]["realised_at_least"],
+            shipped["high"]["runs"]] == [int(x) for x in flags.groups()]
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"ranks what the run realised after 40 steps at {pooled[1]} (AUROC {pooled[2]} for \"about nothing\"") in verdict
+    assert (f"Of the {flags[2]} runs read below +0.02, {flags[1]} realised below +0.02; of the {flags[4]} read at least "
+            f"+0.02, {flags[3]} realised at least that") in verdict
+    look = re.search(r"the look: sable, tawny\n\s+early_d1\s+Spearman ([+-]\d\.\d\d)", text)[1]
+    assert f"the read ranked what the runs realised at {look}, exactly the rule's threshold" in verdict
+    mean = re.search(r"^mean, never fitted\s+([+-]\d\.\d+)\s+[+-]\d\.\d+\s+[+-]\d\.\d+\s+([+-]\d\.\d+)", text, re.M)
+    assert f"ranks its rows at {mean[1]} on average over the never-fitted worlds, against G's {mean[2]}" in verdict
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""

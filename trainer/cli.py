@@ -45,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--eval-data", help="held-out problems (training.eval.data.path), so the run can be scored")
     d.add_argument("--eval-problems", type=int, help="score the first N held-out problems (training.eval.data.limit)")
     d.add_argument("--eval-samples", type=int, help="samples per held-out problem (training.eval.num_samples)")
+    d.add_argument("--eval-steps", type=int, help="evaluate every N steps too (training.eval_steps; a quarter of "
+                   "the steps gives the app's early read)")
     d.add_argument("--token-mask", choices=list(CANDIDATES), help="training.token_mask: one of the masks the "
                    "diagnosis' lever recommendation looks ahead on (docs/training.md)")
     d.add_argument("--reveal", type=float, metavar="SHARE", help="training.context_schedule {kind: fixed, start: "
@@ -75,7 +77,7 @@ def _load(args):
     from opsd_diag.config import training as config
 
     overrides = {"max_steps": args.max_steps, "learning_rate": args.learning_rate,
-                 "per_device_train_batch_size": args.batch_size, "seed": args.seed}
+                 "per_device_train_batch_size": args.batch_size, "seed": args.seed, "eval_steps": args.eval_steps}
     overrides["eval"] = eval_overrides(args.eval_data, args.eval_problems, args.eval_samples)
     overrides["token_mask"] = named_mask(args.token_mask)
     overrides["context_schedule"] = reveal_schedule(args.reveal)

@@ -14,7 +14,7 @@ import streamlit as st
 
 from app import common, estimate, launch, training_figures, workbench
 from app import jobs as app_jobs
-from opsd_diag import jobs, scoreboard
+from opsd_diag import early_read, jobs, prediction, scoreboard
 from opsd_diag.errors import OpsdError
 from opsd_diag.config.levers import CANDIDATES, named_mask
 from opsd_diag.config.spec import DataSpec
@@ -144,15 +144,19 @@ def from_verdict() -> None:
                              key="tt_eval_n", help=f"the file holds {n_held} problems" if n_held else None)
     eval_k = e2.number_input("Samples per held-out problem", 1, 1024, int(base_eval.get("num_samples") or 4),
                              key="tt_eval_k", help="pass@1 is their mean; pass@k uses k = min(4, samples)")
+    early = st.checkbox("Early read: evaluate every quarter of the steps too", value=True, key="tt_early",
+                        disabled=not eval_data, help="the held-out pass@1 change after a quarter of the run says "
+                        "whether it is moving (the early read: docs/verdict.md)")
+    eval_steps = -(-int(steps) // 4) if early and eval_data else int((base or {}).get("eval_steps") or 0)
     loss = method.get("loss") if method["method"] == "opsd" else method["method"]
     mask = token_mask_field(run, config, loss)
     reveal = reveal_field(run, config, loss)
     out = st.text_input("Run directory", key="tt_out", placeholder=f"{root}/train-{config}-{signal}-<time> (default)")
     over = {"max_steps": int(steps), "learning_rate": float(lr), "batch_size": int(batch), "seed": int(seed),
             "eval_data": eval_data or None, "eval_problems": int(eval_n) if eval_data else None,
-            "eval_samples": int(eval_k) if eval_data else None, "token_mask": mask, "reveal": reveal}
-    training_cost(run, over, min(int(eval_n), n_held) if eval_data and n_held else 0,
-                  int((base or {}).get("eval_steps") or 0))
+            "eval_samples": int(eval_k) if eval_data else None, "eval_steps": eval_steps or None, "token_mask": mask,
+            "reveal": reveal}
+    training_cost(run, over, min(int(eval_n), n_held) if eval_data and n_held else 0, eval_steps)
     with st.expander("The exact command and the config it trains (YAML)"):
         st.code(shlex.join(launch.from_diagnosis_command(run_dir, config, signal, out or f"{root}/train-…", **over)),
                 language="bash")
@@ -234,6 +238,21 @@ smoothing = c1.slider("Smoothing", 0.0, 0.99, 0.6, key="train_smooth", help="exp
 log_y = c2.checkbox("Log scale", key="train_log")
 
 
+@st.cache_resource
+def early_read_figures() -> dict | None:
+    cal = prediction.load()
+    return cal.early_read if cal is not None else None
+
+
+def early_read_note(records: list, max_steps: int, running: bool) -> None:
+    """Once the run has evaluated at or after a quarter of its steps: that change and what the study's runs with such
+    a read realised (opsd_diag.early_read); a low read is a warning, a running run may be worth stopping."""
+    figures = early_read_figures()
+    r = early_read.read(records, max_steps, figures, running) if figures else None
+    if r is not None:
+        (st.warning if r["low"] else st.info)(r["text"])
+
+
 def follow(run_dir: str) -> None:
     # Status, Stop and Resume live inside the fragment, so they change with the run without a reload.
     status = jobs.status(run_dir)
@@ -273,6 +292,7 @@ def follow(run_dir: str) -> None:
         st.plotly_chart(training_figures.train_figure(frame, smoothing=smoothing, log_y=log_y), key=f"train-{run_dir}")
     if (frame["kind"] == "eval").any() if "kind" in frame else False:
         st.plotly_chart(training_figures.eval_figure(frame, scoreboard.read_prediction(run_dir)), key=f"eval-{run_dir}")
+        early_read_note(follower.records, total, state in jobs.ACTIVE)
     with st.expander("Log", expanded=state in ("failed", "died")):
         st.code(jobs.log_tail(run_dir) or "(no output yet)")
 

@@ -338,9 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                             "unclear_share": d["decisions"]["unclear_share"]} for t, d in a["tiers"].items()},
                "accuracy_gap": a["single"]["accuracy_gap"]["spearman"], "studies": earlier_studies(),
                "lookahead_settings": study_lookahead(plan)}
-    if SHIPPED.is_file():  # the later looks' records (report_look2.py) and the checks (report_checks.py) stay
-        old = json.loads(SHIPPED.read_text())
-        shipped.update({k: old[k] for k in ("later_looks", "checks") if k in old})
+    if SHIPPED.is_file():  # the later looks' records (report_look2.py), the checks (report_checks.py) and the early
+        old = json.loads(SHIPPED.read_text())  # read (explore_early_success.py) stay
+        shipped.update({k: old[k] for k in ("later_looks", "checks", "early_read") if k in old})
     SHIPPED.write_text(json.dumps(stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS.md").read_text())
     return 0
