@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from opsd_diag import early_read
 from opsd_diag.core import predictor
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
@@ -324,6 +325,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         # the evidence for the rule in force first, the first study's pooled comparison after it
         out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale),
                                    *([cal.checks] if cal.checks else []),
+                                   *([early_read.pointer(cal.early_read)] if cal.early_read else []),
                                    *([f"Alone, pooled over the first study's worlds, v2 lost to G: {study}."]
                                      if v2_first else [])])
         by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"

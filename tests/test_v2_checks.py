@@ -547,7 +547,7 @@ def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
 
 def test_the_early_read_study_recomputes_ships_its_figures_and_the_verdict_doc_quotes_them():
     """explore_early_success.txt is what its script prints from early_success_rows.json, the model file's early_read
-    record is what it writes from them (--check), and docs/verdict.md quotes its figures."""
+    record is what it writes from them (--check), and docs/verdict.md and the README quote its figures."""
     import json
     import re
 
@@ -570,6 +570,8 @@ def test_the_early_read_study_recomputes_ships_its_figures_and_the_verdict_doc_q
     assert f"the read ranked what the runs realised at {look}, exactly the rule's threshold" in verdict
     mean = re.search(r"^mean, never fitted\s+([+-]\d\.\d+)\s+[+-]\d\.\d+\s+[+-]\d\.\d+\s+([+-]\d\.\d+)", text, re.M)
     assert f"ranks its rows at {mean[1]} on average over the never-fitted worlds, against G's {mean[2]}" in verdict
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"sizes it, {pooled[1]} over {pooled[3]} runs of {shipped['worlds']} worlds" in readme
 
 
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
