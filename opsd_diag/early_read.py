@@ -57,11 +57,3 @@ def sentence(r: dict, f: dict, running: bool) -> str:
     return (head + body + f" (The study: {f['runs']} runs over {f['worlds']} tiny worlds, read at step {first} of "
             f"{total}; the read ranked what they realised at {f['spearman']:+.2f}.)")
 
-
-def pointer(f: dict) -> str:
-    """The decision panel's sentence after the checks (the prediction orders the rows; this sizes a started run)."""
-    thr = f["threshold"]
-    return (f"How much a run gains shows in its own held-out evaluation after a quarter of its steps (the Train page's "
-            f"early read): in the study, {f['high']['realised_at_least']} "
-            f"of {f['high']['runs']} runs read at least {thr:+.2f} then realised at least that by their end, and "
-            f"{f['low']['realised_below']} of {f['low']['runs']} read below it realised below.")

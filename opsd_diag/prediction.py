@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opsd_diag import early_read
 from opsd_diag.core import predictor
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import safe
@@ -307,6 +306,16 @@ def outside_text(rows: list[Row]) -> str:
             "`opsd-diag scoreboard --fit` on your own finished runs gives a calibration fitted to them.")
 
 
+def early_read_pointer(f: dict) -> str:
+    """The decision panel's sentence after the checks: the prediction orders the rows; a started run's early read
+    (opsd_diag.early_read, the model file's record) sizes it."""
+    thr = f["threshold"]
+    return (f"How much a run gains shows in its own held-out evaluation after a quarter of its steps (the Train page's "
+            f"early read): in the study, {f['high']['realised_at_least']} "
+            f"of {f['high']['runs']} runs read at least {thr:+.2f} then realised at least that by their end, and "
+            f"{f['low']['realised_below']} of {f['low']['runs']} read below it realised below.")
+
+
 def panel(p: Predictions, trainable=None) -> dict[str, str]:
     """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking,
     tiers, calibration, looks (the later looks that chose the rule in force); plain text, names as the run holds
@@ -325,7 +334,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         # the evidence for the rule in force first, the first study's pooled comparison after it
         out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale),
                                    *([cal.checks] if cal.checks else []),
-                                   *([early_read.pointer(cal.early_read)] if cal.early_read else []),
+                                   *([early_read_pointer(cal.early_read)] if cal.early_read else []),
                                    *([f"Alone, pooled over the first study's worlds, v2 lost to G: {study}."]
                                      if v2_first else [])])
         by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"

@@ -14,7 +14,7 @@ import pytest
 from calibration import model_file, write
 from conftest import tiny_config
 
-from opsd_diag import early_read, prediction
+from opsd_diag import prediction
 from opsd_diag.errors import OpsdError
 from opsd_diag.model_file import CHOICES
 from opsd_diag.prediction import LOSS, TIERS
@@ -181,7 +181,7 @@ def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
     d["early_read"] = prediction.load().early_read  # the shipped study's: the panel points to it after the checks
     (tmp_path / "e.json").write_text(json.dumps(d))
     ranking = prediction.panel(prediction.predict(s, {"self_full"}, True, tmp_path / "e.json"))["ranking"]
-    assert early_read.pointer(d["early_read"]) in ranking and "runs read at least +0.02 then realised" in ranking
+    assert prediction.early_read_pointer(d["early_read"]) in ranking and "runs read at least +0.02 then realised" in ranking
     for cfg in r2["configs"].values():
         cfg["teacher_minus_student_accuracy"]["estimate"] = -0.1
     p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")

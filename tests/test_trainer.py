@@ -166,9 +166,10 @@ def test_evaluation_is_a_stage_with_its_progress_and_its_size_is_set_from_the_co
     assert r["step_token_s"] == pytest.approx(sum(m["step_time_s"] for m in steps) / sum(m["tokens"] for m in steps))
 
 
-def test_eval_steps_from_the_command_line_give_the_early_read_on_a_real_short_run(world, tmp_path):
+def test_eval_steps_from_the_command_line_give_the_early_read_on_a_real_short_run(world, tmp_path, capsys):
     """--eval-steps evaluates every N steps too; the evaluation after a quarter of the steps is the early read
-    (opsd_diag.early_read), its change the per-problem mean of the two evaluations' shares."""
+    (opsd_diag.early_read), its change the per-problem mean of the two evaluations' shares, logged once by the
+    trainer at that evaluation."""
     from opsd_diag import early_read, prediction
 
     cfg = write_config(tmp_path / "c.yaml", world, max_steps=4)
@@ -183,6 +184,9 @@ def test_eval_steps_from_the_command_line_give_the_early_read_on_a_real_short_ru
     share = {e["step"]: {i: c / n for i, n, c in e["per_problem"]} for e in evals}
     assert r["step"] == 1 and r["problems"] == 3
     assert r["change"] == pytest.approx(sum(share[1][i] - share[0][i] for i in range(3)) / 3, abs=1e-12)
+    logged = [x for x in capsys.readouterr().out.splitlines() if "early read:" in x]
+    assert len(logged) == 1 and logged[0].endswith("early read: " + r["text"].replace(
+        "gain little.", "gain little, and stopping it now saves the rest of its steps."))
 
 
 def test_training_cost_counts_every_evaluation():
