@@ -136,15 +136,19 @@ def report() -> dict:
             "mean_never_fitted": {k: float(np.nanmean([per[k][x] for x in never])) for k in per},
             "size": size, "look": size_rule(size), "recommended": picked}
 
-def render(res: dict) -> str:
-    cols = ("accuracy_gap", *COLUMNS)
-    lines = ["Spearman with the realised held-out Δpass@1 over each world's rows with G > 0 (seed 0, the first "
-             f"{STEPS} of 40 steps; * the shipped models were fitted on it)", "",
-             f"{'world':20s} " + " ".join(f"{c:>13s}" for c in cols)]
+def world_table(res: dict, cols) -> list[str]:
+    """Per world, each column's Spearman over its rows (``res['per_world']``), and their mean over the never-fitted."""
+    lines = [f"{'world':20s} " + " ".join(f"{c:>13s}" for c in cols)]
     for n in res["worlds"]:
         lines.append(f"{n + (' *' if n not in res['never_fitted'] else ''):20s} "
                      + " ".join(f"{res['per_world'][c][n]:+13.2f}" for c in cols))
-    lines.append(f"{'mean, never fitted':20s} " + " ".join(f"{res['mean_never_fitted'][c]:+13.3f}" for c in cols))
+    return lines + [f"{'mean, never fitted':20s} " + " ".join(f"{res['mean_never_fitted'][c]:+13.3f}" for c in cols)]
+
+
+def render(res: dict) -> str:
+    lines = ["Spearman with the realised held-out Δpass@1 over each world's rows with G > 0 (seed 0, the first "
+             f"{STEPS} of 40 steps; * the shipped models were fitted on it)", "",
+             *world_table(res, ("accuracy_gap", *COLUMNS))]
     lines += size_lines(res["size"])
     lines += ["", "decision rule (docstring): a look on an early read of the run is " +
               ("planned" if res["look"] else "not planned"), "",

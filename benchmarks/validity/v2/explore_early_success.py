@@ -180,11 +180,7 @@ def render(res: dict) -> str:
                      f"{SMALL:+.2f}; early_d1 >= {SMALL:+.2f}: {t['pass_moved']} of {t['pass_small'] + t['pass_moved']} "
                      "realised at least that")
     lines += ["", "Spearman within each world over its rows with G > 0 (* the shipped models were fitted on it)", "",
-              f"{'world':20s} " + " ".join(f"{c:>13s}" for c in cols)]
-    for n in res["worlds"]:
-        lines.append(f"{n + (' *' if n not in res['never_fitted'] else ''):20s} "
-                     + " ".join(f"{res['per_world'][c][n]:+13.2f}" for c in cols))
-    lines.append(f"{'mean, never fitted':20s} " + " ".join(f"{res['mean_never_fitted'][c]:+13.3f}" for c in cols))
+              *early.world_table(res, cols)]
     lines += size_lines(res["size"])
     lines += ["", "decision rule (docstring): the early read " + ("ships" if res["fires"] else "does not ship"), "",
               "the recommended row per world: realised, " + ", ".join(COLUMNS)]
