@@ -29,6 +29,16 @@ from figures generated into the package's model file) only if, pooled over the 3
 Spearman >= +0.70 and AUROC >= 0.85, and pooled over the look's rows Spearman >= +0.50 with AUROC >= 0.80 (AUROC only
 where both classes have at least two rows). Otherwise the columns are reported and nothing else follows.
 
+Second look (written and committed with plan_checks.yaml amendment 18, before `clinker` was built; the first look's
+results had been read): the first look's worlds had no row that realised below +0.02, so it tested the read's order
+and not its flag. `clinker` comes from the recipe of capacity, cinder and shale, where rows realise least. After its
+check (plan_checks.yaml), its rows with G > 0 are trained for 10 steps (seed 0) and evaluated as the others were
+(``--worlds clinker``). The early read stays only if over clinker's rows early_d1 reaches Spearman >= +0.50 with the
+realised change and, where both classes have at least two rows, AUROC >= 0.80. If it does not, the read is withdrawn:
+``--ship`` writes no early_read record, so the Train page, the decision panel and the trainer's log stop showing it,
+and the docs say why. If clinker has fewer than three rows with G > 0 (or the plan's level rule excludes it), the look
+is reported as not made and the read stays as shipped.
+
 Reading of its output (explore_early_success.txt; 300 checkpoints evaluated in 708 s in two processes, each world's
 initial evaluation equal to the committed one): the rule fires. Pooled over the 30 worlds' 286 rows the step-10
 held-out change ranks the realised 40-step change at +0.82 (AUROC 0.93; G +0.04 over the same rows): of 137 runs read
@@ -71,12 +81,13 @@ HERE = Path(__file__).resolve().parent
 KEPT = HERE / "early_success_rows.json"
 EVALUATE = HERE.parent / "evaluate.py"
 LOOK = ("sable", "tawny")
+LOOK2 = ("clinker",)  # the second look (plan_checks.yaml amendment 18)
 COLUMNS = ("early_d1", "early_kl", "early_dreg")
 CHECKPOINT = f"checkpoints/step-{early.STEPS:06d}"
 
 
 def worlds() -> list[str]:
-    return [*early.worlds(), *LOOK]
+    return [*early.worlds(), *LOOK, *LOOK2]
 
 
 def measure(out: Path, names: list[str]) -> None:
@@ -146,8 +157,9 @@ def table(rows: list[dict]) -> dict[str, int]:
 def report() -> dict:
     kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
     rows = [{**r, **kept[w]["runs"][f"{r['config']}__{r['method']}__s0"]} for w in kept for r in early.candidates(w)]
-    base = [r for r in rows if r["world"] not in LOOK]
+    base = [r for r in rows if r["world"] not in (*LOOK, *LOOK2)]
     look = [r for r in rows if r["world"] in LOOK]
+    look2 = [r for r in rows if r["world"] in LOOK2]
     cols = (*COLUMNS, "accuracy_gap")
     per = {c: v2.per_world(np.array([r[c] for r in base], dtype=float), base, "d_pass1")["worlds"] for c in cols}
     names = list(per["accuracy_gap"])
@@ -162,6 +174,12 @@ def report() -> dict:
     p, q = res["pooled"]["early_d1"], res["look"]["early_d1"]
     res["fires"] = bool(p["spearman"] >= 0.70 and p["auroc"] >= 0.85 and q["spearman"] >= 0.50
                         and not q["auroc"] < 0.80)
+    if len(look2) >= 3:  # the second look (docstring): made only with three rows or more
+        res.update(look2={c: pooled(look2, c) for c in cols}, look2_table=table(look2),
+                   look2_worlds=[w for w in LOOK2 if w in kept])
+        q2 = res["look2"]["early_d1"]
+        res["look2_holds"] = bool(q2["spearman"] >= 0.50 and not q2["auroc"] < 0.80)
+        res["fires"] = res["fires"] and res["look2_holds"]
     return res
 
 
@@ -171,11 +189,15 @@ def render(res: dict) -> str:
              f"{res['initial_check']:.1e}.", "",
              f"Pooled over every row with G > 0 (seed 0, evaluated after the first {early.STEPS} of 40 steps): Spearman "
              f"with the realised held-out Δpass@1, AUROC for realised < {SMALL:+.2f} (low values flag)"]
-    for label, key in ((f"the {len(res['worlds'])} worlds", "pooled"), ("the look: " + ", ".join(res["look_worlds"]), "look")):
+    blocks = [(f"the {len(res['worlds'])} worlds", "pooled", "table"),
+              ("the look: " + ", ".join(res["look_worlds"]), "look", "look_table")]
+    if "look2" in res:
+        blocks.append(("the second look: " + ", ".join(res["look2_worlds"]), "look2", "look2_table"))
+    for label, key, tkey in blocks:
         lines.append(f"  {label}")
         lines += [f"    {c:13s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, {s['small']} below)"
                   for c, s in res[key].items()]
-        t = res["table" if key == "pooled" else "look_table"]
+        t = res[tkey]
         lines.append(f"    early_d1 < {SMALL:+.2f}: {t['flag_small']} of {t['flag_small'] + t['flag_moved']} realised below "
                      f"{SMALL:+.2f}; early_d1 >= {SMALL:+.2f}: {t['pass_moved']} of {t['pass_small'] + t['pass_moved']} "
                      "realised at least that")
@@ -202,7 +224,10 @@ def figures(res: dict) -> dict:
             "spearman": round(p["spearman"], 2), "auroc": round(p["auroc"], 2),
             "low": {"runs": t["flag_small"] + t["flag_moved"], "realised_below": t["flag_small"]},
             "high": {"runs": t["pass_small"] + t["pass_moved"], "realised_at_least": t["pass_moved"]},
-            "look": {"worlds": res["look_worlds"], "runs": q["n"], "spearman": round(q["spearman"], 2)}}
+            "look": {"worlds": res["look_worlds"], "runs": q["n"], "spearman": round(q["spearman"], 2)},
+            **({"look2": {"worlds": res["look2_worlds"], "runs": res["look2"]["early_d1"]["n"],
+                          "spearman": round(res["look2"]["early_d1"]["spearman"], 2),
+                          "auroc": round(res["look2"]["early_d1"]["auroc"], 2)}} if "look2" in res else {})}
 
 
 def ship(check: bool) -> int:
