@@ -39,6 +39,17 @@ realised change and, where both classes have at least two rows, AUROC >= 0.80. I
 and the docs say why. If clinker has fewer than three rows with G > 0 (or the plan's level rule excludes it), the look
 is reported as not made and the read stays as shipped.
 
+Third look (written and committed with plan_checks.yaml amendment 19, before `ashlar` was built; after the second look
+failed and the read was withdrawn). On clinker every one of the ten rows realised within 0.03 of zero and was read
+below +0.02: the flag was right on all ten, and the second look's rule asked for an order among them that was not
+there. What the Train page says of a read is its flag, so this look judges the flag, on a world from the recipe most
+worlds share, whose rows spread widest: `ashlar`, its rows with G > 0 trained for 10 steps and evaluated as the others
+(``--worlds ashlar``, after its check). The read ships again only if (a) of its rows read below +0.02 at least 60%
+realised below +0.02, and of its rows read at least +0.02 at least 80% realised at least +0.02, each judged where the
+group has at least three rows and at least one group judged; and (b) where at least three of its rows realised on each
+side of +0.02, early_d1 ranks what they realised at Spearman >= +0.50. Otherwise it stays withdrawn and the product's
+early-read code is removed. The figures the read then ships with stay the 30 worlds'.
+
 Reading of its output (explore_early_success.txt; 300 checkpoints evaluated in 708 s in two processes, each world's
 initial evaluation equal to the committed one): the rule fires. Pooled over the 30 worlds' 286 rows the step-10
 held-out change ranks the realised 40-step change at +0.82 (AUROC 0.93; G +0.04 over the same rows): of 137 runs read
