@@ -93,12 +93,13 @@ KEPT = HERE / "early_success_rows.json"
 EVALUATE = HERE.parent / "evaluate.py"
 LOOK = ("sable", "tawny")
 LOOK2 = ("clinker",)  # the second look (plan_checks.yaml amendment 18)
+LOOK3 = ("ashlar",)  # the third look (plan_checks.yaml amendment 19)
 COLUMNS = ("early_d1", "early_kl", "early_dreg")
 CHECKPOINT = f"checkpoints/step-{early.STEPS:06d}"
 
 
 def worlds() -> list[str]:
-    return [*early.worlds(), *LOOK, *LOOK2]
+    return [*early.worlds(), *LOOK, *LOOK2, *LOOK3]
 
 
 def measure(out: Path, names: list[str]) -> None:
@@ -168,9 +169,10 @@ def table(rows: list[dict]) -> dict[str, int]:
 def report() -> dict:
     kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
     rows = [{**r, **kept[w]["runs"][f"{r['config']}__{r['method']}__s0"]} for w in kept for r in early.candidates(w)]
-    base = [r for r in rows if r["world"] not in (*LOOK, *LOOK2)]
+    base = [r for r in rows if r["world"] not in (*LOOK, *LOOK2, *LOOK3)]
     look = [r for r in rows if r["world"] in LOOK]
     look2 = [r for r in rows if r["world"] in LOOK2]
+    look3 = [r for r in rows if r["world"] in LOOK3]
     cols = (*COLUMNS, "accuracy_gap")
     per = {c: v2.per_world(np.array([r[c] for r in base], dtype=float), base, "d_pass1")["worlds"] for c in cols}
     names = list(per["accuracy_gap"])
@@ -183,15 +185,40 @@ def report() -> dict:
            "table": table(base), "look_table": table(look), "size": size_figures(picked, never, COLUMNS),
            "recommended": picked, "initial_check": max(abs(a - b) for a, b in ini.values())}
     p, q = res["pooled"]["early_d1"], res["look"]["early_d1"]
-    res["fires"] = bool(p["spearman"] >= 0.70 and p["auroc"] >= 0.85 and q["spearman"] >= 0.50
-                        and not q["auroc"] < 0.80)
+    first = bool(p["spearman"] >= 0.70 and p["auroc"] >= 0.85 and q["spearman"] >= 0.50 and not q["auroc"] < 0.80)
+    res["fires"] = first
     if len(look2) >= 3:  # the second look (docstring): made only with three rows or more
         res.update(look2={c: pooled(look2, c) for c in cols}, look2_table=table(look2),
                    look2_worlds=[w for w in LOOK2 if w in kept])
         q2 = res["look2"]["early_d1"]
         res["look2_holds"] = bool(q2["spearman"] >= 0.50 and not q2["auroc"] < 0.80)
         res["fires"] = res["fires"] and res["look2_holds"]
+    if look3:  # the third look (docstring) decides once made: the flag, and the order where both sides have 3 rows
+        res.update(look3={c: pooled(look3, c) for c in cols}, look3_table=table(look3),
+                   look3_worlds=[w for w in LOOK3 if w in kept], look3_flag=flag_rule(table(look3)),
+                   look3_order=order_rule(look3))
+        res["look3_holds"] = bool(res["look3_flag"]["holds"] and res["look3_order"]["holds"])
+        res["fires"] = first and res["look3_holds"]
     return res
+
+
+def flag_rule(t: dict) -> dict:
+    """The third look's (a): of rows read below SMALL >= 60% realised below, of rows read at least SMALL >= 80%
+    realised at least that, each judged with three rows or more, one group at least."""
+    low, high = t["flag_small"] + t["flag_moved"], t["pass_small"] + t["pass_moved"]
+    judged = {"low": low >= 3, "high": high >= 3}
+    share = {"low": t["flag_small"] / low if low else float("nan"), "high": t["pass_moved"] / high if high else float("nan")}
+    ok = {"low": share["low"] >= 0.60, "high": share["high"] >= 0.80}
+    return {"share": share, "judged": judged,
+            "holds": any(judged.values()) and all(ok[g] for g in ok if judged[g])}
+
+
+def order_rule(rows: list[dict]) -> dict:
+    """The third look's (b): where three rows or more realised on each side of SMALL, early_d1's Spearman >= +0.50."""
+    y = v2.target(rows, "d_pass1")
+    judged = bool((y < SMALL).sum() >= 3 and (y >= SMALL).sum() >= 3)
+    rho = stats.spearman(np.array([r["early_d1"] for r in rows], dtype=float), y)
+    return {"judged": judged, "spearman": rho, "holds": not judged or rho >= 0.50}
 
 
 def render(res: dict) -> str:
@@ -204,6 +231,8 @@ def render(res: dict) -> str:
               ("the look: " + ", ".join(res["look_worlds"]), "look", "look_table")]
     if "look2" in res:
         blocks.append(("the second look: " + ", ".join(res["look2_worlds"]), "look2", "look2_table"))
+    if "look3" in res:
+        blocks.append(("the third look: " + ", ".join(res["look3_worlds"]), "look3", "look3_table"))
     for label, key, tkey in blocks:
         lines.append(f"  {label}")
         lines += [f"    {c:13s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, {s['small']} below)"
@@ -215,6 +244,13 @@ def render(res: dict) -> str:
     lines += ["", "Spearman within each world over its rows with G > 0 (* the shipped models were fitted on it)", "",
               *early.world_table(res, cols)]
     lines += size_lines(res["size"])
+    if "look3" in res:
+        f, o = res["look3_flag"], res["look3_order"]
+        lines += ["", "the third look's rule (docstring): " + "; ".join(
+            f"rows read {'below' if g == 'low' else 'at least'} {SMALL:+.2f}: {f['share'][g]:.2f} realised "
+            f"{'below' if g == 'low' else 'at least that'} ({'judged' if f['judged'][g] else 'not judged: under three rows'})"
+            for g in ("low", "high")) + f"; order {o['spearman']:+.2f} ({'judged' if o['judged'] else 'not judged'}): "
+            + ("holds" if res["look3_holds"] else "does not hold")]
     lines += ["", "decision rule (docstring): the early read " + ("ships" if res["fires"] else "does not ship"), "",
               "the recommended row per world: realised, " + ", ".join(COLUMNS)]
     for n, r in res["recommended"].items():
@@ -238,7 +274,10 @@ def figures(res: dict) -> dict:
             "look": {"worlds": res["look_worlds"], "runs": q["n"], "spearman": round(q["spearman"], 2)},
             **({"look2": {"worlds": res["look2_worlds"], "runs": res["look2"]["early_d1"]["n"],
                           "spearman": round(res["look2"]["early_d1"]["spearman"], 2),
-                          "auroc": round(res["look2"]["early_d1"]["auroc"], 2)}} if "look2" in res else {})}
+                          "auroc": round(res["look2"]["early_d1"]["auroc"], 2)}} if "look2" in res else {}),
+            **({"look3": {"worlds": res["look3_worlds"], "runs": res["look3"]["early_d1"]["n"],
+                          "low": round(res["look3_flag"]["share"]["low"], 2),
+                          "high": round(res["look3_flag"]["share"]["high"], 2)}} if "look3" in res else {})}
 
 
 def ship(check: bool) -> int:
