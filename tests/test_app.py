@@ -758,9 +758,15 @@ def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_pat
                texts), texts
 
 
-def test_a_followed_run_shows_its_early_read_once_it_has_evaluated_at_a_quarter(runs_root, tmp_path):
-    """explore_early_success's rule fired: a run that has evaluated at or after a quarter of its steps shows its
-    held-out pass@1 change since the start with the study's figures; a low read is a warning while it runs."""
+def test_a_followed_run_shows_its_early_read_once_it_has_evaluated_at_a_quarter(runs_root, tmp_path, monkeypatch):
+    """With a model file that holds the early read's record, a run that has evaluated at or after a quarter of its steps
+    shows its held-out pass@1 change since the start with the study's figures; a low read is a warning while it
+    runs. Without the record (a withdrawn read), nothing is shown."""
+    from types import SimpleNamespace
+
+    from opsd_diag import prediction
+    from test_early_read import FIGURES
+
     root = tmp_path / "runs"
     run = _training_run(root, "early", "running", None)
     per = lambda c: [[i, 4, x] for i, x in enumerate(c)]  # noqa: E731
@@ -769,9 +775,14 @@ def test_a_followed_run_shows_its_early_read_once_it_has_evaluated_at_a_quarter(
             {"kind": "eval", "step": 10, "pass@1": 0.5, "per_problem": per([2, 2, 2, 2])}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     job_protocol.write_status(run, "running", kind="training", step=10, max_steps=40, method="opd")  # this process
+    monkeypatch.setattr(prediction, "load", lambda: SimpleNamespace(early_read=None))
     at = _app(root, None)
     at.session_state["train_run"] = str(run)
     at.switch_page("views/train.py").run()
+    _ok(at)
+    assert not [x for x in [*at.warning, *at.info] if "Early read" in x.value]
+    monkeypatch.setattr(prediction, "load", lambda: SimpleNamespace(early_read=FIGURES))
+    at.run()
     _ok(at)
     assert [w.value for w in at.warning if w.value.startswith("Early read at step 10 of 40: held-out pass@1 +0.000")]
     assert "stopping it now saves" in at.warning[0].value and not [i for i in at.info if "Early read" in i.value]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from opsd_diag import early_read, model_file, prediction
+from opsd_diag import early_read, model_file
 
 FIGURES = {"fraction": 0.25, "threshold": 0.02, "steps": [10, 40], "runs": 286, "worlds": 30, "spearman": 0.82,
            "auroc": 0.93, "low": {"runs": 137, "realised_below": 101}, "high": {"runs": 149, "realised_at_least": 141}}
@@ -71,18 +71,20 @@ def test_no_read_where_there_is_none_or_the_records_are_damaged(records, max_ste
     assert early_read.read(records, max_steps, FIGURES) is None
 
 
-def test_the_shipped_model_file_carries_the_study_figures_and_a_bad_record_is_refused():
-    shipped = prediction.load()
-    assert shipped.early_read is not None and shipped.early_read["fraction"] == 0.25
-    assert early_read.read([_eval(0, [1]), _eval(10, [3])], 40, shipped.early_read)["text"]
+def test_the_model_file_record_is_checked_and_optional():
+    """The shipped file holds the record exactly when explore_early_success's rules say so (its --check, in
+    test_v2_checks); here: a file with a good record parses, a bad one is refused naming it, and none is None."""
     import json
     from importlib import resources
 
     d = json.loads((resources.files("opsd_diag") / "data" / model_file.SHIPPED).read_text())
+    d["early_read"] = copy.deepcopy(FIGURES)
+    assert model_file.parse(d, "test").early_read == FIGURES
+    assert early_read.read([_eval(0, [1]), _eval(10, [3])], 40, model_file.parse(d, "test").early_read)["text"]
     for bad in ({"fraction": 0}, {"steps": [10]}, {"runs": True}, {"low": {"runs": 1}}, {"spearman": float("nan")}):
         broken = copy.deepcopy(d)
         broken["early_read"].update(bad)
         with pytest.raises(ValueError, match="early_read"):
             model_file.parse(broken, "test")
     del d["early_read"]
-    assert model_file.parse(d, "test").early_read is None  # a user's calibration has none
+    assert model_file.parse(d, "test").early_read is None  # a user's calibration, or a withdrawn read

@@ -15,6 +15,7 @@ from calibration import model_file, write
 from conftest import tiny_config
 
 from opsd_diag import prediction
+from test_early_read import FIGURES
 from opsd_diag.errors import OpsdError
 from opsd_diag.model_file import CHOICES
 from opsd_diag.prediction import LOSS, TIERS
@@ -178,7 +179,7 @@ def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
     assert p.recommended(lambda c, sig: c != "self_full").config == "teacher"  # G > 0, the only trainable one
     assert "early read" not in text["ranking"]  # the synthetic calibration has no early_read record
     d = json.loads((tmp_path / "c.json").read_text())
-    d["early_read"] = prediction.load().early_read  # the shipped study's: the panel points to it after the checks
+    d["early_read"] = FIGURES  # a file with the study's record: the panel points to it after the checks
     (tmp_path / "e.json").write_text(json.dumps(d))
     ranking = prediction.panel(prediction.predict(s, {"self_full"}, True, tmp_path / "e.json"))["ranking"]
     assert prediction.early_read_pointer(d["early_read"]) in ranking and "runs read at least +0.02 then realised" in ranking

@@ -166,12 +166,18 @@ def test_evaluation_is_a_stage_with_its_progress_and_its_size_is_set_from_the_co
     assert r["step_token_s"] == pytest.approx(sum(m["step_time_s"] for m in steps) / sum(m["tokens"] for m in steps))
 
 
-def test_eval_steps_from_the_command_line_give_the_early_read_on_a_real_short_run(world, tmp_path, capsys):
+def test_eval_steps_from_the_command_line_give_the_early_read_on_a_real_short_run(world, tmp_path, capsys,
+                                                                                   monkeypatch):
     """--eval-steps evaluates every N steps too; the evaluation after a quarter of the steps is the early read
     (opsd_diag.early_read), its change the per-problem mean of the two evaluations' shares, logged once by the
     trainer at that evaluation."""
-    from opsd_diag import early_read, prediction
+    from types import SimpleNamespace
 
+    import trainer.loop as loop
+    from opsd_diag import early_read
+    from test_early_read import FIGURES
+
+    monkeypatch.setattr(loop.prediction, "load", lambda: SimpleNamespace(early_read=FIGURES))  # a file with a record
     cfg = write_config(tmp_path / "c.yaml", world, max_steps=4)
     out = tmp_path / "run"
     assert cli.main([str(cfg), "--out", str(out), "--eval-data", str(world / "dev.jsonl"), "--eval-problems", "3",
@@ -180,7 +186,7 @@ def test_eval_steps_from_the_command_line_give_the_early_read_on_a_real_short_ru
     evals = read_metrics(out, "eval")
     assert [e["step"] for e in evals] == [0, 1, 2, 3, 4]
     r = early_read.read([json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()], 4,
-                        prediction.load().early_read, running=False)
+                        FIGURES, running=False)
     share = {e["step"]: {i: c / n for i, n, c in e["per_problem"]} for e in evals}
     assert r["step"] == 1 and r["problems"] == 3
     assert r["change"] == pytest.approx(sum(share[1][i] - share[0][i] for i in range(3)) / 3, abs=1e-12)

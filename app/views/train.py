@@ -238,16 +238,11 @@ smoothing = c1.slider("Smoothing", 0.0, 0.99, 0.6, key="train_smooth", help="exp
 log_y = c2.checkbox("Log scale", key="train_log")
 
 
-@st.cache_resource
-def early_read_figures() -> dict | None:
-    cal = prediction.load()
-    return cal.early_read if cal is not None else None
-
-
 def early_read_note(records: list, max_steps: int, running: bool) -> None:
     """Once the run has evaluated at or after a quarter of its steps: that change and what the study's runs with such
     a read realised (opsd_diag.early_read); a low read is a warning, a running run may be worth stopping."""
-    figures = early_read_figures()
+    cal = prediction.load()  # the study's figures: the model file's early_read record, where it has one
+    figures = cal.early_read if cal is not None else None
     r = early_read.read(records, max_steps, figures, running) if figures else None
     if r is not None:
         (st.warning if r["low"] else st.info)(r["text"])
