@@ -583,6 +583,26 @@ def test_the_early_read_study_recomputes_ships_its_figures_and_the_verdict_doc_q
     assert f"sizes it, {pooled[1]} over {pooled[3]} runs of 30 worlds" in readme
 
 
+def test_the_early_reads_third_look_judges_the_flag_and_the_order_only_where_it_can():
+    """explore_early_success's third-look rule on hand-made tables: a side is judged from three rows, one at least."""
+    from benchmarks.validity.v2 import explore_early_success as es
+
+    def t(fs, fm, ps, pm):
+        return {"flag_small": fs, "flag_moved": fm, "pass_small": ps, "pass_moved": pm}
+    assert es.flag_rule(t(8, 2, 0, 0)) == {"share": {"low": 0.8, "high": pytest.approx(float("nan"), nan_ok=True)},
+                                           "judged": {"low": True, "high": False}, "holds": True}
+    assert not es.flag_rule(t(5, 5, 0, 0))["holds"]    # 0.50 of the low side realised below: under 0.60
+    assert not es.flag_rule(t(6, 4, 3, 1))["holds"]    # 0.75 of the high side at least +0.02: under 0.80
+    assert es.flag_rule(t(6, 4, 1, 1))["holds"]        # the high side has two rows: not judged
+    assert not es.flag_rule(t(2, 0, 1, 1))["holds"]    # neither side has three rows: nothing judged, no pass
+    rows = lambda pairs: [{"early_d1": e, "d_pass1": {"estimate": y}} for e, y in pairs]  # noqa: E731
+    spread = [(0.00, -0.01), (0.01, 0.00), (0.02, 0.01), (0.03, 0.05), (0.04, 0.10), (0.05, 0.20)]
+    assert es.order_rule(rows(spread)) == {"judged": True, "spearman": pytest.approx(1.0), "holds": True}
+    backwards = [(e, y) for (e, _), (_, y) in zip(reversed(spread), spread)]
+    assert es.order_rule(rows(backwards))["judged"] and not es.order_rule(rows(backwards))["holds"]
+    assert es.order_rule(rows(spread[:4]))["holds"] and not es.order_rule(rows(spread[:4]))["judged"]
+
+
 def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged():
     """Every added or checked world's stored analysis and lookahead rows, and the explorations' kept rows, are what
     report_look2.records_json writes (one row per line), and reading one gives back the value it was written from."""
