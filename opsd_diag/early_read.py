@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import math
 
-from opsd_diag.scoreboard import gain_interval, number
+from opsd_diag import prediction
+from opsd_diag.scoreboard import check_eval, gain_interval, number
 
 
-def _step(r) -> int | None:
-    s = r.get("step") if isinstance(r, dict) and r.get("kind") == "eval" else None
-    ok = isinstance(s, int) and not isinstance(s, bool) and s >= 0 and 0.0 <= number(r.get("pass@1")) <= 1.0
-    return s if ok else None
+def shipped_figures() -> dict | None:
+    """The study's figures: the shipped model file's ``early_read`` record, None where it has none (a withdrawn read)."""
+    cal = prediction.load()
+    return cal.early_read if cal is not None else None
+
+
+def _usable(r) -> bool:
+    """An evaluation record the Track record would also use (``scoreboard.check_eval``)."""
+    return isinstance(r, dict) and r.get("kind") == "eval" and check_eval(r) is None
 
 
 def read(records: list, max_steps: int, figures: dict, running: bool = True) -> dict | None:
@@ -29,7 +35,7 @@ def read(records: list, max_steps: int, figures: dict, running: bool = True) -> 
     per-problem counts. ``running``: the run can still be stopped (the advice to stop is given only then)."""
     if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps <= 0:
         return None
-    evals = sorted(((s, r) for r in records if (s := _step(r)) is not None), key=lambda sr: sr[0])
+    evals = sorted(((r["step"], r) for r in records if _usable(r)), key=lambda sr: sr[0])
     start = next((r for s, r in evals if s == 0), None)
     first = max(1, math.ceil(figures["fraction"] * max_steps))
     at = next(((s, r) for s, r in evals if first <= s < max_steps), None)

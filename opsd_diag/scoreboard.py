@@ -100,7 +100,7 @@ def _whole(step) -> bool:
     return isinstance(step, int) and not isinstance(step, bool) and 0 <= step < 2**62
 
 
-def _check_eval(r: dict) -> str | None:
+def check_eval(r: dict) -> str | None:
     """Why an evaluation record cannot be used, or None."""
     if not _whole(r.get("step")):
         return f"step {_shown(r.get('step'))} is not a whole number >= 0"
@@ -127,7 +127,7 @@ def _check_eval(r: dict) -> str | None:
 def _evaluations(path: Path) -> tuple[dict | None, dict | None, str | None]:
     """(the first evaluation at step 0, the last one after it, the one-line reason the file cannot be used):
     streamed, so memory holds one record and the two kept, whatever the file's size; the two kept are checked
-    in full (``_check_eval``), the others only for the step that places them."""
+    in full (``check_eval``), the others only for the step that places them."""
     try:
         fd = safe.open_regular(path)
     except FileNotFoundError:
@@ -163,11 +163,11 @@ def _evaluations(path: Path) -> tuple[dict | None, dict | None, str | None]:
             if not isinstance(r, dict) or r.get("kind") != "eval":
                 continue
             if not _whole(r.get("step")):
-                return None, None, f"{METRICS}: the evaluation on line {n}: {_check_eval(r)}"
+                return None, None, f"{METRICS}: the evaluation on line {n}: {check_eval(r)}"
             if r["step"] > 0 or "start" not in kept:
                 kept["end" if r["step"] > 0 else "start"] = (n, r)
     for line_no, r in kept.values():
-        if (why := _check_eval(r)) is not None:
+        if (why := check_eval(r)) is not None:
             return None, None, f"{METRICS}: the evaluation on line {line_no}: {why}"
     return kept.get("start", (0, None))[1], kept.get("end", (0, None))[1], None
 

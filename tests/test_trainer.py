@@ -173,11 +173,10 @@ def test_eval_steps_from_the_command_line_give_the_early_read_on_a_real_short_ru
     trainer at that evaluation."""
     from types import SimpleNamespace
 
-    import trainer.loop as loop
     from opsd_diag import early_read
     from test_early_read import FIGURES
 
-    monkeypatch.setattr(loop.prediction, "load", lambda: SimpleNamespace(early_read=FIGURES))  # a file with a record
+    monkeypatch.setattr(early_read.prediction, "load", lambda: SimpleNamespace(early_read=FIGURES))  # a record
     cfg = write_config(tmp_path / "c.yaml", world, max_steps=4)
     out = tmp_path / "run"
     assert cli.main([str(cfg), "--out", str(out), "--eval-data", str(world / "dev.jsonl"), "--eval-problems", "3",

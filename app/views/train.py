@@ -14,7 +14,7 @@ import streamlit as st
 
 from app import common, estimate, launch, training_figures, workbench
 from app import jobs as app_jobs
-from opsd_diag import early_read, jobs, prediction, scoreboard
+from opsd_diag import early_read, jobs, scoreboard
 from opsd_diag.errors import OpsdError
 from opsd_diag.config.levers import CANDIDATES, named_mask
 from opsd_diag.config.spec import DataSpec
@@ -241,8 +241,7 @@ log_y = c2.checkbox("Log scale", key="train_log")
 def early_read_note(records: list, max_steps: int, running: bool) -> None:
     """Once the run has evaluated at or after a quarter of its steps: that change and what the study's runs with such
     a read realised (opsd_diag.early_read); a low read is a warning, a running run may be worth stopping."""
-    cal = prediction.load()  # the study's figures: the model file's early_read record, where it has one
-    figures = cal.early_read if cal is not None else None
+    figures = early_read.shipped_figures()
     r = early_read.read(records, max_steps, figures, running) if figures else None
     if r is not None:
         (st.warning if r["low"] else st.info)(r["text"])
