@@ -182,9 +182,7 @@ def report() -> dict:
            "table": success.table(tenth), "early_table": success.table(base),
            "size": size_figures(picked, never, COLUMNS), "recommended": picked, "cost": cost(kept)}
     p, t = res["pooled"]["tenth_d1"], res["table"]
-    low, high = t["flag_small"] + t["flag_moved"], t["pass_small"] + t["pass_moved"]
-    res["shares"] = {"low": t["flag_small"] / low if low else float("nan"),
-                     "high": t["pass_moved"] / high if high else float("nan")}
+    res["shares"] = success.flag_rule(t)["share"]  # of the rows read low realised low, read high realised high
     res["pooled_holds"] = bool(p["spearman"] >= 0.60 and p["auroc"] >= 0.80 and res["shares"]["low"] >= 0.60
                                and res["shares"]["high"] >= 0.80)
     res["look_made"] = len(look) >= 3
