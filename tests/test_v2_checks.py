@@ -588,6 +588,28 @@ def test_the_early_read_study_recomputes_ships_its_figures_and_the_verdict_doc_q
     assert f"sizes it, {pooled[1]} over {pooled[3]} runs of 30 worlds" in readme
 
 
+def test_the_read_at_a_tenth_recomputes_does_not_ship_and_the_verdict_doc_quotes_it():
+    """explore_early_tenth.txt is what its script prints from early_tenth_rows.json; its rule did not hold, so the
+    model file's early_read record stays the quarter's alone, and docs/verdict.md quotes the figures."""
+    import json
+    import re
+
+    text = _reruns("explore_early_tenth", "--report")
+    assert "decision rule (docstring): the read at a tenth does not ship" in text
+    assert json.loads((REPO / "opsd_diag" / "data" / "predictor_v2.json").read_text())["early_read"]["fraction"] == 0.25
+    pooled = re.search(r"tenth_d1\s+Spearman ([+-]\d\.\d\d)\s+AUROC (\d\.\d\d)\s+\(n = (\d+)", text)
+    step10 = re.search(r"early_d1\s+Spearman ([+-]\d\.\d\d)", text)[1]
+    flags = re.search(r"tenth_d1 \(step 4\) < \+0\.02: (\d+) of (\d+) realised below \+0\.02; at least \+0\.02: (\d+) "
+                      r"of (\d+)", text)
+    share = re.search(r"shares (\d\.\d\d) \(>= 0\.60\)", text)[1]
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"Pooled over {pooled[3]} runs the held-out change ranks what they realised at {pooled[1]} (AUROC "
+            f"{pooled[2]}; {step10} at step 10 over the same rows)") in verdict
+    assert (f"{flags[2]} were read below +0.02 and only {flags[1]} of them realised below it ({share}, where the rule "
+            f"asked 0.60), though {flags[3]} of the {flags[4]} read at least +0.02 realised at least that") in verdict
+    assert "schist excluded by the plan's level rule" in text and "gneiss excluded by the plan's level rule" in text
+
+
 def test_the_early_reads_third_look_judges_the_flag_and_the_order_only_where_it_can():
     """explore_early_success's third-look rule on hand-made tables: a side is judged from three rows, one at least."""
     from benchmarks.validity.v2 import explore_early_success as es
