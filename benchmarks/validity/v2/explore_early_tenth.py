@@ -90,16 +90,6 @@ def worlds() -> list[str]:
     return [*success.worlds(), *LOOK]
 
 
-def plan_of(name: str) -> dict:
-    """The world's resolved plan; a world whose build is not shipped has its spec under checks/ (clinker)."""
-    moved = HERE / "checks" / f"{name}.yaml"
-    if moved.is_file() and not (v2.REPO / "sample_data" / "worlds" / f"{name}.yaml").is_file():
-        plans = run_worlds.load("default")
-        run_worlds.add_world(plans, moved)
-        return run_worlds.resolve(plans, name)
-    return reach.plan_of(name)
-
-
 def measure(out: Path, names: list[str]) -> None:
     """Train the first STEPS steps of every row (resumable per run), then evaluate each world's checkpoints in one
     evaluator process per world (resumable per output)."""
@@ -109,7 +99,7 @@ def measure(out: Path, names: list[str]) -> None:
         for key in success.keys(name):
             # explore_early_read's config of the row where it made one (the same run, 10 steps), else the study's
             made = world_dir / "configs" / f"early.{key}.yaml"
-            source = made if made.is_file() else run_worlds.layout_world(plan_of(name), world_dir)["trainings"][key]
+            source = made if made.is_file() else run_worlds.layout_world(reach.plan_of(name), world_dir)["trainings"][key]
             cfg = yaml.safe_load(Path(source).read_text())
             cfg["training"]["max_steps"] = STEPS
             path = world_dir / "configs" / f"tenth.{key}.yaml"
@@ -160,7 +150,7 @@ def cost(kept: dict) -> dict[str, float]:
     evaluation of the test split sampled) against a full run's (every step; its initial and final evaluations)."""
     per = []
     for w, k in kept.items():
-        plan = plan_of(w)
+        plan = reach.plan_of(w)
         step = plan["training"]["per_device_train_batch_size"] * plan["training"].get("num_generations", 1)
         ev = k["test_problems"] * plan["evaluation"]["num_samples"]
         per.append((STEPS * step, ev, plan["training"]["max_steps"] * step, 2 * ev))
