@@ -162,12 +162,25 @@ def pooled(rows: list[dict], col: str) -> dict:
             "small": int(small.sum())}
 
 
-def table(rows: list[dict]) -> dict[str, int]:
-    """early_d1 < SMALL (flagged) against realised < SMALL."""
-    e = np.array([r["early_d1"] < SMALL for r in rows])
+def table(rows: list[dict], col: str = "early_d1") -> dict[str, int]:
+    """The read ``col`` < SMALL (flagged) against realised < SMALL."""
+    e = np.array([r[col] < SMALL for r in rows])
     y = v2.target(rows, "d_pass1") < SMALL
     return {"flag_small": int((e & y).sum()), "flag_moved": int((e & ~y).sum()),
             "pass_small": int((~e & y).sum()), "pass_moved": int((~e & ~y).sum())}
+
+
+def world_figures(base: list[dict], shipped: dict, columns) -> dict:
+    """Per world, each of ``columns`` and G's Spearman over its rows, their means over the never-fitted worlds, and the
+    recommended row's ``columns`` against what it realised across them."""
+    cols = (*columns, "accuracy_gap")
+    per = {c: v2.per_world(np.array([r[c] for r in base], dtype=float), base, "d_pass1")["worlds"] for c in cols}
+    names = list(per["accuracy_gap"])
+    never = [x for x in names if x not in look8.FITTED]
+    picked = coherence.recommended(base, recommended_rows(shipped), names, columns)
+    return {"worlds": names, "never_fitted": never, "per_world": per,
+            "mean_never_fitted": {c: float(np.nanmean([per[c][x] for x in never])) for c in cols},
+            "size": size_figures(picked, never, columns), "recommended": picked}
 
 
 def report() -> dict:
@@ -178,16 +191,10 @@ def report() -> dict:
     look2 = [r for r in rows if r["world"] in LOOK2]
     look3 = [r for r in rows if r["world"] in LOOK3]
     cols = (*COLUMNS, "accuracy_gap")
-    per = {c: v2.per_world(np.array([r[c] for r in base], dtype=float), base, "d_pass1")["worlds"] for c in cols}
-    names = list(per["accuracy_gap"])
-    never = [x for x in names if x not in look8.FITTED]
-    picked = coherence.recommended(base, recommended_rows(shipped), names, COLUMNS)
     ini = {w: (kept[w]["initial_pass1"], initial(w)["pass@1"]["estimate"]) for w in kept}
-    res = {"worlds": names, "never_fitted": never, "per_world": per, "look_worlds": [w for w in LOOK if w in kept],
-           "mean_never_fitted": {c: float(np.nanmean([per[c][x] for x in never])) for c in cols},
+    res = {**world_figures(base, shipped, COLUMNS), "look_worlds": [w for w in LOOK if w in kept],
            "pooled": {c: pooled(base, c) for c in cols}, "look": {c: pooled(look, c) for c in cols},
-           "table": table(base), "look_table": table(look), "size": size_figures(picked, never, COLUMNS),
-           "recommended": picked, "initial_check": max(abs(a - b) for a, b in ini.values())}
+           "table": table(base), "look_table": table(look), "initial_check": max(abs(a - b) for a, b in ini.values())}
     p, q = res["pooled"]["early_d1"], res["look"]["early_d1"]
     first = bool(p["spearman"] >= 0.70 and p["auroc"] >= 0.85 and q["spearman"] >= 0.50 and not q["auroc"] < 0.80)
     res["fires"] = first
@@ -217,11 +224,11 @@ def flag_rule(t: dict) -> dict:
             "holds": any(judged.values()) and all(ok[g] for g in ok if judged[g])}
 
 
-def order_rule(rows: list[dict]) -> dict:
-    """The third look's (b): where three rows or more realised on each side of SMALL, early_d1's Spearman >= +0.50."""
+def order_rule(rows: list[dict], col: str = "early_d1") -> dict:
+    """The third look's (b): where three rows or more realised on each side of SMALL, the read's Spearman >= +0.50."""
     y = v2.target(rows, "d_pass1")
     judged = bool((y < SMALL).sum() >= 3 and (y >= SMALL).sum() >= 3)
-    rho = stats.spearman(np.array([r["early_d1"] for r in rows], dtype=float), y)
+    rho = stats.spearman(np.array([r[col] for r in rows], dtype=float), y)
     return {"judged": judged, "spearman": rho, "holds": not judged or rho >= 0.50}
 
 
@@ -250,17 +257,25 @@ def render(res: dict) -> str:
     lines += size_lines(res["size"])
     if "look3" in res:
         f, o = res["look3_flag"], res["look3_order"]
-        lines += ["", "the third look's rule (docstring): " + "; ".join(
-            f"rows read {'below' if g == 'low' else 'at least'} {SMALL:+.2f}: {f['share'][g]:.2f} realised "
-            f"{'below' if g == 'low' else 'at least that'} ({'judged' if f['judged'][g] else 'not judged: under three rows'})"
-            for g in ("low", "high")) + f"; order {o['spearman']:+.2f} ({'judged' if o['judged'] else 'not judged'}): "
-            + ("holds" if res["look3_holds"] else "does not hold")]
-    lines += ["", "decision rule (docstring): the early read " + ("ships" if res["fires"] else "does not ship"), "",
-              "the recommended row per world: realised, " + ", ".join(COLUMNS)]
-    for n, r in res["recommended"].items():
-        lines.append(f"  {n + (' *' if n not in res['never_fitted'] else ''):20s} {r['row']:22s} {r['realised']:+.3f}  "
-                     + "  ".join(f"{r[c]:+.3f}" for c in COLUMNS))
-    return "\n".join(lines)
+        lines += ["", "the third look's rule (docstring): " + flag_words(f, o) + ": "
+                  + ("holds" if res["look3_holds"] else "does not hold")]
+    lines += ["", "decision rule (docstring): the early read " + ("ships" if res["fires"] else "does not ship")]
+    return "\n".join(lines + recommended_lines(res, COLUMNS))
+
+
+def flag_words(f: dict, o: dict) -> str:
+    """``flag_rule``'s and ``order_rule``'s results in words."""
+    return "; ".join(
+        f"rows read {'below' if g == 'low' else 'at least'} {SMALL:+.2f}: {f['share'][g]:.2f} realised "
+        f"{'below' if g == 'low' else 'at least that'} ({'judged' if f['judged'][g] else 'not judged: under three rows'})"
+        for g in ("low", "high")) + f"; order {o['spearman']:+.2f} ({'judged' if o['judged'] else 'not judged'})"
+
+
+def recommended_lines(res: dict, columns) -> list[str]:
+    """The recommended row of each world (``world_figures``): what it realised and its ``columns``."""
+    lines = ["", "the recommended row per world: realised, " + ", ".join(columns)]
+    return lines + [f"  {n + (' *' if n not in res['never_fitted'] else ''):20s} {r['row']:22s} {r['realised']:+.3f}  "
+                    + "  ".join(f"{r[c]:+.3f}" for c in columns) for n, r in res["recommended"].items()]
 
 
 def figures(res: dict) -> dict:

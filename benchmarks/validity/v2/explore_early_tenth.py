@@ -65,16 +65,14 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from benchmarks.validity.v2 import explore_coherence as coherence  # noqa: E402
 from benchmarks.validity.v2 import explore_early_read as early  # noqa: E402
 from benchmarks.validity.v2 import explore_early_success as success  # noqa: E402
 from benchmarks.validity.v2 import explore_lookahead_reach as reach  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_checks  # noqa: E402
-from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
-from benchmarks.validity.v2.explore_size_floor import size_figures, size_lines  # noqa: E402
+from benchmarks.validity.v2.explore_recommended_size import SMALL  # noqa: E402
+from benchmarks.validity.v2.explore_size_floor import size_lines  # noqa: E402
 from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
@@ -95,12 +93,14 @@ def measure(out: Path, names: list[str]) -> None:
     evaluator process per world (resumable per output)."""
     jobs = []
     for name in names:
-        world_dir = (out / name).resolve()
-        for key in success.keys(name):
-            # explore_early_read's config of the row where it made one (the same run, 10 steps), else the study's
-            made = world_dir / "configs" / f"early.{key}.yaml"
-            source = made if made.is_file() else run_worlds.layout_world(reach.plan_of(name), world_dir)["trainings"][key]
-            cfg = yaml.safe_load(Path(source).read_text())
+        world_dir, keys = (out / name).resolve(), success.keys(name)
+        # explore_early_read's config of each row (the same run, 10 steps), else the study's, laid out once per world
+        made = {k: world_dir / "configs" / f"early.{k}.yaml" for k in keys}
+        if not all(p.is_file() for p in made.values()):
+            trainings = run_worlds.layout_world(reach.plan_of(name), world_dir)["trainings"]
+            made = {k: p if p.is_file() else Path(trainings[k]) for k, p in made.items()}
+        for key in keys:
+            cfg = yaml.safe_load(made[key].read_text())
             cfg["training"]["max_steps"] = STEPS
             path = world_dir / "configs" / f"tenth.{key}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -171,27 +171,19 @@ def report() -> dict:
     base = [r for r in rows if r["world"] not in LOOK]
     look = [r for r in rows if r["world"] in LOOK]
     cols = (*COLUMNS, "accuracy_gap")
-    per = {c: v2.per_world(np.array([r[c] for r in base], dtype=float), base, "d_pass1")["worlds"] for c in cols}
-    names = list(per["accuracy_gap"])
-    never = [x for x in names if x not in look8.FITTED]
-    picked = coherence.recommended(base, recommended_rows(shipped), names, COLUMNS)
-    tenth = [{**r, "early_d1": r["tenth_d1"]} for r in base]  # explore_early_success's table reads early_d1
-    res = {"worlds": names, "never_fitted": never, "per_world": per, "look_worlds": sorted({r["world"] for r in look}),
-           "mean_never_fitted": {c: float(np.nanmean([per[c][x] for x in never])) for c in cols},
+    res = {**success.world_figures(base, shipped, COLUMNS), "look_worlds": sorted({r["world"] for r in look}),
            "pooled": {c: success.pooled([r for r in base if np.isfinite(r[c])], c) for c in cols},
-           "table": success.table(tenth), "early_table": success.table(base),
-           "size": size_figures(picked, never, COLUMNS), "recommended": picked, "cost": cost(kept)}
+           "table": success.table(base, "tenth_d1"), "early_table": success.table(base), "cost": cost(kept)}
     p, t = res["pooled"]["tenth_d1"], res["table"]
     res["shares"] = success.flag_rule(t)["share"]  # of the rows read low realised low, read high realised high
     res["pooled_holds"] = bool(p["spearman"] >= 0.60 and p["auroc"] >= 0.80 and res["shares"]["low"] >= 0.60
                                and res["shares"]["high"] >= 0.80)
     res["look_made"] = len(look) >= 3
     if look:
-        lk = [{**r, "early_d1": r["tenth_d1"]} for r in look]
-        res.update(look={c: success.pooled([r for r in lk if np.isfinite(r[c])], c) for c in ("tenth_d1", "tenth_kl",
-                                                                                                "accuracy_gap")},
-                   look_table=success.table(lk), look_flag=success.flag_rule(success.table(lk)),
-                   look_order=success.order_rule(lk))
+        lt = success.table(look, "tenth_d1")
+        res.update(look={c: success.pooled([r for r in look if np.isfinite(r[c])], c)
+                         for c in ("tenth_d1", "tenth_kl", "accuracy_gap")},
+                   look_table=lt, look_flag=success.flag_rule(lt), look_order=success.order_rule(look, "tenth_d1"))
         res["look_holds"] = bool(res["look_made"] and res["look_flag"]["holds"] and res["look_order"]["holds"])
     else:
         res["look_holds"] = False
@@ -220,11 +212,8 @@ def render(res: dict) -> str:
         t, f, o = res["look_table"], res["look_flag"], res["look_order"]
         lines.append(f"    tenth_d1 < {SMALL:+.2f}: {t['flag_small']} of {t['flag_small'] + t['flag_moved']} realised below; "
                      f"at least {SMALL:+.2f}: {t['pass_moved']} of {t['pass_small'] + t['pass_moved']} realised at least that")
-        lines.append("rule (b), the look: " + "; ".join(
-            f"rows read {'below' if g == 'low' else 'at least'} {SMALL:+.2f}: {f['share'][g]:.2f} realised "
-            f"{'below' if g == 'low' else 'at least that'} ({'judged' if f['judged'][g] else 'not judged: under three rows'})"
-            for g in ("low", "high")) + f"; order {o['spearman']:+.2f} ({'judged' if o['judged'] else 'not judged'}): "
-            + ("holds" if res["look_holds"] else ("does not hold" if res["look_made"] else "look not made")))
+        lines.append("rule (b), the look: " + success.flag_words(f, o) + ": "
+                     + ("holds" if res["look_holds"] else ("does not hold" if res["look_made"] else "look not made")))
     else:
         why = {w: f"excluded by the plan's level rule (check_{w}.txt)" if report_checks.status(w) == "excluded"
                else "no rows" for w in ("schist", *LOOK)}
@@ -236,12 +225,8 @@ def render(res: dict) -> str:
     lines += ["", f"cost per row (completions, mean over the worlds): the read {c['trained']:.0f} trained (sampled, scored, "
               f"trained) and {c['evaluated']:.0f} sampled by its evaluation; a full run {c['run_trained']:.0f} trained and "
               f"{c['run_evaluated']:.0f} sampled by its two evaluations"]
-    lines += ["", "decision rule (docstring): the read at a tenth " + ("ships" if res["fires"] else "does not ship"), "",
-              "the recommended row per world: realised, " + ", ".join(COLUMNS)]
-    for n, r in res["recommended"].items():
-        lines.append(f"  {n + (' *' if n not in res['never_fitted'] else ''):20s} {r['row']:22s} {r['realised']:+.3f}  "
-                     + "  ".join(f"{r[c]:+.3f}" for c in COLUMNS))
-    return "\n".join(lines)
+    lines += ["", "decision rule (docstring): the read at a tenth " + ("ships" if res["fires"] else "does not ship")]
+    return "\n".join(lines + success.recommended_lines(res, COLUMNS))
 
 
 def main(argv=None) -> int:
