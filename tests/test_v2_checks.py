@@ -473,6 +473,36 @@ def test_the_rank_parts_exploration_recomputes_its_oracles_and_the_verdict_doc_q
             f"On the 16 worlds built after the ranking shipped, {s_c} and {s_m} against {s_s}.") in verdict
 
 
+def test_the_pilot_bound_recomputes_does_not_measure_a_pilot_and_the_verdict_doc_quotes_it():
+    """explore_pilot_bound.txt is what its script prints from the committed reads; its orders put every row with G > 0
+    above every row with G <= 0 (checked on a world); its rule does not fire and docs/verdict.md quotes its means."""
+    import json
+    import re
+
+    import numpy as np
+
+    from benchmarks.validity.v2 import explore_pilot_bound as pb
+    from benchmarks.validity.v2 import report_look2 as look2
+    from benchmarks.validity.v2 import report_v2 as v2
+
+    rows = look2.load_rows({"worlds": ["flint"]})
+    read = np.random.default_rng(0).normal(size=len(rows))
+    positive = np.array([v2._num(r["accuracy_gap"]) > 0 for r in rows])
+    for name, x in pb.orders(rows, json.loads(v2.SHIPPED.read_text()), read).items():
+        if name != "shipped":
+            assert x[positive].min() > x[~positive].max()
+    ranked = pb.orders(rows, json.loads(v2.SHIPPED.read_text()), read)["read_rows"]
+    assert list(np.argsort(ranked[positive])) == list(np.argsort(read[positive]))
+    committed = _reruns("explore_pilot_bound")
+    assert "it does not (best early_d1 order" in committed
+    m = {k: re.search(rf"{k}\s+mean [+-]\d\.\d{{3}} over all, ([+-]\d\.\d{{3}}) over the 27 never fitted", committed)[1]
+         for k in ("shipped", "read_rows:early_d1", "read_rows:oracle")}
+    assert float(m["read_rows:early_d1"]) < 0.80
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"lifts the ranking over the 27 never-fitted worlds from {m['shipped']} to {m['read_rows:early_d1']}, and "
+            f"the realised change itself in its place only to {m['read_rows:oracle']}") in verdict
+
+
 def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     """explore_recommended_size.txt is what its script prints from the committed rows; CHECKS.md's across-world
     Spearman of the recommended row's prediction (report_checks.recommended_size) equals the exploration's own pick over
