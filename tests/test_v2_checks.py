@@ -503,6 +503,33 @@ def test_the_pilot_bound_recomputes_does_not_measure_a_pilot_and_the_verdict_doc
             f"the realised change itself in its place only to {m['read_rows:oracle']}") in verdict
 
 
+def test_the_low_tier_exploration_recomputes_reorders_only_rows_with_g_at_most_0_and_the_verdict_doc_quotes_it():
+    """explore_low_tier.reorder moves only the rows it is given, among their own places, in the key's order (an
+    explicit check on random keys); explore_low_tier.txt is what its script prints; none qualifies and docs/verdict.md
+    quotes its means."""
+    import re
+
+    import numpy as np
+
+    from benchmarks.validity.v2 import explore_low_tier as lt
+
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        product, low = rng.permutation(10).astype(float), rng.random(10) < 0.5
+        key = rng.normal(size=10)
+        out = lt.reorder(product, low, key)
+        assert (out[~low] == product[~low]).all() and sorted(out[low]) == sorted(product[low])
+        idx = np.flatnonzero(low)
+        assert list(idx[np.argsort(out[idx])]) == list(idx[np.argsort(key[idx])])
+    committed = _reruns("explore_low_tier")
+    assert "none qualifies; no look follows" in committed
+    m = {k: re.search(rf"{k}\s+mean [+-]\d\.\d{{3}} over all \d+, ([+-]\d\.\d{{3}}) over the 34 never", committed)[1]
+         for k in ("shipped", "low_g", "low_kl", "low_harm", "low_oracle")}
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"they reach {m['low_g']}, {m['low_kl']} and {m['low_harm']} over the 34 never-fitted worlds against the "
+            f"shipped {m['shipped']}, though in realised order they would reach {m['low_oracle']}") in verdict
+
+
 def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     """explore_recommended_size.txt is what its script prints from the committed rows; CHECKS.md's across-world
     Spearman of the recommended row's prediction (report_checks.recommended_size) equals the exploration's own pick over

@@ -25,6 +25,13 @@ ranking's and it is above the shipped ranking in more worlds than below. If one 
 largest mean is judged on a world built after this ran (a plan_checks.yaml amendment written before its build), where
 it ships only if it is at least the shipped ranking's Spearman there. Otherwise no look follows.
 
+Reading of its output (explore_low_tier.txt, 41 worlds): none qualifies. Over the 34 never-fitted worlds the shipped
+ranking reaches +0.743; reordering its rows with G <= 0 by G gives +0.695 (above it in 7, below in 21), by the lookahead
+KL +0.724 (12, 15), by harm +0.696 (3, 14). The room there is as large as among the rows with G > 0 (the rows with
+G <= 0 in realised order: +0.842), and the shipped order, which weighs G, the lookahead and teachability together, is
+already better than any one of them alone. Putting every row with G > 0 above every row with G <= 0 costs a little
+(+0.735), most in `ember` (+0.56 against +0.88). No look follows.
+
     python benchmarks/validity/v2/explore_low_tier.py > benchmarks/validity/v2/explore_low_tier.txt
 """
 from __future__ import annotations
