@@ -223,11 +223,18 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     loam = per["loam"]["models"][p]["method_order"]
     assert f"with {loam['n_right']} of {loam['n_pairs']} method pairs right" in verdict
     right, pairs = s8["method_order"]
-    mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])}, "
-            f"method pairs {right} of {pairs}")
+    mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])} "
+            f"(paired {s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, "
+            f"{s8['paired_vs_g']['hi']:+.3f}]), method pairs {right} of {pairs}")
     assert len(per) == 22 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
-    assert f"(below it on {below} of the {len(per)})" in verdict
+    assert f"(below it on {below} of the {len(per)};" in verdict
+    d = s8["paired_vs_g"]  # the paired difference against G, recomputed from the per-world figures above
+    diffs = [per[w]["models"][p]["spearman"] - per[w]["models"]["accuracy_gap"]["spearman"] for w in per]
+    assert d["estimate"] == pytest.approx(sum(diffs) / len(diffs)) and d["below"] == below and d["lo"] > 0
+    paired = f"{d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+    assert f"the paired difference {paired}, 95% bootstrap over worlds, above 0 as the issue asks" in verdict
+    assert f"against G's {fmt(ms['accuracy_gap'])} (paired {paired})" in readme
     for w in ("sorrel", "basalt", "cobble", "gravel", "quartz"):
         m, mo = per[w]["models"], per[w]["models"][p]["method_order"]
         assert (f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])}), with {mo['n_right']} of "

@@ -6,6 +6,7 @@
 - ``spearman_bootstrap``: Spearman of a predictor with realised gains, resampling configurations
   (clusters of rows) and, inside each replicate, the realised gains.
 - ``verdict_accuracy``: helps / hurts verdicts against the realised class, with a Wilson interval.
+- ``paired_mean``: the mean over worlds of one per-world figure minus another, with a percentile bootstrap over worlds.
 - ``near_zero_alignment``: sign agreement and correlations of a_opd and a_delta among tokens whose
   advantages are not numerically zero, with the near-zero share reported apart.
 """
@@ -205,3 +206,12 @@ def near_zero_alignment(a_opd, a_delta, threshold: float) -> dict:
         out["pearson"] = float(np.corrcoef(xs, ys)[0, 1])
         out["spearman"] = spearman(xs, ys)
     return out
+
+
+def paired_mean(a: dict[str, float], b: dict[str, float], worlds: list[str], n_boot: int, seed: int) -> dict:
+    """Mean over ``worlds`` of a - b, with a 95% percentile bootstrap over worlds, and how often a is above."""
+    d = np.array([a[w] - b[w] for w in worlds])
+    rng = np.random.default_rng(seed)
+    reps = np.array([d[rng.integers(0, len(d), len(d))].mean() for _ in range(n_boot)])
+    return {"estimate": float(d.mean()), "lo": float(np.quantile(reps, 0.025)), "hi": float(np.quantile(reps, 0.975)),
+            "above": int((d > 0).sum()), "below": int((d < 0).sum()), "n": len(d)}

@@ -37,6 +37,7 @@ SHIPPED = report_v2.SHIPPED
 ORDER = yaml.safe_load(PLAN.read_text())["product_order"]  # the file's ranking rule when these worlds were checked
 PRODUCT = f"product ({ORDER})"
 MODELS = (PRODUCT, "accuracy_gap", "v2", "v2_no_lookahead")
+BOOT = {"n_boot": 2000, "seed": 0}  # the bootstrap over worlds of the paired difference against G
 TARGETS = {"spearman": 0.80, "method_order": 0.90, "decisive": 0.85, "unclear": 0.40, "forgetting": 0.70}
 
 
@@ -142,6 +143,8 @@ def analysis() -> dict:
     over_later = {m: float(np.mean([later[w]["models"][m]["spearman"] for w in since])) if since else None
                   for m in (LATER_PRODUCT, *MODELS[1:])}
     pairs = [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in since) for k in ("n_right", "n_pairs")]
+    paired = (stats.paired_mean(*({w: later[w]["models"][m]["spearman"] for w in since}
+                            for m in (LATER_PRODUCT, "accuracy_gap")), since, **BOOT) if since else None)
     every = rows + [r for w in since for r in later_rows[w]]  # every world checked since the seventh look
     forgetting = {tier: stats.spearman(shipped_gain(every, as_checked(), tier, "d_regression"),
                                        report_v2.target(every, "d_regression")) if since else None
@@ -152,7 +155,7 @@ def analysis() -> dict:
     return json.loads(json.dumps(report_v2.stats_jsonable(
         {"worlds": states, "per_world": per, "over": over,
          "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs,
-                         "excluded": [w for w, st in states_later.items() if st == "excluded"],
+                         "paired_vs_g": paired, "excluded": [w for w, st in states_later.items() if st == "excluded"],
                          "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()
                                          and w not in too_large],
                          "not_shipped_because": too_large,
@@ -228,6 +231,11 @@ def render(a: dict) -> str:
                          + f" | {mo['n_right']}/{mo['n_pairs']} |")
         lines.append("| mean | | " + " | ".join(f(s8["mean_spearman"][m]) for m in cols)
                      + f" | {s8['method_order'][0]}/{s8['method_order'][1]} |")
+        d = s8["paired_vs_g"]
+        lines += ["", f"The product ranking minus G alone, mean over the {d['n']} worlds: {d['estimate']:+.3f} "
+                      f"[{d['lo']:+.3f}, {d['hi']:+.3f}] (95%, bootstrap over worlds, {BOOT['n_boot']} draws), above in "
+                      f"{d['above']}, below in {d['below']}; the issue asks this difference above 0 at 95%: "
+                      f"{'it is' if d['lo'] > 0 else 'it is not'}."]
         rec = s8["recommended"]
         lines += ["", "What the product decides there: the row it recommends (the best-ranked with G > 0), its realised "
                   "Δpass@1 and its place among the world's rows (1: the best realised), beside the row the ranking by "

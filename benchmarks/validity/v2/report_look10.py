@@ -92,12 +92,8 @@ def orders(rows: list[dict], gain: dict[str, np.ndarray]) -> dict[str, np.ndarra
 
 
 def paired_mean(a: dict[str, float], b: dict[str, float], worlds: list[str]) -> dict:
-    """Mean over ``worlds`` of a - b, with a percentile bootstrap over worlds, and how often a is above."""
-    d = np.array([a[w] - b[w] for w in worlds])
-    rng = np.random.default_rng(BOOT["seed"])
-    reps = np.array([d[rng.integers(0, len(d), len(d))].mean() for _ in range(BOOT["n"])])
-    return {"estimate": float(d.mean()), "lo": float(np.quantile(reps, 0.025)), "hi": float(np.quantile(reps, 0.975)),
-            "above": int((d > 0).sum()), "below": int((d < 0).sum()), "n": len(d)}
+    """``stats.paired_mean`` with the look's bootstrap."""
+    return stats.paired_mean(a, b, worlds, BOOT["n"], BOOT["seed"])
 
 
 def pooled(x: np.ndarray, rows: list[dict], outcome: str, keep: np.ndarray) -> float:
