@@ -537,6 +537,39 @@ def test_the_low_tier_exploration_recomputes_reorders_only_rows_with_g_at_most_0
             f"shipped {m['shipped']}, though in realised order they would reach {m['low_oracle']}") in verdict
 
 
+def test_the_pilot_pick_recomputes_picks_the_best_read_among_the_top_rows_and_the_verdict_doc_quotes_it():
+    """explore_pilot_pick.picks: the recommendation is the best-ranked row with G > 0 and pilot_k the largest read among
+    the k best-ranked (an explicit sort of the product's order); the output is what its script prints; its rule does
+    not fire and docs/verdict.md quotes its means."""
+    import json
+    import re
+
+    import numpy as np
+
+    from benchmarks.validity.v2 import explore_pilot_pick as pp
+    from benchmarks.validity.v2 import report_look2 as look2
+    from benchmarks.validity.v2 import report_look8 as look8
+    from benchmarks.validity.v2 import report_v2 as v2
+    from benchmarks.validity.v2.looks import product_order
+
+    shipped = json.loads(v2.SHIPPED.read_text())
+    for world in ("crossed", "tandem", "flint"):
+        rows = look2.load_rows({"worlds": [world]})
+        read = np.random.default_rng(2).normal(size=len(rows))
+        order = product_order(rows, look8.product_gain(rows, shipped), "v2_config")
+        ranked = sorted((i for i, r in enumerate(rows) if v2._num(r["accuracy_gap"]) > 0), key=lambda i: -order[i])
+        got = pp.picks(rows, shipped, read)
+        assert got["recommended"] == ranked[0]
+        for k in (2, 3):
+            assert got[f"pilot_{k}"] == max(ranked[:k], key=lambda i: read[i])
+    committed = _reruns("explore_pilot_pick")
+    assert "it does not; no look follows" in committed
+    mean = dict(re.findall(r"^  (recommended|pilot_3|best)\s+([+-]\d\.\d{3}) \(", committed, re.M))
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"it realises {mean['pilot_3']} on average over the 27 never-fitted worlds against the recommendation's "
+            f"{mean['recommended']} (the best row {mean['best']})") in verdict
+
+
 def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     """explore_recommended_size.txt is what its script prints from the committed rows; CHECKS.md's across-world
     Spearman of the recommended row's prediction (report_checks.recommended_size) equals the exploration's own pick over

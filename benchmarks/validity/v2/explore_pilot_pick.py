@@ -27,6 +27,15 @@ quarter of the worlds where the two differ; and then on a world built after this
 written before its build, its top three rows with G > 0 trained for 10 steps and read as explore_early_success reads)
 pilot_3 realises at least the recommendation's change minus 0.02. Otherwise no look follows and nothing ships.
 
+Reading of its output (explore_pilot_pick.txt, 34 worlds): no. The recommendation already realises +0.245 on average
+over the 27 never-fitted worlds, the best row +0.281: little room. Piloting the top three and finishing the best read
+realises +0.236, -0.009 [-0.078, +0.048] against the recommendation (above in 6 worlds, below in 2): it finds the best
+row of `crossed` (+0.409 against -0.007) and loses `tandem`'s (+0.011 against +0.739), whose recommended run had
+barely moved after a quarter (+0.017) and realised the most of its world by the end. Piloting two changes one world;
+piloting every row with G > 0 nets -0.001. Where pilot_3's best read was below +0.02 (7 worlds), its pick realised
+below +0.02 in 5 and so did the world's best row in 2: a pilot says when no candidate is moving, as the early read
+already does for a followed run. No look follows and nothing ships.
+
     python benchmarks/validity/v2/explore_pilot_pick.py > benchmarks/validity/v2/explore_pilot_pick.txt
 """
 from __future__ import annotations
