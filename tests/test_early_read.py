@@ -73,7 +73,7 @@ def test_no_read_where_there_is_none_or_the_records_are_damaged(records, max_ste
 
 def test_the_model_file_record_is_checked_and_optional():
     """The shipped file holds the record exactly when explore_early_success's rules say so (its --check, in
-    test_v2_checks); here: a file with a good record parses, a bad one is refused naming it, and none is None."""
+    test_v2_explorations); here: a file with a good record parses, a bad one is refused naming it, and none is None."""
     import json
     from importlib import resources
 
