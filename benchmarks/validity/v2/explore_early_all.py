@@ -31,26 +31,20 @@ either way.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import explore_early_read as early  # noqa: E402
 from benchmarks.validity.v2 import explore_early_success as success  # noqa: E402
-from benchmarks.validity.v2 import explore_lookahead_reach as reach  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import lexical  # noqa: E402
 from benchmarks.validity.v2.looks import explore_cli, product_order  # noqa: E402
-from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEPT = HERE / "early_all_rows.json"
@@ -68,53 +62,11 @@ def keys(name: str) -> list[str]:
 
 
 def measure(out: Path, names: list[str]) -> None:
-    """Train the first 10 steps of every row with G <= 0 (resumable per run), then evaluate each world's checkpoints
-    in one evaluator process per world (resumable per output)."""
-    jobs = []
-    for name in names:
-        world_dir = (out / name).resolve()
-        trainings = run_worlds.layout_world(reach.plan_of(name), world_dir)["trainings"]
-        for key in keys(name):
-            cfg = yaml.safe_load(Path(trainings[key]).read_text())
-            cfg["training"]["max_steps"] = early.STEPS
-            path = world_dir / "configs" / f"early.{key}.yaml"
-            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            jobs.append((path, world_dir / "early" / key))
-    t0 = time.time()
-    with ThreadPoolExecutor(early.WORKERS) as pool:
-        list(pool.map(lambda j: early.train(*j), jobs))
-    print(f"{len(jobs)} runs of {early.STEPS} steps in {time.time() - t0:.0f} s", flush=True)
-
-    def evaluate(name: str) -> None:
-        world = (out / name).resolve()
-        todo = [] if (world / "early_eval" / "initial.json").is_file() else [
-            {"model": "initial", "out": str(world / "early_eval" / "initial.json")}]
-        todo += [{"model": str(world / "early" / key / success.CHECKPOINT),
-                  "out": str(world / "early_eval" / f"{key}.json")}
-                 for key in keys(name) if not (world / "early_eval" / f"{key}.json").is_file()]
-        if not todo:
-            return
-        path = world / "early_all_eval.jobs.json"
-        path.write_text(json.dumps(todo))
-        subprocess.run([sys.executable, str(success.EVALUATE), "--study", str(world), "--jobs", str(path)],
-                       check=True, stdout=subprocess.DEVNULL)
-    t0 = time.time()
-    with ThreadPoolExecutor(early.WORKERS) as pool:
-        list(pool.map(evaluate, names))
-    print(f"{len(names)} worlds evaluated in {time.time() - t0:.0f} s", flush=True)
+    success.train_and_evaluate(out, names, keys, early.STEPS)
 
 
 def keep(out: Path) -> None:
-    kept = {}
-    for w in worlds():
-        d = out / w / "early_eval"
-        if not (d / "initial.json").is_file():
-            continue
-        ini = json.loads((d / "initial.json").read_text())
-        runs = {k: success.columns(json.loads((d / f"{k}.json").read_text()), ini)
-                for k in keys(w) if (d / f"{k}.json").is_file()}
-        kept[w] = {"initial_pass1": float(np.mean(list(success.pass1(ini, "test").values()))), "runs": runs}
-    KEPT.write_text(look2.records_json(kept) + "\n")
+    KEPT.write_text(look2.records_json(success.kept_rows(out, worlds(), keys)) + "\n")
 
 
 def orders(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, np.ndarray]:

@@ -79,6 +79,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity import stats  # noqa: E402
@@ -91,6 +92,7 @@ from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
 from benchmarks.validity.v2.explore_size_floor import auroc, initial, size_figures, size_lines  # noqa: E402
 from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
+from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEPT = HERE / "early_success_rows.json"
@@ -99,7 +101,6 @@ LOOK = ("sable", "tawny")
 LOOK2 = ("clinker",)  # the second look (plan_checks.yaml amendment 18)
 LOOK3 = ("ashlar",)  # the third look (plan_checks.yaml amendment 19)
 COLUMNS = ("early_d1", "early_kl", "early_dreg")
-CHECKPOINT = f"checkpoints/step-{early.STEPS:06d}"
 
 
 def worlds() -> list[str]:
@@ -107,19 +108,45 @@ def worlds() -> list[str]:
 
 
 def measure(out: Path, names: list[str]) -> None:
-    """Train what is missing (explore_early_read's runs), then evaluate the initial student and every step-10
-    checkpoint of each world in one evaluator process per world (resumable per output)."""
-    early.measure(out, names)
+    train_and_evaluate(out, names, keys, early.STEPS)
+
+
+def train_and_evaluate(out: Path, names: list[str], keys_of, steps: int, tag: str = "early") -> None:
+    """Train each world's rows ``keys_of(name)`` for the first ``steps`` of their 40 steps exactly as the worlds study
+    trains them (``<world>/<tag>/<key>``, resumable per run), then evaluate every checkpoint, and the initial student
+    where it is missing (``<world>/early_eval/initial.json``), with the study's evaluator in one process per world
+    (``<world>/<tag>_eval/<key>.json``, resumable per output)."""
+    jobs = []
+    for name in names:
+        world_dir, todo = (out / name).resolve(), keys_of(name)
+        # a row's config made for its early read (the same run), else the study's, laid out once per world
+        made = {k: world_dir / "configs" / f"early.{k}.yaml" for k in todo}
+        if not all(p.is_file() for p in made.values()):
+            trainings = run_worlds.layout_world(reach.plan_of(name), world_dir)["trainings"]
+            made = {k: p if p.is_file() else Path(trainings[k]) for k, p in made.items()}
+        for key in todo:
+            cfg = yaml.safe_load(made[key].read_text())
+            cfg["training"]["max_steps"] = steps
+            path = world_dir / "configs" / f"{tag}.{key}.yaml"
+            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            jobs.append((path, world_dir / tag / key))
+    t0 = time.time()
+    with ThreadPoolExecutor(early.WORKERS) as pool:
+        list(pool.map(lambda j: early.train(*j), jobs))
+    print(f"{len(jobs)} runs of {steps} steps in {time.time() - t0:.0f} s", flush=True)
 
     def evaluate(name: str) -> None:
         world = (out / name).resolve()
-        jobs = [{"model": "initial", "out": str(world / "early_eval" / "initial.json")}]
-        jobs += [{"model": str(world / "early" / key / CHECKPOINT), "out": str(world / "early_eval" / f"{key}.json")}
-                 for key in keys(name)]
-        path = world / "early_eval.jobs.json"
-        path.write_text(json.dumps(jobs))
-        subprocess.run([sys.executable, str(EVALUATE), "--study", str(world), "--jobs", str(path)], check=True,
-                       stdout=subprocess.DEVNULL)
+        todo = [] if (world / "early_eval" / "initial.json").is_file() else [
+            {"model": "initial", "out": str(world / "early_eval" / "initial.json")}]
+        todo += [{"model": str(world / tag / key / f"checkpoints/step-{steps:06d}"),
+                  "out": str(world / f"{tag}_eval" / f"{key}.json")}
+                 for key in keys_of(name) if not (world / f"{tag}_eval" / f"{key}.json").is_file()]
+        if todo:
+            path = world / f"{tag}_eval.jobs.json"
+            path.write_text(json.dumps(todo))
+            subprocess.run([sys.executable, str(EVALUATE), "--study", str(world), "--jobs", str(path)], check=True,
+                           stdout=subprocess.DEVNULL)
     t0 = time.time()
     with ThreadPoolExecutor(early.WORKERS) as pool:
         list(pool.map(evaluate, names))
@@ -134,24 +161,33 @@ def pass1(ev: dict, part: str) -> dict[str, float]:
     return {pid: c / n for pid, (n, c) in ev[part].items()}
 
 
-def columns(ev: dict, ini: dict) -> dict[str, float]:
-    """The step-10 evaluation against the initial one, paired per problem."""
+def columns(ev: dict, ini: dict, prefix: str = "early") -> dict[str, float]:
+    """An evaluation against the initial one, paired per problem."""
     d1 = [p - pass1(ini, "test")[pid] for pid, p in pass1(ev, "test").items()]
     dreg = [p - pass1(ini, "regression")[pid] for pid, p in pass1(ev, "regression").items()]
     kl_sum, kl_n = np.array(list(ev["kl"].values()), dtype=float).sum(0)
-    return {"early_d1": float(np.mean(d1)), "early_kl": float(kl_sum / max(kl_n, 1.0)), "early_dreg": float(np.mean(dreg))}
+    return {f"{prefix}_d1": float(np.mean(d1)), f"{prefix}_kl": float(kl_sum / max(kl_n, 1.0)),
+            f"{prefix}_dreg": float(np.mean(dreg))}
+
+
+def kept_rows(out: Path, names: list[str], keys_of, tag: str = "early") -> dict:
+    """Per world with an initial evaluation, the ``columns`` (prefixed ``tag``) of each evaluated row of
+    ``keys_of(world)`` (``train_and_evaluate``'s outputs)."""
+    kept = {}
+    for w in names:
+        ini_path, d = out / w / "early_eval" / "initial.json", out / w / f"{tag}_eval"
+        if not ini_path.is_file():
+            continue
+        ini = json.loads(ini_path.read_text())
+        runs = {k: columns(json.loads((d / f"{k}.json").read_text()), ini, tag)
+                for k in keys_of(w) if (d / f"{k}.json").is_file()}
+        kept[w] = {"initial_pass1": float(np.mean(list(pass1(ini, "test").values()))), "test_problems": len(ini["test"]),
+                   "runs": runs}
+    return kept
 
 
 def keep(out: Path) -> None:
-    kept = {}
-    for w in worlds():
-        d = out / w / "early_eval"
-        if not (d / "initial.json").is_file():
-            continue
-        ini = json.loads((d / "initial.json").read_text())
-        runs = {k: columns(json.loads((d / f"{k}.json").read_text()), ini) for k in keys(w) if (d / f"{k}.json").is_file()}
-        kept[w] = {"initial_pass1": float(np.mean(list(pass1(ini, "test").values()))), "runs": runs}
-    KEPT.write_text(look2.records_json(kept) + "\n")
+    KEPT.write_text(look2.records_json(kept_rows(out, worlds(), keys)) + "\n")
 
 
 def pooled(rows: list[dict], col: str) -> dict:

@@ -55,14 +55,10 @@ rule. The read stays at a quarter of the run.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity.v2 import explore_early_read as early  # noqa: E402
@@ -74,14 +70,12 @@ from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL  # noqa: E402
 from benchmarks.validity.v2.explore_size_floor import size_lines  # noqa: E402
 from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
-from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEPT = HERE / "early_tenth_rows.json"
 STEPS = 4
 LOOK = ("gneiss",)  # schist, the look first named, was excluded by the level rule (the amendment)
 COLUMNS = ("tenth_d1", "tenth_kl", "early_d1")
-CHECKPOINT = f"checkpoints/step-{STEPS:06d}"
 
 
 def worlds() -> list[str]:
@@ -89,60 +83,11 @@ def worlds() -> list[str]:
 
 
 def measure(out: Path, names: list[str]) -> None:
-    """Train the first STEPS steps of every row (resumable per run), then evaluate each world's checkpoints in one
-    evaluator process per world (resumable per output)."""
-    jobs = []
-    for name in names:
-        world_dir, keys = (out / name).resolve(), success.keys(name)
-        # explore_early_read's config of each row (the same run, 10 steps), else the study's, laid out once per world
-        made = {k: world_dir / "configs" / f"early.{k}.yaml" for k in keys}
-        if not all(p.is_file() for p in made.values()):
-            trainings = run_worlds.layout_world(reach.plan_of(name), world_dir)["trainings"]
-            made = {k: p if p.is_file() else Path(trainings[k]) for k, p in made.items()}
-        for key in keys:
-            cfg = yaml.safe_load(made[key].read_text())
-            cfg["training"]["max_steps"] = STEPS
-            path = world_dir / "configs" / f"tenth.{key}.yaml"
-            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            jobs.append((path, world_dir / "tenth" / key))
-    t0 = time.time()
-    with ThreadPoolExecutor(early.WORKERS) as pool:
-        list(pool.map(lambda j: early.train(*j), jobs))
-    print(f"{len(jobs)} runs of {STEPS} steps in {time.time() - t0:.0f} s", flush=True)
-
-    def evaluate(name: str) -> None:
-        world = (out / name).resolve()
-        todo = [] if (world / "early_eval" / "initial.json").is_file() else [
-            {"model": "initial", "out": str(world / "early_eval" / "initial.json")}]
-        todo += [{"model": str(world / "tenth" / key / CHECKPOINT), "out": str(world / "tenth_eval" / f"{key}.json")}
-                 for key in success.keys(name) if not (world / "tenth_eval" / f"{key}.json").is_file()]
-        if not todo:
-            return
-        path = world / "tenth_eval.jobs.json"
-        path.write_text(json.dumps(todo))
-        subprocess.run([sys.executable, str(success.EVALUATE), "--study", str(world), "--jobs", str(path)], check=True,
-                       stdout=subprocess.DEVNULL)
-    t0 = time.time()
-    with ThreadPoolExecutor(early.WORKERS) as pool:
-        list(pool.map(evaluate, names))
-    print(f"{len(names)} worlds evaluated in {time.time() - t0:.0f} s", flush=True)
+    success.train_and_evaluate(out, names, success.keys, STEPS, tag="tenth")
 
 
 def keep(out: Path) -> None:
-    kept = {}
-    for w in worlds():
-        d = out / w
-        if not (d / "early_eval" / "initial.json").is_file():
-            continue
-        ini = json.loads((d / "early_eval" / "initial.json").read_text())
-        runs = {}
-        for k in success.keys(w):
-            if (d / "tenth_eval" / f"{k}.json").is_file():
-                c = success.columns(json.loads((d / "tenth_eval" / f"{k}.json").read_text()), ini)
-                runs[k] = {"tenth_d1": c["early_d1"], "tenth_kl": c["early_kl"], "tenth_dreg": c["early_dreg"]}
-        kept[w] = {"initial_pass1": float(np.mean(list(success.pass1(ini, "test").values()))),
-                   "test_problems": len(ini["test"]), "runs": runs}
-    KEPT.write_text(look2.records_json(kept) + "\n")
+    KEPT.write_text(look2.records_json(success.kept_rows(out, worlds(), success.keys, tag="tenth")) + "\n")
 
 
 def cost(kept: dict) -> dict[str, float]:
