@@ -526,3 +526,31 @@ def test_the_reliability_and_range_explorations_recompute_and_the_verdict_doc_qu
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     worlds = re.search(r"pooled over the (\d+) worlds", far).group(1)
     assert f"on {worlds} later worlds, off by {outside.group(2)} against {inside.group(2)}" in readme
+
+
+def test_the_read_of_every_row_recomputes_keeps_every_row_and_the_docs_quote_it():
+    """explore_early_all.txt is what its script prints from the kept rows (every row of its worlds has a read: the rows
+    with G <= 0 kept here, the rows with G > 0 in early_success_rows.json, with no key in both); its reading rule is
+    the one it applied, and docs/verdict.md and the README quote its means."""
+    import json
+    import re
+
+    from benchmarks.validity.v2 import explore_early_all as ea
+    from benchmarks.validity.v2 import explore_early_success as success
+
+    low, high = json.loads(ea.KEPT.read_text()), json.loads(success.KEPT.read_text())
+    assert sorted(low) == sorted(ea.worlds())
+    for w in low:
+        assert not set(low[w]["runs"]) & set(high[w]["runs"]) and sorted(low[w]["runs"]) == sorted(ea.keys(w))
+    committed = _reruns("explore_early_all", "--report")
+    m = dict(re.findall(r"^  (shipped|accuracy_gap|read_rows|read_configs)\s+([+-]\d\.\d{3}) \(", committed, re.M))
+    assert max(float(m["read_rows"]), float(m["read_configs"])) < 0.80
+    assert "not even a quarter of every candidate run ranks the rows at the issue's 0.80" in committed
+    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert (f"the read ranks a world's rows at {m['read_rows']} on average over the 26 never-fitted worlds and its "
+            f"configurations' mean at {m['read_configs']}, against the shipped diagnosis ranking's {m['shipped']} "
+            f"(G alone {m['accuracy_gap']})") in verdict
+    assert f"every candidate row ranks its world at {m['read_configs']} at best" in verdict
+    assert f"({m['read_configs']} against {m['shipped']} over 26 worlds, `explore_early_all.py`)" in readme
+
