@@ -211,6 +211,8 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     paired = f"{d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
     assert f"the paired difference {paired}, 95% bootstrap over worlds, above 0 as the issue asks" in verdict
     assert f"against G's {fmt(ms['accuracy_gap'])} (paired {paired})" in readme
+    from opsd_diag import prediction  # the decision panel's checks sentence carries it too
+    assert f"G alone {fmt(ms['accuracy_gap'])} (the difference {paired}, 95% over worlds)" in prediction.load().checks
     for w in ("sorrel", "basalt", "cobble", "gravel", "quartz"):
         m, mo = per[w]["models"], per[w]["models"][p]["method_order"]
         assert (f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])}), with {mo['n_right']} of "

@@ -277,7 +277,9 @@ def _since_sentence(s8: dict) -> str:
         return ""
     ms, f, worlds = s8["mean_spearman"], report_v2.fmt, list(s8["per_world"])
     return (f" The ranking shipped since ({LATER}), on the {len(worlds)} world{'s' * (len(worlds) != 1)} built after "
-            f"it ({', '.join(worlds)}): {f(ms[LATER_PRODUCT])}, G alone {f(ms['accuracy_gap'])}; it ordered "
+            f"it ({', '.join(worlds)}): {f(ms[LATER_PRODUCT])}, G alone {f(ms['accuracy_gap'])} (the difference "
+            f"{s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, {s8['paired_vs_g']['hi']:+.3f}], 95% "
+            "over worlds); it ordered "
             f"{s8['method_order'][0]} of {s8['method_order'][1]} method pairs right, and the row it recommends "
             f"(best-ranked with G > 0) realised {s8['recommended_mean']['product']:+.3f} on average (the best row "
             f"{s8['recommended_mean']['best']:+.3f}, the ranking by G's {s8['recommended_mean']['by_g']:+.3f}). "
