@@ -26,6 +26,11 @@ def ci_zoo(tmp_path_factory) -> Path:
     return out
 
 
+def doc_text(path: str) -> str:
+    """A repository text file with its whitespace runs collapsed, as the docs' quotes are checked against it."""
+    return " ".join((REPO / path).read_text(encoding="utf-8").split())
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, doc_text
 
 sys.path.insert(0, str(REPO))
 from benchmarks.validity.v2 import check_world, report_checks, report_v2  # noqa: E402
@@ -64,7 +64,7 @@ def _means(path, rows: dict[str, str]) -> dict[str, list[float]]:
 def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
     f, fmt = _figures("kiln")["models"], report_v2.fmt
     product, g = fmt(f["product (sign_of_g)"]["spearman"]), fmt(f["accuracy_gap"]["spearman"])
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     over = report_checks.analysis()["over"]
     ms, (right, pairs) = over["mean_spearman"], over["method_order"][report_checks.PRODUCT]
     five = [fmt(ms[k]) for k in (report_checks.PRODUCT, "accuracy_gap", "v2")]
@@ -154,7 +154,7 @@ def test_what_the_product_decides_on_the_worlds_built_after_the_ranking_shipped(
     assert means["product"] > means["by_g"]  # the eighth look's ranking recommends better rows than G's did
     assert f"realised {means['product']:+.3f} on average" in prediction.load().checks
     assert f"| mean | | {means['product']:+.3f} | {means['by_g']:+.3f} |" in (HERE / "CHECKS.md").read_text()
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"the row it recommends (the best-ranked with G > 0) realised {means['product']:+.3f} on average over the "
             f"{len(s8['recommended'])}, against {s8['recommended_mean']['best']:+.3f} for each world's best row and "
             f"{means['by_g']:+.3f} for the row the ranking by G recommended before the eighth look") in verdict
@@ -187,8 +187,8 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     s8 = report_checks.analysis()["since_look8"]
     per, ms = s8["per_world"], s8["mean_spearman"]
     p = report_checks.LATER_PRODUCT
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
+    readme = doc_text("README.md")
     for w in ("flint", "hearth", "loam", "marl", "sorrel", "pumice", "shale", "basalt", "cobble", "flume", "gravel",
               "quartz", "ochre", "umber", "sable", "tawny", "sedge", "clinker", "ashlar"):
         m = per[w]["models"]

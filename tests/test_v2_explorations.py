@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, doc_text
 
 sys.path.insert(0, str(REPO))
 from benchmarks.validity.v2 import report_checks, report_v2  # noqa: E402
@@ -34,7 +34,7 @@ def test_the_ceiling_exploration_recomputes_and_the_verdict_doc_quotes_it():
     committed = _reruns("explore_ceiling")
     last = committed.splitlines()[-1]
     c, shipped, g = re.findall(r"[+-]?\d+\.\d+", last)
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"could reach about {c} on average over the twenty-one worlds; the shipped ranking reaches {shipped} and G "
             f"{g}") in verdict and last.startswith("mean of the 21 worlds")
     for world, quote in (("cinder", "ceiling {c}, shipped {p}"), ("chains", "{c} against {p}")):
@@ -48,7 +48,7 @@ def test_the_movement_explorations_recompute_and_the_verdict_doc_quotes_them():
     means over the worlds v2 was never fitted on."""
     import re
 
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     first, fit = _reruns("explore_movement"), _reruns("explore_movement_fit")
     line = next(x for x in first.splitlines() if x.startswith("mean over the 18 worlds v2 was never fitted on"))
     m = dict(re.findall(r"(\w+) ([+-]\d\.\d{3})", line.split(";")[0]))
@@ -67,7 +67,7 @@ def test_the_forgetting_explorations_recompute_from_the_kept_rows_and_the_verdic
     (forgetting_lookahead_rows.json); docs/verdict.md quotes their pooled figures and the refits."""
     import re
 
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     first = _reruns("explore_forgetting_lookahead", "--report")
     second = _reruns("explore_forgetting_ll", "--report")
     pooled = next(x for x in first.splitlines() if x.startswith("pooled over the rows of the 24 worlds (all)"))
@@ -98,7 +98,7 @@ def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it()
     latest = next(x for x in committed.splitlines() if x.startswith("mean over the 5 worlds checked since"))
     late_shipped, late_none, _ = re.findall(r"[+-]\d+\.\d+", latest)
     ember = re.findall(r"[+-]\d+\.\d+", next(x for x in committed.splitlines() if x.startswith("ember")))
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"the twenty-one worlds v2 was never fitted on reach {none} against the shipped {shipped}, above it in "
             f"{wins} of 21, a coin's toss (on the five checked after this was first asked, {late_none} against "
             f"{late_shipped})") in verdict
@@ -110,7 +110,7 @@ def test_the_reference_exploration_recomputes_from_the_kept_rows_and_the_verdict
     rediagnosis reproduced the committed lookahead KL, and docs/verdict.md quotes its means over the unfitted worlds."""
     import re
 
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     committed = _reruns("explore_reference_ll", "--report")
     assert float(re.search(r"lookahead_kl within ([\d.e+-]+) of", committed).group(1)) < 1e-6
     line = next(x for x in committed.splitlines() if x.startswith("mean over the 17 worlds v2 was never fitted on"))
@@ -136,7 +136,7 @@ def test_the_reach_exploration_recomputes_from_the_kept_rows_and_the_verdict_doc
         x for x in committed.splitlines() if x.startswith("mean of worlds")))
     above, below = re.search(r"above in (\d+), below in (\d+) of 27", committed).groups()
     mad, zero = re.search(r"mean absolute difference (\d\.\d+) \(mean \|realised\| (\d\.\d+)\)", committed).groups()
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"the fresh pass@1 change ranks a world's rows at {fresh} on average ({config} as a configuration order) "
             f"against the shipped ranking's {shipped} and G's {g}, above the shipped ranking in {above} of the 27; "
             f"pooled it misses the realised change by {mad} on average, more than predicting no change ({zero}). Its "
@@ -174,7 +174,7 @@ def test_the_harm_column_is_the_explicit_loop_and_its_exploration_recomputes(tmp
     mean = re.findall(r"[+-]\d\.\d{3}", next(x for x in committed.splitlines() if x.startswith("mean of worlds")))
     g, shipped, alone, _, both = mean
     above = re.search(r"above in (\d+), below in \d+ of (\d+)", committed).groups()
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"ranks a world's rows at {alone} on average over {above[1]} worlds, near G's {g}" in verdict and
             f"Averaged with the shipped ranking it gives {both} against {shipped}, above in {above[0]} of "
             f"{above[1]} worlds" in verdict)
@@ -192,7 +192,7 @@ def test_the_harm_fit_exploration_recomputes_and_the_verdict_doc_quotes_it():
     diff = re.search(r"v2_harm minus v2_all over the 21 never fitted: ([+-]\d\.\d{3}) \[([+-]\d\.\d{3}), "
                      r"([+-]\d\.\d{3})\]", committed).groups()
     quartz = re.findall(r"[+-]\d\.\d{2}", next(x for x in committed.splitlines() if x.startswith("quartz")))
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"it reaches {with_harm} over the 21 the first look never fitted on against {without} without it "
             f"(difference {diff[0]} [{diff[1]}, {diff[2]}]) and the shipped {shipped}; on `quartz` {quartz[3]} "
             "either way") in verdict and quartz[2] == quartz[3]
@@ -222,7 +222,7 @@ def test_the_handoff_prefix_is_the_definition_and_its_exploration_recomputes():
                      r"([+-]\d\.\d{3})\] \(bootstrap over worlds\), above in (\d+), below in (\d+)", committed).groups()
     assert "an eleventh look on the handoff is not planned" in committed and float(diff[0]) < 0.02
     assert float(config) < float(shipped) and float(with_h) < float(without) + 0.02
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"ranks the 21 worlds the first look never fitted on at {config}, above G's {g} and below the shipped "
             f"ranking's {shipped}") in verdict
     assert (f"Averaged with the shipped ranking it reaches {mean_rank}, {diff[0]} [{diff[1]}, {diff[2]}] above it "
@@ -249,7 +249,7 @@ def test_the_rank_parts_exploration_recomputes_its_oracles_and_the_verdict_doc_q
                        committed)
     (a_s, a_c, a_m), (s_s, s_c, s_m) = means
     assert float(a_c) - float(a_s) > 5 * (float(a_m) - float(a_s))  # the room is the configuration order
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"the mean within-world Spearman over the 35 worlds with committed rows would be {a_c} against the shipped "
             f"{a_s}; keep the product's configuration order and order each configuration's methods perfectly, {a_m}. "
             f"On the 16 worlds built after the ranking shipped, {s_c} and {s_m} against {s_s}.") in verdict
@@ -280,7 +280,7 @@ def test_the_pilot_bound_recomputes_does_not_measure_a_pilot_and_the_verdict_doc
     m = {k: re.search(rf"{k}\s+mean [+-]\d\.\d{{3}} over all, ([+-]\d\.\d{{3}}) over the 27 never fitted", committed)[1]
          for k in ("shipped", "read_rows:early_d1", "read_rows:oracle")}
     assert float(m["read_rows:early_d1"]) < 0.80
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"lifts the ranking over the 27 never-fitted worlds from {m['shipped']} to {m['read_rows:early_d1']}, and "
             f"the realised change itself in its place only to {m['read_rows:oracle']}") in verdict
 
@@ -307,7 +307,7 @@ def test_the_low_tier_exploration_recomputes_reorders_only_rows_with_g_at_most_0
     assert "none qualifies; no look follows" in committed
     m = {k: re.search(rf"{k}\s+mean [+-]\d\.\d{{3}} over all \d+, ([+-]\d\.\d{{3}}) over the 34 never", committed)[1]
          for k in ("shipped", "low_g", "low_kl", "low_harm", "low_oracle")}
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"they reach {m['low_g']}, {m['low_kl']} and {m['low_harm']} over the 34 never-fitted worlds against the "
             f"shipped {m['shipped']}, though in realised order they would reach {m['low_oracle']}") in verdict
 
@@ -340,7 +340,7 @@ def test_the_pilot_pick_recomputes_picks_the_best_read_among_the_top_rows_and_th
     committed = _reruns("explore_pilot_pick")
     assert "it does not; no look follows" in committed
     mean = dict(re.findall(r"^  (recommended|pilot_3|best)\s+([+-]\d\.\d{3}) \(", committed, re.M))
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"it realises {mean['pilot_3']} on average over the 27 never-fitted worlds against the recommendation's "
             f"{mean['recommended']} (the best row {mean['best']})") in verdict
 
@@ -368,7 +368,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     assert never["spearman_predicted"] < 0 and len(low) == 7
     line = next(x for x in committed.splitlines() if x.startswith("never fitted"))
     pred, g = re.search(r"its predicted gain ([+-]\d\.\d\d), its G ([+-]\d\.\d\d)", line).groups()
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"the recommended row's predicted gain ranks what it realised at {pred} (its G {g}; "
             f"{report_v2.fmt(s8['recommended_size'])} over the 23 built after the ranking shipped). The seven where the "
             f"recommendation realised less than +0.02 were predicted {min(r['predicted'] for r in low):+.2f} to "
@@ -384,7 +384,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     sentence = json.loads(report_checks.SHIPPED.read_text())["checks"]["summary"]
     assert (f"predicted gain against what it realised: Spearman {report_v2.fmt(s8['recommended_size'])}. The prediction "
             "orders the rows of a diagnosis; it did not say how much the recommendation would help.") in sentence
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    readme = doc_text("README.md")
     assert (f"the recommended row's predicted gain ranks what it realised across them at "
             f"{report_v2.fmt(s8['recommended_size'])}: an order, not a size") in readme
 
@@ -402,7 +402,7 @@ def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
     coh = _reruns("explore_coherence", "--report")
     never = lambda t: t.split("\nall (")[0]  # noqa: E731  the never-fitted block comes first
     f, d, c = figures(never(floor)), figures(never(drift)), figures(coh)
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"student's held-out pass@1 ranks what the recommended row realised at {f['student_heldout'][0]}, and G "
             f"relative to the room the student leaves (G / (1 - its accuracy)) at {f['gap_over_room'][0]}") in verdict
     assert (f"realised KL to the initial student, an outcome and not a predictor, ranks what it realised at "
@@ -441,7 +441,7 @@ def test_the_early_read_study_recomputes_ships_its_figures_and_the_verdict_doc_q
                                                                                               int(pooled[3]))
         assert [shipped["low"]["realised_below"], shipped["low"]["runs"], shipped["high"]["realised_at_least"],
                 shipped["high"]["runs"]] == [int(x) for x in flags.groups()]
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"ranks what the run realised after 40 steps at {pooled[1]} (AUROC {pooled[2]} for \"about nothing\"") in verdict
     assert (f"Of the {flags[2]} runs read below +0.02, {flags[1]} realised below +0.02; of the {flags[4]} read at least "
             f"+0.02, {flags[3]} realised at least that") in verdict
@@ -456,7 +456,7 @@ def test_the_early_read_study_recomputes_ships_its_figures_and_the_verdict_doc_q
     t3 = re.search(r"the third look: ashlar\n(?:.*\n){4}\s+early_d1 < \+0\.02: (\d+) of (\d+) realised below", text)
     assert (f"every one of its ten rows was read below +0.02 and {t3[1]} of them realised below +0.02 ({third} against "
             "the 0.60 required") in verdict and t3[2] == "10"
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    readme = doc_text("README.md")
     assert f"sizes it, {pooled[1]} over {pooled[3]} runs of 30 worlds" in readme
 
 
@@ -474,7 +474,7 @@ def test_the_read_at_a_tenth_recomputes_does_not_ship_and_the_verdict_doc_quotes
     flags = re.search(r"tenth_d1 \(step 4\) < \+0\.02: (\d+) of (\d+) realised below \+0\.02; at least \+0\.02: (\d+) "
                       r"of (\d+)", text)
     share = re.search(r"shares (\d\.\d\d) \(>= 0\.60\)", text)[1]
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     assert (f"Pooled over {pooled[3]} runs the held-out change ranks what they realised at {pooled[1]} (AUROC "
             f"{pooled[2]}; {step10} at step 10 over the same rows)") in verdict
     assert (f"{flags[2]} were read below +0.02 and only {flags[1]} of them realised below it ({share}, where the rule "
@@ -507,7 +507,7 @@ def test_the_reliability_and_range_explorations_recompute_and_the_verdict_doc_qu
     and docs/verdict.md quotes their pooled figures."""
     import re
 
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
     rel = _reruns("explore_reliability")
     line = next(x for x in rel.splitlines() if x.startswith("mean over the 21 worlds v2 was never fitted on"))
     shipped, shrunk, _ = re.findall(r"[+-]\d+\.\d+", line)
@@ -523,7 +523,7 @@ def test_the_reliability_and_range_explorations_recompute_and_the_verdict_doc_qu
             f"bootstrap over worlds), and the shown interval covers {outside.group(3)}% of them against "
             f"{inside.group(3)}%") in verdict
     assert float(diff.group(2)) > 0  # the flag marks worse predictions (what the doc says of it)
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    readme = doc_text("README.md")
     worlds = re.search(r"pooled over the (\d+) worlds", far).group(1)
     assert f"on {worlds} later worlds, off by {outside.group(2)} against {inside.group(2)}" in readme
 
@@ -546,8 +546,8 @@ def test_the_read_of_every_row_recomputes_keeps_every_row_and_the_docs_quote_it(
     m = dict(re.findall(r"^  (shipped|accuracy_gap|read_rows|read_configs)\s+([+-]\d\.\d{3}) \(", committed, re.M))
     assert max(float(m["read_rows"]), float(m["read_configs"])) < 0.80
     assert "not even a quarter of every candidate run ranks the rows at the issue's 0.80" in committed
-    verdict = " ".join((REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    verdict = doc_text("docs/verdict.md")
+    readme = doc_text("README.md")
     assert (f"the read ranks a world's rows at {m['read_rows']} on average over the 26 never-fitted worlds and its "
             f"configurations' mean at {m['read_configs']}, against the shipped diagnosis ranking's {m['shipped']} "
             f"(G alone {m['accuracy_gap']})") in verdict

@@ -54,7 +54,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import lexical  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli, product_order  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEPT = HERE / "early_all_rows.json"
@@ -81,7 +81,7 @@ def keep(out: Path) -> None:
 
 def orders(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, np.ndarray]:
     """Scores (higher: ranked first) of one world's rows."""
-    product = product_order(rows, look8.product_gain(rows, shipped), "v2_config")
+    product = shipped_order(rows, shipped)
     cfg = np.array([r["config"] for r in rows])
     per_config = np.array([np.nanmean(read[cfg == c]) for c in cfg])
     return {"shipped": product, "accuracy_gap": np.array([v2._num(r["accuracy_gap"]) for r in rows]),

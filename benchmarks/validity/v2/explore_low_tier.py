@@ -48,7 +48,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import WORLDS, lexical  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CANDIDATES = ("low_g", "low_kl", "low_harm")
@@ -56,16 +56,18 @@ ORDERS = ("shipped", *CANDIDATES, "low_oracle", "tiered")
 SMALL_GAIN = 0.02
 
 
-def worlds() -> list[str]:
-    """Every world with committed rows when this ran (an excluded world has none; the checks up to amendment 23)."""
+def world_rows() -> dict[str, list[dict]]:
+    """Every world with committed rows when this ran, with its rows (an excluded world has none; the checks up to
+    amendment 23)."""
     checked = report_checks.since_look8()
-    out = []
+    out = {}
     for w in dict.fromkeys([*WORLDS, *checked[:checked.index("tuff") + 1]]):
         try:
-            if look2.load_rows({"worlds": [w]}):
-                out.append(w)
+            rows = look2.load_rows({"worlds": [w]})
         except (FileNotFoundError, KeyError):
             continue
+        if rows:
+            out[w] = rows
     return out
 
 
@@ -93,7 +95,7 @@ def reorder(product: np.ndarray, low: np.ndarray, key: np.ndarray) -> np.ndarray
 
 def orders(rows: list[dict], shipped: dict, harm: dict[str, float] | None) -> dict[str, np.ndarray]:
     """The shipped order, the candidates, the oracle and the tiered order of one world's rows (higher: first)."""
-    product = product_order(rows, look8.product_gain(rows, shipped), "v2_config")
+    product = shipped_order(rows, shipped)
     g = np.array([v2._num(r["accuracy_gap"]) for r in rows])
     low = ~(g > 0)
     kl = config_means(rows, [v2._num(r.get("lookahead_kl")) for r in rows])
@@ -115,8 +117,7 @@ def harm_of(world: str) -> dict[str, float] | None:
 def report() -> dict:
     shipped = json.loads(v2.SHIPPED.read_text())
     per = {k: {} for k in ORDERS}
-    for w in worlds():
-        rows = look2.load_rows({"worlds": [w]})
+    for w, rows in world_rows().items():
         for k, x in orders(rows, shipped, harm_of(w)).items():
             per[k][w] = v2.per_world(x, rows, "d_pass1")["worlds"][w]
     never = [w for w in per["shipped"] if w not in look8.FITTED]

@@ -31,7 +31,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import product_order, shipped_order  # noqa: E402
 
 LATER = ["tallow", "wick", "flint", "hearth", "loam", "marl"]  # checked since the eighth look shipped its ranking
 RULES = ("shipped", "G", "gk", "gk_sqrt", "gk_cap", "gk_config")
@@ -48,7 +48,7 @@ def movement(rows: list[dict]) -> np.ndarray:
 def scores(rows: list[dict], shipped: dict) -> dict[str, np.ndarray]:
     g = np.array([v2._num(r["accuracy_gap"]) for r in rows])
     r = movement(rows)
-    return {"shipped": product_order(rows, look8.product_gain(rows, shipped), "v2_config"), "G": g,
+    return {"shipped": shipped_order(rows, shipped), "G": g,
             "gk": g * r, "gk_sqrt": g * np.sqrt(r), "gk_cap": g * np.minimum(r, 1.0),
             "gk_config": product_order(rows, g * r, "v2_config")}
 

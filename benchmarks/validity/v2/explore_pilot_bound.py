@@ -49,7 +49,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import lexical  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 READS = {"early_d1": HERE / "early_success_rows.json", "tenth_d1": HERE / "early_tenth_rows.json"}
@@ -67,7 +67,7 @@ def reads() -> dict[str, dict[str, dict[str, float]]]:
 
 def orders(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, np.ndarray]:
     """The shipped order and the two read orders of one world's rows (higher: ranked first)."""
-    product = product_order(rows, look8.product_gain(rows, shipped), "v2_config")
+    product = shipped_order(rows, shipped)
     positive = np.array([v2._num(r["accuracy_gap"]) > 0 for r in rows])
     cfg = np.array([r["config"] for r in rows])
     per_config = np.array([np.nanmean(read[cfg == c]) if positive[i] else np.nan for i, c in enumerate(cfg)])

@@ -52,7 +52,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 READS = HERE / "early_success_rows.json"
@@ -63,7 +63,7 @@ GAIN, SHARE_BELOW = 0.02, 0.25
 
 def picks(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, int | None]:
     """Row index of each pick on one world (None: no row with G > 0)."""
-    order = product_order(rows, look8.product_gain(rows, shipped), "v2_config")  # higher: ranked first
+    order = shipped_order(rows, shipped)  # higher: ranked first
     g = np.array([v2._num(r["accuracy_gap"]) for r in rows])
     ranked = [int(i) for i in np.argsort(-order, kind="stable") if g[i] > 0]
     y = v2.target(rows, "d_pass1")

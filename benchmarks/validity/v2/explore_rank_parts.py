@@ -34,9 +34,8 @@ from scipy.stats import rankdata
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
-from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
 
 RULES = ("shipped", "config_oracle", "method_oracle")
 
@@ -60,7 +59,7 @@ def lexical(first: np.ndarray, then: np.ndarray) -> np.ndarray:
 
 def scores(rows: list[dict], shipped: dict) -> dict[str, np.ndarray]:
     """The three orders of one world's rows (higher: ranked first)."""
-    product = product_order(rows, look8.product_gain(rows, shipped), "v2_config")
+    product = shipped_order(rows, shipped)
     y = v2.target(rows, "d_pass1")
     cfg = np.array([r["config"] for r in rows])
     real = np.array([y[cfg == c].mean() for c in cfg])  # each row's configuration's realised mean

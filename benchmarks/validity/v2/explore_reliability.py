@@ -37,7 +37,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_tier_ranking import LATER  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import product_order, shipped_order  # noqa: E402
 
 LOOKAHEAD = ("lookahead_dv", "lookahead_dll", "lookahead_kl")
 Z = 1.959963984540054
@@ -77,7 +77,7 @@ def main() -> int:
         intervals = {(x["config"], x["method"]): x for x in json.loads(look2.lookahead_file(w).read_text())["rows"]}
         y = v2.target(rows, "d_pass1")
         small, lam = shrunk(rows, intervals)
-        rho = {"shipped": stats.spearman(product_order(rows, look8.product_gain(rows, shipped), "v2_config"), y),
+        rho = {"shipped": stats.spearman(shipped_order(rows, shipped), y),
                "shrunk": stats.spearman(product_order(small, look8.product_gain(small, shipped), "v2_config"), y),
                "G": stats.spearman(np.array([v2._num(r["accuracy_gap"]) for r in rows]), y)}
         table[w] = rho

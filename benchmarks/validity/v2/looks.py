@@ -154,6 +154,12 @@ def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0)
     return scores
 
 
+def shipped_order(rows: list[dict], shipped: dict) -> np.ndarray:
+    """The product's ranking of one world's ``rows`` as shipped since the eighth look (``v2_config`` on the model
+    file's predicted gains); scores, higher ranked first."""
+    return product_order(rows, product_gain(rows, shipped), "v2_config")
+
+
 def explore_cli(argv, doc: str, measure, keep, text, worlds) -> int:
     """The command line of an exploration that measures worlds into ``--out DIR`` (resumable; ``--worlds a,b``),
     keeps their rows beside its script (``--keep``) and prints its report from the kept rows (``--report``)."""
