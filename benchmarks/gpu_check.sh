@@ -22,7 +22,7 @@
 # One call, one budget: before anything runs, the device's Python is checked against the carried wheels and the
 # disk for headroom (a failure there: `gpu_check: error: ...`, exit 2). Every part then runs under its own cap
 # (`timeout -k`: SIGTERM at the cap, SIGKILL GRACE s later, so a trainer's graceful stop cannot overrun), the caps
-# plus the grace plus the preflight sum to at most BUDGET (575 s, inside one device call's 600 s; `--plan` prints the sum), and a part that fails
+# plus the grace plus the preflight sum to at most BUDGET (800 s; `--plan` prints the sum), and a part that fails
 # is listed in the summary while the next part runs. Temporary files live under one folder removed at the end.
 #
 # The GPU machine's Python has no pydantic (which the package needs): run `bash benchmarks/gpu_wheels.sh` (for the
@@ -32,7 +32,11 @@
 #   bash benchmarks/gpu_check.sh --smoke                   # CPU, float32, tiny shapes: runs every part to the end
 #   bash benchmarks/gpu_check.sh --smoke --inject-failure memory   # that part fails (exit 3): the summary lists it
 #   bash benchmarks/gpu_check.sh --plan                    # the parts, their caps and the sum; runs nothing
-#   PARTS="decode train" bash benchmarks/gpu_check.sh      # some parts only (train: train-scale and train-methods)
+#   PARTS="decode train" bash benchmarks/gpu_check.sh      # some parts only (train: train-scale and train-methods;
+#                                                          # a part by its whole name too: PARTS=decode-hf)
+#   BUDGET=575 PARTS="decode train" bash ...; BUDGET=575 PARTS="scoring memory quickstart" bash ...
+#                                                          # the whole check as two calls of at most 600 s each
+#   HF_BATCHES=64 ...                                      # decode-hf at these batch sizes only
 #
 # Output: stdout and "$OUT/gpu_check.log" ($OUT if set, else a temp directory), "$OUT/gpu_check.log.summary" (the
 # RESULT lines, each with its threshold, and every part's exit status). Exit status: 0 when every part exited 0,
@@ -44,7 +48,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false
 
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 PARTS=${PARTS:-decode train scoring quickstart memory}
-BUDGET=${BUDGET:-575}
+BUDGET=${BUDGET:-800}  # one device call is at most 600 s: there, two calls (see above), BUDGET=575 each
 GRACE=3       # seconds between a part's SIGTERM and its SIGKILL
 PREFLIGHT=15  # what the preflight may take (counted in the sum)
 WHEELS=${WHEELS:-.whl}
@@ -82,15 +86,19 @@ else
   # 8 rollouts of up to 1024 tokens, question up to 256, privileged context up to 512, chunk 128
   SCORING=(--batch 8 --prompt-len 256 --context-len 512 --completion-len 1024 --chunk-size 128 --warmup 1 --repeats 3)
   MEMORY=(--rollouts 8 --completion-len 512 --chunk-sizes 128 --engines reference,fused)
-  # the order is the decisions' priority: a budget that runs out takes the last parts (the 2026-11-30 H200 log:
-  # an HF-sampled opd step at this shape took 8 s, its first 25 s; the bundled quickstart on CUDA 68 s)
+  # the order is the decisions' priority: a budget that runs out takes the last parts. Sized from the H100 run of
+  # 2026-12-05 (benchmarks/logs/gpu_check_h100_2026-12-05*): decode took 73 s, scoring 25-30 s a engine, a compile
+  # of HF's static cache 31 s a batch size, the bundled quickstart over 18 s even on the device's CPU
   #     decode train-scale scoring-ref scoring-fused scoring-compiled memory train-methods decode-hf quickstart
-  CAPS=(75     130         25          25            45               25     45            100       60)
+  CAPS=(90     150         35          35            60               60     60            150       90)
 fi
-TOTAL=$((PREFLIGHT + ${#NAMES[@]} * GRACE))
-for c in "${CAPS[@]}"; do TOTAL=$((TOTAL + c)); done
+chosen() { [[ " $PARTS " == *" $1 "* || " $PARTS " == *" ${1%%-*} "* ]]; }  # a part by its name or its prefix
+TOTAL=$PREFLIGHT
+for i in "${!NAMES[@]}"; do chosen "${NAMES[$i]}" && TOTAL=$((TOTAL + CAPS[i] + GRACE)); done
 if ((PLAN)) || ((TOTAL > BUDGET)); then
-  for i in "${!NAMES[@]}"; do printf '%-18s cap %4ss (+%ss to SIGKILL)\n' "${NAMES[$i]}" "${CAPS[$i]}" "$GRACE"; done
+  for i in "${!NAMES[@]}"; do
+    chosen "${NAMES[$i]}" && printf '%-18s cap %4ss (+%ss to SIGKILL)\n' "${NAMES[$i]}" "${CAPS[$i]}" "$GRACE"
+  done
   echo "preflight ${PREFLIGHT}s; sum ${TOTAL}s of a ${BUDGET}s budget ($MODE)"
   ((TOTAL > BUDGET)) && { echo "gpu_check: error: the caps sum to ${TOTAL}s, over the ${BUDGET}s budget" >&2; exit 2; }
   exit 0
@@ -118,7 +126,7 @@ if ! "$PY" -c "import pydantic" 2>/dev/null; then
     fatal "installing the wheels of $WHEELS failed"
   export PYTHONPATH="$PYTHONPATH:$TMPDIR/site"
 fi
-"$PY" -c "import pydantic, torch, transformers, accelerate, opsd_diag.engine.fast.fast_decode" 2>>"$LOG" ||
+"$PY" -c "import pydantic, torch, transformers, accelerate, opsd_diag.engine.fast.fast_decode, trainer.loop" 2>>"$LOG" ||
   fatal "the package does not import with $PY (see $LOG)"
 if [[ $MODE == cuda ]]; then
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||
@@ -131,7 +139,7 @@ FAILED=()
 run() {  # run NAME CMD...: log the command, its output and its status, under NAME's cap (NAME's part in PARTS)
   local name=$1 cap
   shift
-  [[ " $PARTS " == *" ${name%%-*} "* ]] || return 0
+  chosen "$name" || return 0
   for i in "${!NAMES[@]}"; do [[ ${NAMES[$i]} == "$name" ]] && cap=${CAPS[$i]}; done
   local left=$((BUDGET - PREFLIGHT - (SECONDS - START)))
   ((cap > left)) && cap=$left
@@ -280,9 +288,9 @@ import yaml
 mode = sys.argv[1]
 dev = "cuda" if mode == "cuda" else "cpu"
 cuda = mode == "cuda"
-runs = [("cpu", "today's engines", "cpu", "hf", "reference", 18 if cuda else 850),  # caps: the part's, split
-        (dev, "today's engines", dev, "hf", "reference", 18),
-        (dev, "static sampler, fused scoring", dev, "static", "fused", 18 if cuda else 850)]
+runs = [("cpu", "today's engines", "cpu", "hf", "reference", 28 if cuda else 850),  # caps: the part's, split
+        (dev, "today's engines", dev, "hf", "reference", 28),
+        (dev, "static sampler, fused scoring", dev, "static", "fused", 28 if cuda else 850)]
 if not cuda:
     runs = [runs[0], runs[2]]
 seconds = {}
@@ -342,7 +350,8 @@ for engine in reference fused compiled; do
 done
 run memory "$PY" benchmarks/bench_memory.py "${COMMON[@]}" "${MEMORY[@]}"
 run train-methods "$PY" -c "$TRAIN" "$MODE" methods
-run decode-hf "$PY" benchmarks/bench_decode.py "${COMMON[@]}" "${DECODE[@]}" --samplers sample_hf,static,hf_static
+run decode-hf "$PY" benchmarks/bench_decode.py "${COMMON[@]}" "${DECODE[@]}" --samplers sample_hf,static,hf_static \
+  ${HF_BATCHES:+--batch-sizes "$HF_BATCHES"}
 INLINE=QUICK run quickstart "$PY" -c "$QUICK" "$MODE"
 {
   echo "## gpu_check done in $((SECONDS - START)) s; log: $LOG"

@@ -343,6 +343,19 @@ def test_top_k_mask_breaks_ties_toward_the_lower_id():
     assert S.top_k_mask(x, 9).all()  # k above the vocabulary: every id
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_top_k_mask_equals_a_sort_by_value_then_id(seed):
+    """Heavy ties (values in {-1, 0, 1}): the mask is the first k ids of an explicit (-value, id) sort."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1, 2, (16, 23), generator=g).float()
+    for k in (1, 2, 5, 23, 30):
+        want = torch.zeros_like(x, dtype=torch.bool)
+        for n in range(x.shape[0]):
+            for v in sorted(range(x.shape[1]), key=lambda v: (-float(x[n, v]), v))[:k]:
+                want[n, v] = True
+        assert torch.equal(S.top_k_mask(x, k), want), (seed, k)
+
+
 def test_the_column_reference_states_the_named_k():
     assert COMPAT_K == 5  # changing it changes what every stored run means: say so in docs/signals.md
     for name in ("teachability", "topk_overlap"):

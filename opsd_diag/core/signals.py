@@ -97,8 +97,13 @@ def top_k_mask(logp: Tensor, k: int) -> Tensor:
     kth = logp.topk(k, dim=-1).values[..., -1:]  # [N, 1] the k-th largest value
     above = logp > kth  # [N, V] fewer than k entries
     tied = logp == kth  # [N, V]
-    room = k - above.sum(-1, keepdim=True)  # [N, 1] how many tied entries still fit
-    return above | (tied & (torch.cumsum(tied, -1, dtype=torch.int32) <= room))  # [N, V]
+    room = k - above.sum(-1, keepdim=True)  # [N, 1] how many tied entries still fit, >= 1
+    # the room-th lowest tied id, by a second top-k rather than a cumulative sum: Inductor cannot fuse a scan
+    # with the argmax beside it at a real vocabulary (NYI TritonSplitDimKernel, torch 2.11 on an H100)
+    ids = torch.arange(logp.shape[-1], device=logp.device)  # [V]
+    tied_ids = torch.where(tied, ids, logp.shape[-1])  # [N, V] untied ids pushed past the vocabulary
+    last = tied_ids.topk(k, dim=-1, largest=False).values.gather(-1, room - 1)  # [N, 1]
+    return above | (tied & (ids <= last))  # [N, V]
 
 
 def topk_compat(student_logp: Tensor, teacher_logp: Tensor, k: int = COMPAT_K, *,
