@@ -11,11 +11,11 @@
 #  - train-scale:   opd and jsd at the 1.7B shape through trainer.cli (bf16 autocast, 8 prompts x up to 128 new
 #                   tokens): generated tokens trained/s, static vs today's sampler (targets >= 4x, sampling < 50%
 #                   of the step). No checkpoint is saved (_save is stubbed); each run folder is deleted once read.
-#  - scoring-*:     reference, fused and compiled scoring (scoring.engine) / bare full-logit forwards, chunk 128,
+#  - scoring-*:     reference, fused (eager) and compiled scoring (scoring.engine) / bare full-logit forwards, chunk 128,
 #                   one process per engine (a failed compile loses only its own row). Target <= 1.10.
 #  - quickstart:    the bundled example on this machine's CPU (today's engines), on CUDA with today's engines and
 #                   on CUDA with the new ones. Target: new CUDA <= this machine's CPU.
-#  - memory:        extra peak memory of reference and fused scoring at chunk 128 / a naive scorer. Target <= 0.10.
+#  - memory:        extra peak memory of reference and compiled scoring at chunk 128 / a naive scorer. Target <= 0.10.
 #  - train-methods: every method for 2 steps on the bundled toy models with the static engine (finite metrics,
 #                   a loadable checkpoint, an evaluation); each run folder deleted once checked.
 #
@@ -75,7 +75,7 @@ if [[ $MODE == smoke ]]; then
   DECODE=(--vocab 2048 --batch-sizes 2,4 --prompt-len 16 --max-new-tokens 8)
   SCORING=(--vocab 2048 --batch 2 --prompt-len 16 --context-len 16 --completion-len 32 --chunk-size 16
            --warmup 1 --repeats 2)
-  MEMORY=(--vocab 4096 --rollouts 2 --completion-len 64 --chunk-sizes 16 --engines reference,fused)
+  MEMORY=(--vocab 4096 --rollouts 2 --completion-len 64 --chunk-sizes 16 --engines reference,compiled)
   CAPS=(600 600 600 600 600 600 600 600 1800)
 else
   APPEND=${APPEND:-1}
@@ -85,7 +85,7 @@ else
   DECODE=(--batch-sizes 8,64 --prompt-len 128 --max-new-tokens 128)
   # 8 rollouts of up to 1024 tokens, question up to 256, privileged context up to 512, chunk 128
   SCORING=(--batch 8 --prompt-len 256 --context-len 512 --completion-len 1024 --chunk-size 128 --warmup 1 --repeats 3)
-  MEMORY=(--rollouts 8 --completion-len 512 --chunk-sizes 128 --engines reference,fused)
+  MEMORY=(--rollouts 8 --completion-len 512 --chunk-sizes 128 --engines reference,compiled)
   # the order is the decisions' priority: a budget that runs out takes the last parts. Sized from the H100 run of
   # 2026-12-05 (benchmarks/logs/gpu_check_h100_2026-12-05*): decode took 73 s, scoring 25-30 s a engine, a compile
   # of HF's static cache 31 s a batch size, the bundled quickstart over 18 s even on the device's CPU
@@ -290,7 +290,7 @@ dev = "cuda" if mode == "cuda" else "cpu"
 cuda = mode == "cuda"
 runs = [("cpu", "today's engines", "cpu", "hf", "reference", 28 if cuda else 850),  # caps: the part's, split
         (dev, "today's engines", dev, "hf", "reference", 28),
-        (dev, "static sampler, fused scoring", dev, "static", "fused", 28 if cuda else 850)]
+        (dev, "static sampler, compiled scoring", dev, "static", "compiled", 28 if cuda else 850)]
 if not cuda:
     runs = [runs[0], runs[2]]
 seconds = {}
@@ -320,11 +320,11 @@ for where, what, device, sampling, scoring, cap in runs:
     if proc.returncode:
         print(out[-2000:], flush=True)
     seconds[(where, what)] = took if proc.returncode == 0 else None
-cpu, new = seconds.get(("cpu", "today's engines")), seconds.get((dev, "static sampler, fused scoring"))
+cpu, new = seconds.get(("cpu", "today's engines")), seconds.get((dev, "static sampler, compiled scoring"))
 today = seconds.get((dev, "today's engines")) if cuda else None
 fmt = lambda s: "failed or over its cap" if s is None else f"{s:.1f} s"
 ok = cpu is not None and new is not None and new <= cpu
-print(f"RESULT quickstart on {dev} [static sampler, fused scoring] {fmt(new)} vs this machine's CPU [today's engines] "
+print(f"RESULT quickstart on {dev} [static sampler, compiled scoring] {fmt(new)} vs this machine's CPU [today's engines] "
       f"{fmt(cpu)}" + (f" (today's engines on CUDA: {fmt(today)}, measured here)" if cuda else "") +
       f"  target: new {dev} <= CPU  {'PASS' if ok else 'FAIL'}", flush=True)
 sys.exit(0 if cpu is not None and new is not None else 1)

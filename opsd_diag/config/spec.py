@@ -158,8 +158,8 @@ class ScoringSpec(Strict):
     top_k: int = Field(5, ge=0, le=100, description="alternatives kept per position for display")
     batch_size: int = Field(8, ge=1, description="rollouts per forward pass")
     chunk_size: int = Field(128, ge=1, description="positions per LM-head chunk (bounds memory)")
-    engine: Literal["reference", "fused", "compiled"] = Field(
-        "reference", description="per-chunk scoring: reference, fused (one function), compiled (torch.compile)")
+    engine: Literal["reference", "compiled"] = Field(
+        "reference", description="per-chunk scoring: reference, or compiled (one function under torch.compile)")
     max_prompt_length: int | None = Field(None, ge=16, description="a longer teacher view has its privileged context "
         "shortened (never the question), and the run records it; default: 2048, at most what the models hold")
     allow_nonfinite: bool = Field(False, description="NaN/inf logits stop the run, naming the model and the position; "

@@ -2,8 +2,8 @@
 
 ``score_batch_fused`` has ``engine.scoring.score_batch``'s signature and returns the same tables.
 The decoder forwards are the same (``completion_hidden`` per model-view pair); what changes is
-the work after them, which the H200 measurement put at 0.20-0.40 s against 0.42 s of decoder
-work for 8 x 1024 tokens:
+the work after them, which the H100 run of benchmarks/gpu_check.sh put at 0.73 s (0.65 s fused, eager)
+against 0.46 s of decoder work for 8 x 1024 tokens at Qwen3-1.7B's vocabulary:
 
 - One function (``chunk_signals``) takes a chunk's hidden states and the LM-head weights of every
   model-view pair and returns every column of every teacher config plus the top-k, as a few
@@ -22,7 +22,7 @@ called inside the function, so the eager function equals the reference to float3
 ``Linear``) go to the reference ``score_batch`` unchanged.
 
 Selection: ``pick(score_batch, engine)`` with the config's ``scoring.engine``: ``reference`` (today's
-path, the default), ``fused`` or ``compiled``.
+path, the default) or ``compiled``; ``fused`` (the eager function) only for the benchmarks and tests.
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ from opsd_diag.errors import OpsdError
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.config.settings import ScoreSettings
 
-ENGINES = ("reference", "fused", "compiled")  # scoring.engine
+# scoring.engine is reference or compiled; fused, the same function run eagerly, is what the benchmarks and tests
+# compare compiled with: it missed its target on an H100 (2.12x bare forwards against 1.10; benchmarks/RESULTS.md),
+# so it is no config value (docs/design.md, "Fast engines")
+ENGINES = ("reference", "fused", "compiled")
 
 
 def pick(reference, engine: str):
@@ -103,7 +106,7 @@ def check_available(engine: str, device) -> None:
     except Exception as e:  # Inductor raises many types (BackendCompilerFailed, InductorError, OSError...)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise OpsdError(f"scoring.engine: compiled cannot run on {device}: torch.compile failed ({first}); install a "
-                        "C compiler (e.g. gcc) or set scoring.engine: fused") from None
+                        "C compiler (e.g. gcc) or set scoring.engine: reference") from None
 
 
 def _compiled_fn():
