@@ -331,29 +331,28 @@ def test_topk_compat_against_float64_loops(seed, k, tied):
         want = [ref_compat(rp[n], rq[n], k) for n in range(N)]
         for key in ("teachability", "topk_overlap"):
             close(got[key], torch.tensor([w[key] for w in want], dtype=torch.float64))
-        assert S.top_k_mask(lp, k).sum(-1).tolist() == [min(k, V)] * N  # exactly k ids, ties or not
+        ids = S.top_k_ids(lp, k)  # exactly k distinct ids, ties or not
+        assert ids.shape == (N, min(k, V)) and all(len(set(r)) == min(k, V) for r in ids.tolist())
     same = S.topk_compat(lp, lp, k)  # a teacher equal to the student: full overlap, its own top-k mass
     assert (same["topk_overlap"] == 1).all()
     close(same["teachability"], lp.double().exp().topk(min(k, V), -1).values.sum(-1))
 
 
-def test_top_k_mask_breaks_ties_toward_the_lower_id():
+def test_top_k_ids_breaks_ties_toward_the_lower_id():
     x = torch.tensor([[1.0, 2.0, 2.0, 2.0, 0.0, 2.0], [3.0, 2.0, 2.0, 1.0, 2.0, 0.0]])
-    assert S.top_k_mask(x, 2).nonzero().tolist() == [[0, 1], [0, 2], [1, 0], [1, 1]]
-    assert S.top_k_mask(x, 9).all()  # k above the vocabulary: every id
+    assert [sorted(r) for r in S.top_k_ids(x, 2).tolist()] == [[1, 2], [0, 1]]
+    assert [sorted(r) for r in S.top_k_ids(x, 9).tolist()] == [list(range(6))] * 2  # k above the vocabulary: every id
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_top_k_mask_equals_a_sort_by_value_then_id(seed):
-    """Heavy ties (values in {-1, 0, 1}): the mask is the first k ids of an explicit (-value, id) sort."""
+def test_top_k_ids_equal_a_sort_by_value_then_id(seed):
+    """Heavy ties (values in {-1, 0, 1}): the ids are the first k of an explicit (-value, id) sort."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(-1, 2, (16, 23), generator=g).float()
     for k in (1, 2, 5, 23, 30):
-        want = torch.zeros_like(x, dtype=torch.bool)
+        got = S.top_k_ids(x, k).tolist()
         for n in range(x.shape[0]):
-            for v in sorted(range(x.shape[1]), key=lambda v: (-float(x[n, v]), v))[:k]:
-                want[n, v] = True
-        assert torch.equal(S.top_k_mask(x, k), want), (seed, k)
+            assert sorted(got[n]) == sorted(ref_top_k([float(v) for v in x[n]], k)), (seed, k, n)
 
 
 def test_the_column_reference_states_the_named_k():

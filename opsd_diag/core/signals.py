@@ -89,21 +89,20 @@ def generalized_jsd(student_logp: Tensor, teacher_logp: Tensor, beta: float, *, 
 COMPAT_K = 5
 
 
-def top_k_mask(logp: Tensor, k: int) -> Tensor:
-    """``[N, V]`` bool: the ``min(k, V)`` largest entries of each row, ties at the k-th value broken toward the
-    lower token id (``torch.topk`` leaves which tied entries it returns open; fixed here, so every device and
-    chunking picks the same set)."""
+def top_k_ids(logp: Tensor, k: int) -> Tensor:
+    """``[N, min(k, V)]`` ids of the largest entries of each row, ties at the k-th value broken toward the lower
+    token id (``torch.topk`` leaves which tied entries it returns open; fixed here, so every device and chunking
+    picks the same set). Ids, not a ``[N, V]`` mask: the compatibility columns then cost ``[N, k]`` work, and no
+    pass over the vocabulary is a scan (Inductor cannot fuse a cumulative sum with the argmax beside it)."""
     k = min(k, logp.shape[-1])
-    kth = logp.topk(k, dim=-1).values[..., -1:]  # [N, 1] the k-th largest value
-    above = logp > kth  # [N, V] fewer than k entries
-    tied = logp == kth  # [N, V]
-    room = k - above.sum(-1, keepdim=True)  # [N, 1] how many tied entries still fit, >= 1
-    # the room-th lowest tied id, by a second top-k rather than a cumulative sum: Inductor cannot fuse a scan
-    # with the argmax beside it at a real vocabulary (NYI TritonSplitDimKernel, torch 2.11 on an H100)
-    ids = torch.arange(logp.shape[-1], device=logp.device)  # [V]
-    tied_ids = torch.where(tied, ids, logp.shape[-1])  # [N, V] untied ids pushed past the vocabulary
-    last = tied_ids.topk(k, dim=-1, largest=False).values.gather(-1, room - 1)  # [N, 1]
-    return above | (tied & (ids <= last))  # [N, V]
+    values, ids = logp.topk(k, dim=-1)  # [N, k] descending: the entries above the k-th value come first
+    kth = values[..., -1:]  # [N, 1] the k-th largest value
+    room = k - (values > kth).sum(-1, keepdim=True)  # [N, 1] how many tied entries fit, >= 1
+    vocab = torch.arange(logp.shape[-1], device=logp.device)  # [V]
+    tied = torch.where(logp == kth, vocab, logp.shape[-1]).topk(k, dim=-1, largest=False).values  # [N, k] ascending
+    tied = tied.clamp(max=logp.shape[-1] - 1)  # a NaN row ties nothing (its columns are NaN anyway): ids stay ids
+    slot = torch.arange(k, device=logp.device) - (k - room)  # [N, k] position among the tied ids, < 0: above
+    return torch.where(slot < 0, ids, tied.gather(-1, slot.clamp(min=0)))  # [N, k]
 
 
 def topk_compat(student_logp: Tensor, teacher_logp: Tensor, k: int = COMPAT_K, *,
@@ -114,13 +113,13 @@ def topk_compat(student_logp: Tensor, teacher_logp: Tensor, k: int = COMPAT_K, *
     - ``topk_overlap`` = |top_k(p) ∩ top_k(q)| / k, the share of top-k tokens both models hold
       ("thinking-pattern" compatibility, Rethinking-OPD).
 
-    k is clamped to the vocabulary; ties as in ``top_k_mask``. ``teacher_p``: ``teacher_logp.exp()`` if at hand.
+    k is clamped to the vocabulary; ties as in ``top_k_ids``. ``teacher_p``: ``teacher_logp.exp()`` if at hand.
     """
     k = min(k, student_logp.shape[-1])
-    top_s, top_t = top_k_mask(student_logp, k), top_k_mask(teacher_logp, k)  # [N, V]
-    q = teacher_logp.exp() if teacher_p is None else teacher_p  # [N, V]
-    return {"teachability": torch.where(top_s, q, torch.zeros_like(q)).sum(-1),  # [N]
-            "topk_overlap": (top_s & top_t).sum(-1).float() / k}  # [N]
+    top_s, top_t = top_k_ids(student_logp, k), top_k_ids(teacher_logp, k)  # [N, k] each
+    q = teacher_logp.gather(-1, top_s).exp() if teacher_p is None else teacher_p.gather(-1, top_s)  # [N, k]
+    return {"teachability": q.sum(-1),  # [N]
+            "topk_overlap": (top_s.unsqueeze(-1) == top_t.unsqueeze(-2)).any(-1).sum(-1).float() / k}  # [N]
 
 
 class Dist(NamedTuple):
