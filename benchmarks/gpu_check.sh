@@ -1,31 +1,31 @@
 #!/usr/bin/env bash
-# The fast engines' targets on one CUDA GPU, in one call: every part side by side with today's path measured in
+# The fast engines' targets on one CUDA GPU: every part side by side with today's path measured in
 # the same run, in bf16, on random-initialised models of Qwen3-1.7B's shape (hidden 2048, 28 layers, 16/8 heads,
 # head_dim 128, intermediate 6144, vocab 151936, tied):
 #  - decode:        tokens/s of the static-cache CUDA-graph sampler (sampling.engine: static) vs sample_hf (HF
 #                   generate) and the trainer's loop (engine.decode), batch 8 and 64, 128-token prompts, 128 new
 #                   tokens (target >= 5x); its per-step logits replayed from graphs vs the same engine uncaptured.
-#  - decode-hf:     transformers' own static cache, compiled by generate (mode reduce-overhead), beside the static
-#                   engine and HF generate: does the library's path meet the target as well? Last, since compiling
-#                   a 1.7B model may take most of its cap; its own process, so a slow compile loses only its rows.
 #  - train-scale:   opd and jsd at the 1.7B shape through trainer.cli (bf16 autocast, 8 prompts x up to 128 new
 #                   tokens): generated tokens trained/s, static vs today's sampler (targets >= 4x, sampling < 50%
 #                   of the step). No checkpoint is saved (_save is stubbed); each run folder is deleted once read.
 #  - scoring-*:     reference, fused (eager) and compiled scoring (scoring.engine) / bare full-logit forwards, chunk 128,
 #                   one process per engine (a failed compile loses only its own row). Target <= 1.10.
-#  - quickstart:    the bundled example on this machine's CPU (today's engines), on CUDA with today's engines and
-#                   on CUDA with the new ones. Target: new CUDA <= this machine's CPU.
 #  - memory:        extra peak memory of reference and compiled scoring at chunk 128 / a naive scorer. Target <= 0.10.
 #  - train-methods: every method for 2 steps on the bundled toy models with the static engine (finite metrics,
 #                   a loadable checkpoint, an evaluation); each run folder deleted once checked.
+#  - decode-hf:     transformers' own static cache, compiled by generate (mode reduce-overhead), beside the static
+#                   engine and HF generate: does the library's path meet the target as well? Late, since compiling
+#                   a 1.7B model may take most of its cap; its own process, so a slow compile loses only its rows.
+#  - quickstart:    the bundled example on this machine's CPU (today's engines), on CUDA with today's engines and
+#                   on CUDA with the new ones. Target: new CUDA <= this machine's CPU.
 #
-# One call, one budget: before anything runs, the device's Python is checked against the carried wheels and the
+# One budget per call: before anything runs, the device's Python is checked against the carried wheels and the
 # disk for headroom (a failure there: `gpu_check: error: ...`, exit 2). Every part then runs under its own cap
 # (`timeout -k`: SIGTERM at the cap, SIGKILL GRACE s later, so a trainer's graceful stop cannot overrun), the caps
 # plus the grace plus the preflight sum to at most BUDGET (800 s; `--plan` prints the sum), and a part that fails
 # is listed in the summary while the next part runs. Temporary files live under one folder removed at the end.
 #
-# The GPU machine's Python has no pydantic (which the package needs): run `bash benchmarks/gpu_wheels.sh` (for the
+# The GPU machine's Python has no pydantic or plotly (which the package needs): run `bash benchmarks/gpu_wheels.sh` (for the
 # device's Python, PYVER=3.12 by default) where PyPI is reachable and carry `.whl` to the device.
 #
 #   bash benchmarks/gpu_check.sh                           # CUDA, bf16, Qwen3-1.7B shape
