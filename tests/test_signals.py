@@ -355,6 +355,21 @@ def test_top_k_ids_equal_a_sort_by_value_then_id(seed):
             assert sorted(got[n]) == sorted(ref_top_k([float(v) for v in x[n]], k)), (seed, k, n)
 
 
+def test_a_shared_student_top_ids_changes_no_column():
+    """The scorers compute the student's compatibility ids once a chunk (with_top_ids): every column is the same."""
+    g = torch.Generator().manual_seed(3)
+    student, teacher = (torch.randint(-2, 3, (12, 9), generator=g).float() for _ in range(2))  # heavy ties
+    tokens = torch.randint(0, 9, (12,), generator=g)
+    s, t = S.distribution(student, tokens), S.distribution(teacher, tokens)
+    shared = S.with_top_ids(s)
+    assert torch.equal(shared.top_ids, S.top_k_ids(s.logp, COMPAT_K)) and s.top_ids is None
+    kw = dict(base=None, jsd_beta=0.5, centering=None, exopd_lambda=1.25)
+    a, b = S.signals_from(s, t, tokens, **kw), S.signals_from(shared, t, tokens, **kw)
+    assert a.keys() == b.keys()
+    for c in a:  # bitwise, NaN where there is no base
+        torch.testing.assert_close(a[c], b[c], rtol=0, atol=0, equal_nan=True)
+
+
 def test_the_column_reference_states_the_named_k():
     assert COMPAT_K == 5  # changing it changes what every stored run means: say so in docs/signals.md
     for name in ("teachability", "topk_overlap"):

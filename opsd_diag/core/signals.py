@@ -106,17 +106,19 @@ def top_k_ids(logp: Tensor, k: int) -> Tensor:
 
 
 def topk_compat(student_logp: Tensor, teacher_logp: Tensor, k: int = COMPAT_K, *,
-                teacher_p: Tensor | None = None) -> dict[str, Tensor]:
+                teacher_p: Tensor | None = None, student_ids: Tensor | None = None) -> dict[str, Tensor]:
     """The two top-k compatibility columns of one vocabulary (``[N]`` each, docs/signals.md):
 
     - ``teachability`` = Σ_{v ∈ top_k(p)} q_v, the teacher's mass on the student's own top-k tokens (TA-OPD);
     - ``topk_overlap`` = |top_k(p) ∩ top_k(q)| / k, the share of top-k tokens both models hold
       ("thinking-pattern" compatibility, Rethinking-OPD).
 
-    k is clamped to the vocabulary; ties as in ``top_k_ids``. ``teacher_p``: ``teacher_logp.exp()`` if at hand.
+    k is clamped to the vocabulary; ties as in ``top_k_ids``. ``teacher_p``: ``teacher_logp.exp()`` if at hand;
+    ``student_ids``: ``top_k_ids(student_logp, k)`` if at hand (a scorer computes it once for every teacher).
     """
     k = min(k, student_logp.shape[-1])
-    top_s, top_t = top_k_ids(student_logp, k), top_k_ids(teacher_logp, k)  # [N, k] each
+    top_s = top_k_ids(student_logp, k) if student_ids is None else student_ids  # [N, k]
+    top_t = top_k_ids(teacher_logp, k)  # [N, k]
     q = teacher_logp.gather(-1, top_s).exp() if teacher_p is None else teacher_p.gather(-1, top_s)  # [N, k]
     return {"teachability": q.sum(-1),  # [N]
             "topk_overlap": (top_s.unsqueeze(-1) == top_t.unsqueeze(-2)).any(-1).sum(-1).float() / k}  # [N]
@@ -129,6 +131,7 @@ class Dist(NamedTuple):
     lp: Tensor    # [N] log-prob of the sampled token
     h: Tensor     # [N] entropy (nats)
     top1: Tensor  # [N] argmax id
+    top_ids: Tensor | None = None  # [N, COMPAT_K] top_k_ids, where a scorer shares it (with_top_ids)
 
 
 def dist(logp: Tensor, token_ids: Tensor) -> Dist:
@@ -138,6 +141,11 @@ def dist(logp: Tensor, token_ids: Tensor) -> Dist:
     """
     p = logp.exp()  # [N, V]
     return Dist(logp, p, token_logprob(logp, token_ids), -(p * logp).sum(-1), logp.argmax(-1))
+
+
+def with_top_ids(d: Dist) -> Dist:
+    """``d`` with its top-k compatibility ids: for the student, whose ids every teacher config compares with."""
+    return d._replace(top_ids=top_k_ids(d.logp, COMPAT_K))
 
 
 def distribution(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Dist:
@@ -236,7 +244,7 @@ def signals_from(student: Dist, teacher: Dist, token_ids: Tensor, *, base: Dist 
         "h_s": student.h, "h_t": teacher.h, "h_b": nan if base is None else base.h,
         "rank_t": (teacher.logp > teacher.lp.unsqueeze(-1)).sum(-1).float(),  # [N]
         "top1_agree": (student.top1 == teacher.top1).float(),  # [N]
-        **topk_compat(student.logp, teacher.logp, teacher_p=teacher.p),
+        **topk_compat(student.logp, teacher.logp, teacher_p=teacher.p, student_ids=student.top_ids),
     })
     return _nan_where_nonfinite(out, {"student": student, "teacher": teacher, "base": base})
 

@@ -166,7 +166,7 @@ def score_batch(student, completions: list[list[int]], student_prompts: list[lis
         sl = slice(lo, min(n, lo + s.chunk_size))
         ids = token_ids[sl].to(device)  # [n]
         # each model-view's LM head and log-softmax run once per chunk; student and base are shared
-        student_d = signals.distribution(lm_logits(student, h_s[sl]), ids, s.temperature)
+        student_d = signals.with_top_ids(signals.distribution(lm_logits(student, h_s[sl]), ids, s.temperature))
         shared_b = signals.distribution(lm_logits(base, h_b[sl]), ids, s.temperature) if h_b is not None else None
         if s.top_k:
             v, i = signals.topk(student_d.logp, s.top_k)  # [n, k]

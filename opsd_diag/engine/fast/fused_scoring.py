@@ -74,7 +74,7 @@ def chunk_signals(ids: Tensor, student: tuple, teachers: list[tuple], shared_bas
     ``cols [n_teachers, len(SIGNAL_COLUMNS), n]`` float32, and top-k log-probs and ids
     ``[1 + n_teachers, n, top_k]`` (student first) or ``(None, None)`` when ``top_k`` is 0.
     """
-    s = signals.distribution(_logits(*student), ids, temperature)
+    s = signals.with_top_ids(signals.distribution(_logits(*student), ids, temperature))
     b_shared = None if shared_base is None else signals.distribution(_logits(*shared_base), ids, temperature)
     tops = [signals.topk(s.logp, top_k)] if top_k else []
     out = []
