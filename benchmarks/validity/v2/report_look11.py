@@ -135,7 +135,7 @@ def analyse(shipped: dict) -> dict:
     w = np.array([r["world"] for r in rows])
     x, classes = product_gain(rows, shipped), realised(rows)
     is_seen, is_added = np.isin(w, seen), np.isin(w, built)
-    seen_table = table(x, classes, is_seen)
+    seen_table = {**table(x, classes, is_seen), "described": described(rows, x, classes, is_seen)}
     calibrated = [""] * len(rows)
     for i, v in zip(np.flatnonzero(is_seen), lowo([rows[i] for i in np.flatnonzero(is_seen)], x[is_seen],
                                                   [classes[i] for i in np.flatnonzero(is_seen)])):
@@ -154,6 +154,23 @@ def analyse(shipped: dict) -> dict:
            "added": {name: added_ranking([r for r in rows if r["world"] == name], shipped, name) for name in built}}
     out["ship"] = ship(out)
     return out
+
+
+def described(rows: list[dict], x: np.ndarray, classes: list[str], keep: np.ndarray) -> list[dict]:
+    """Per bin of the seen worlds' table (reported, it decides nothing): the median G of its rows, the share with G
+    >= 0.55 (a teacher far above its student), and the median |realised Δpass@1| and realised-interval width of the
+    rows that changed nothing clear, so a reader can tell "nothing happened" from "too noisy to say"."""
+    k = keep & np.isfinite(x) & np.array([c != "" for c in classes])
+    t = class_table(x[k], [c for c, z in zip(classes, k) if z], settings()["bins"])
+    at = np.searchsorted(t["edges"], x[k], side="right")
+    g = np.array([v2._num(r["accuracy_gap"]) for r in rows])[k]
+    y = np.abs(v2.target(rows, "d_pass1"))[k]
+    width = np.array([v2._num(r["d_pass1"]["hi"]) - v2._num(r["d_pass1"]["lo"]) for r in rows])[k]
+    none = np.array([c == "no clear change" for c in classes])[k]
+    return [{"median_g": float(np.median(g[at == b])), "far_above": float(np.mean(g[at == b] >= 0.55)),
+             "unchanged_median_abs": float(np.median(y[(at == b) & none])) if ((at == b) & none).any() else None,
+             "unchanged_median_width": float(np.median(width[(at == b) & none])) if ((at == b) & none).any()
+             else None} for b in range(settings()["bins"])]
 
 
 def added_ranking(rows: list[dict], shipped: dict, name: str) -> dict:
@@ -237,15 +254,20 @@ def render(a: dict) -> str:
         L.append(f"| {w}{tag} | {d['n_correct']}/{d['n_decisive']} | {share(d['unclear_share'])} |")
     t = a["seen_table"]
     L += ["", "## The table of all seen worlds", "",
-          f"Built from {t['n']} rows; the verdict each bin gives.", "",
-          "| bin | predicted Δpass@1 | rows | improved | degraded | no clear change | verdict |",
-          "|---|---|---|---|---|---|---|"]
+          f"Built from {t['n']} rows; the verdict each bin gives. Described beside it (it decides nothing): the "
+          "median G of the bin's rows, the share with G >= 0.55, and for the rows that changed nothing clear the "
+          "median |realised Δpass@1| and the median width of its 95% interval (small and narrow: nothing happened).",
+          "", "| bin | predicted Δpass@1 | rows | improved | degraded | no clear change | verdict | median G | "
+          "G >= 0.55 | no clear change: median abs, width |", "|---|---|---|---|---|---|---|---|---|---|"]
     edges = [-np.inf, *t["edges"], np.inf]
-    for i, c in enumerate(t["counts"]):
+    for i, (c, d) in enumerate(zip(t["counts"], t["described"])):
         n = sum(c.values())
         v = bin_verdict(c, s["hurts"], s["helps"])
+        none = ("n/a" if d["unchanged_median_abs"] is None else
+                f"{d['unchanged_median_abs']:.3f}, {d['unchanged_median_width']:.3f}")
         L.append(f"| {i + 1} | [{edges[i]:+.3f}, {edges[i + 1]:+.3f}) | {n} | {c['improves'] / n:.0%} | "
-                 f"{c['degrades'] / n:.0%} | {c['no clear change'] / n:.0%} | {v} |")
+                 f"{c['degrades'] / n:.0%} | {c['no clear change'] / n:.0%} | {v} | {d['median_g']:+.2f} | "
+                 f"{d['far_above']:.0%} | {none} |")
     for w in built:
         r = a["added"][w]
         L += ["", f"On `{w}` (reported): the shipped ranking's Spearman {f(r['spearman']['shipped'])} with the "
