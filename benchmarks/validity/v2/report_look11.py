@@ -27,6 +27,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
+from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -212,17 +213,6 @@ def ship(a: dict) -> dict:
             "reason": why}
 
 
-def _line(label: str, scope: str, d: dict) -> str:
-    f = v2.fmt
-    return (f"| {label} | {scope} | {d['n_correct']}/{d['n_decisive']} ({f(d['accuracy'])} [{f(d['lo'])}, "
-            f"{f(d['hi'])}]) | {d['n_helps']} ({f(d['helps_precision'])}) | {d['n_hurts']} "
-            f"({f(d['hurts_precision'])}) | {share(d['unclear_share'])} |")
-
-
-def share(x) -> str:
-    return "n/a" if x is None else f"{x:.0%}"
-
-
 def render(a: dict) -> str:
     s, f = a["settings"], v2.fmt
     n_never, built = len(a["never_fitted"]), a["added_built"]
@@ -246,12 +236,13 @@ def render(a: dict) -> str:
               "added": "added worlds (new)", "seven": "the seven (the models' own; reported)",
               "seen": f"all {n_never + len(a['seven'])} seen"}
     for name, label in RULES.items():
-        L += [_line(label, text, a["verdicts"][name][k]) for k, text in scopes.items()]
+        L += [look6._line(label, text, a["verdicts"][name][k]) if a["verdicts"][name][k]["n_rows"]
+              else f"| {label} | {text} | not run | | | |" for k, text in scopes.items()]
     L += ["", "Per world, calibrated classes (decisive right / decisive, unclear share):", "",
           "| world | right | unclear |", "|---|---|---|"]
     for w, d in a["verdicts"]["calibrated_classes"]["per_world"].items():
         tag = " (new)" if w in built else " (the models' own)" if w in a["seven"] else ""
-        L.append(f"| {w}{tag} | {d['n_correct']}/{d['n_decisive']} | {share(d['unclear_share'])} |")
+        L.append(f"| {w}{tag} | {d['n_correct']}/{d['n_decisive']} | {d['unclear_share']:.0%} |")
     t = a["seen_table"]
     L += ["", "## The table of all seen worlds", "",
           f"Built from {t['n']} rows; the verdict each bin gives. Described beside it (it decides nothing): the "
@@ -277,7 +268,7 @@ def render(a: dict) -> str:
               + f" (best row {r['best']:+.3f})."]
     c = a["verdicts"]["calibrated_classes"]["never_fitted"]
     L += ["", f"The issue asks for <= 40% `unclear` with >= 85% of decisive verdicts right: the calibrated verdict "
-          f"leaves {share(c['unclear_share'])} unclear over the never-fitted worlds."]
+          f"leaves {c['unclear_share']:.0%} unclear over the never-fitted worlds."]
     return "\n".join(L) + "\n"
 
 
@@ -285,7 +276,7 @@ def later_look(a: dict) -> dict:
     d = a["verdicts"]["calibrated_classes"]
     summary_ = (f"look 11 (the verdict from a calibration table of the predicted gain): leave-one-world-out over "
                 f"{len(a['never_fitted'])} never-fitted worlds {d['never_fitted']['n_correct']}/"
-                f"{d['never_fitted']['n_decisive']} decisive right, {share(d['never_fitted']['unclear_share'])} unclear; "
+                f"{d['never_fitted']['n_decisive']} decisive right, {d['never_fitted']['unclear_share']:.0%} unclear; "
                 f"on the added worlds {d['added']['n_correct']}/{d['added']['n_decisive']}: "
                 + ("the calibrated verdict ships" if a["ship"]["choice"] == "calibrated_classes"
                    else "the interval rule stays"))
