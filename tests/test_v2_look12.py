@@ -1,0 +1,88 @@
+"""Predictor v2's twelfth look (plan_look12.yaml): its two features against an explicit reference, RESULTS_look12.md
+is exactly the render of its committed analysis, the analysis is what the look's code computes again from the
+committed rows, it follows the pre-registered ship rule, the plan precedes the analysis and the added worlds' builds
+in git history, and the package's model file records the look."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from compare import assert_tree_close
+from git_history import first_added
+from benchmarks.validity.v2 import report_look12
+from benchmarks.validity.v2 import report_v2 as v2
+from opsd_diag import prediction
+
+HERE = report_look12.HERE
+
+
+def _analysis() -> dict:
+    return json.loads((HERE / "look12_analysis.json").read_text())
+
+
+@pytest.mark.parametrize("g, teach, jsd, want", [
+    (0.8, 0.9, 0.05, (0.8 * 0.1, 0.8 * 0.05)),
+    (-0.3, 0.5, 0.2, (0.0, 0.0)),                       # G's positive part: a teacher below adds nothing
+    (0.0, 0.7, 0.1, (0.0, 0.0)),
+    (0.4, None, 0.1, (math.nan, 0.4 * 0.1)),            # a missing factor leaves that product missing
+    (None, 0.9, 0.1, (math.nan, math.nan))])
+def test_the_two_features_are_g_positive_part_times_the_distance(g, teach, jsd, want):
+    got = report_look12.far_features({"accuracy_gap": g, "teachability": teach, "mean_jsd": jsd})
+    for k, w in zip(("g_far_teach", "g_far_jsd"), want):
+        assert (math.isnan(got[k]) and math.isnan(w)) or math.isclose(got[k], w, rel_tol=1e-12, abs_tol=1e-15), k
+
+
+def test_results_are_the_render_of_the_committed_analysis():
+    assert (HERE / "RESULTS_look12.md").read_text() == report_look12.render(_analysis())
+
+
+def test_the_analysis_is_computed_again_from_the_committed_rows():
+    shipped = json.loads(v2.SHIPPED.read_text())
+    again = json.loads(json.dumps(v2.stats_jsonable(report_look12.analyse(shipped)), sort_keys=True))
+    assert_tree_close(again, _analysis())  # floats within tolerance: CPUs round differently
+    a = _analysis()
+    assert len(a["never_fitted"]) == 37 and len(a["seven"]) == 7
+    assert set(a["added_built"]) <= set(a["added_planned"]) == {"jasper", "mica", "opal"}
+    assert {"g_far_jsd", "g_far_teach"} <= set(a["coefficients"]["v2"]["v2_far"])
+
+
+def _a(lowo_far, lowo_shipped, added):
+    """An analysis cut to what the ship rule reads; ``added``: world -> (v2_far, shipped)."""
+    per = {k: {"worlds": {w: v[i] for w, v in added.items()}} for i, k in enumerate(("v2_far", "shipped"))}
+    mean = {k: sum(per[k]["worlds"].values()) / len(added) for k in per} if added else None
+    return {"never_fitted": ["w"] * 37, "added_built": list(added),
+            "seen": {"mean": {"v2_far": lowo_far, "shipped": lowo_shipped}},
+            "added": {"per_world": per, "mean": mean} if added else None}
+
+
+@pytest.mark.parametrize("a, ships", [
+    (_a(0.76, 0.73, {"x": (0.9, 0.8), "y": (0.7, 0.7)}), True),
+    (_a(0.73, 0.73, {"x": (0.9, 0.8), "y": (0.7, 0.7)}), False),    # leave-one-world-out not strictly above
+    (_a(0.76, 0.73, {"x": (0.9, 0.8)}), False),                     # one added world
+    (_a(0.76, 0.73, {"x": (0.8, 0.8), "y": (0.7, 0.7)}), False),    # added worlds tied
+    (_a(0.76, 0.73, {"x": (0.95, 0.6), "y": (0.5, 0.65)}), False),  # one added world 0.15 below
+    (_a(0.76, 0.73, {}), False)])                                   # none built
+def test_the_ship_rule_reads_every_condition(a, ships):
+    assert (report_look12.ship(a)["choice"] == "v2_far") == ships
+    assert _analysis()["ship"] == report_look12.ship(_analysis())
+
+
+def test_the_plan_was_committed_before_the_analysis_and_the_added_worlds():
+    plan, analysis = first_added(HERE, "plan_look12.yaml"), first_added(HERE, "look12_analysis.json")
+    assert plan is not None and (analysis is None or plan <= analysis)
+    for w in report_look12.added_worlds()[0]:
+        built = first_added(v2.REPO / "sample_data" / "worlds", f"{w}/models")
+        assert built is None or plan <= built
+
+
+def test_the_package_file_records_the_look():
+    a = _analysis()
+    shipped = json.loads(v2.SHIPPED.read_text())
+    assert shipped["later_looks"]["look12"] == report_look12.later_look(a)
+    assert a["ship"]["choice"] == "first_look"  # the product computes no g_far feature
+    assert all("g_far_teach" not in m["d_pass1"]["features"] for m in shipped["models"].values())
+    looks = prediction.panel(prediction.Predictions([], prediction.load(), "accuracy_gap"))["looks"]
+    assert report_look12.later_look(a)["summary"] in looks  # the decision panel quotes the look
