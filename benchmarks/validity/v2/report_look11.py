@@ -101,12 +101,13 @@ def verdicts(x: np.ndarray, tab: dict) -> list[str]:
     return [table_verdict(v, tab, s["hurts"], s["helps"]) for v in x]
 
 
-def lowo(rows: list[dict], x: np.ndarray, classes: list[str]) -> list[str]:
-    """Each seen world's rows given verdicts by the table of the other seen worlds."""
-    w = np.array([r["world"] for r in rows])
-    out = [""] * len(rows)
-    for held in sorted(set(w)):
-        for i, v in zip(np.flatnonzero(w == held), verdicts(x[w == held], table(x, classes, w != held))):
+def calibrated(x: np.ndarray, classes: list[str], w: np.ndarray, seen: list[str]) -> list[str]:
+    """Each world's rows given verdicts by the table of the seen worlds other than itself: leave-one-world-out for
+    a seen world, all of them for an added one."""
+    out = [""] * len(x)
+    for held in dict.fromkeys(w):
+        k = np.flatnonzero(w == held)
+        for i, v in zip(k, verdicts(x[k], table(x, classes, np.isin(w, seen) & (w != held)))):
             out[i] = v
     return out
 
@@ -123,7 +124,7 @@ def summary(vs: list[str], rows: list[dict], keep) -> dict:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    names = [k for k in plan()["added_worlds"] if k != "procedure" and k != "if_unusable"]
+    names = [k for k, v in plan()["added_worlds"].items() if isinstance(v, dict)]
     return names, [w for w in names if (look2.CHECKS / f"{w}_analysis.json").is_file()]
 
 
@@ -137,13 +138,7 @@ def analyse(shipped: dict) -> dict:
     x, classes = product_gain(rows, shipped), realised(rows)
     is_seen, is_added = np.isin(w, seen), np.isin(w, built)
     seen_table = {**table(x, classes, is_seen), "described": described(rows, x, classes, is_seen)}
-    calibrated = [""] * len(rows)
-    for i, v in zip(np.flatnonzero(is_seen), lowo([rows[i] for i in np.flatnonzero(is_seen)], x[is_seen],
-                                                  [classes[i] for i in np.flatnonzero(is_seen)])):
-        calibrated[i] = v
-    for i, v in zip(np.flatnonzero(is_added), verdicts(x[is_added], seen_table)):
-        calibrated[i] = v
-    rules = {"calibrated_classes": calibrated, "interval": interval(rows, shipped)}
+    rules = {"calibrated_classes": calibrated(x, classes, w, seen), "interval": interval(rows, shipped)}
     scopes = {"never_fitted": np.isin(w, never), "seven": np.isin(w, seven), "seen": is_seen, "added": is_added}
     out = {"look": 11, "plan": "benchmarks/validity/v2/plan_look11.yaml", "settings": settings(),
            "seven": seven, "never_fitted": never, "added_planned": planned, "added_built": built,
