@@ -94,10 +94,10 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
 
 def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_built_after_it():
     """tallow (amendment 2), flint, hearth, loam, marl, sorrel, pumice, shale, basalt, cobble, flume, gravel, quartz,
-    ochre, umber, sable, tawny, sedge, clinker, ashlar, tuff, slate, scree and talus (amendments 4 to 26) and wick (the ninth look's
-    world), each checked with the eighth look's ranking: the mean the report and the model file's checks sentence
-    quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss and gabbro (amendments 20 to 22) were
-    excluded by the level rule and are reported as such."""
+    ochre, umber, sable, tawny, sedge, clinker, ashlar, tuff, slate, scree, talus, chert, jasper and mica (amendments 4 to
+    27) and wick (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model
+    file's checks sentence quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss, gabbro
+    (amendments 20 to 22) and opal (amendment 28) were excluded by the level rule and are reported as such."""
     import numpy as np
 
     from opsd_diag import prediction
@@ -109,8 +109,9 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "jasper", "mica", "opal", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
-    assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro"]  # amendments 3, 20, 21, 22: the level rule
-    assert "lantern, schist, gneiss and gabbro were excluded by the plan's level rule" in (HERE / "CHECKS.md").read_text()
+    assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal"]  # amendments 3, 20-22, 28: the level rule
+    assert "lantern, schist, gneiss, gabbro and opal were excluded by the plan's level rule" in (
+        HERE / "CHECKS.md").read_text()
     for w in s8["excluded"]:
         assert report_checks.status(w) == "excluded"
         assert f"{w}: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
@@ -203,7 +204,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])} "
             f"(paired {s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, "
             f"{s8['paired_vs_g']['hi']:+.3f}]), method pairs {right} of {pairs}")
-    assert len(per) == 25 and mean in readme
+    assert len(per) == 28 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)};" in verdict
     d = s8["paired_vs_g"]  # the paired difference against G, recomputed from the per-world figures above

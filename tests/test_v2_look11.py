@@ -117,3 +117,28 @@ def test_the_package_file_records_the_look_and_the_interval_verdict_stays():
     assert a["ship"]["choice"] == "interval" and "verdict_table" not in shipped  # the product keeps no code for it
     looks = prediction.panel(prediction.Predictions([], prediction.load(), "accuracy_gap"))["looks"]
     assert report_look11.later_look(a)["summary"] in looks  # the decision panel quotes the look
+
+
+def test_readme_and_verdict_doc_quote_the_committed_figures():
+    a = _analysis()
+    d = a["verdicts"]["calibrated_classes"]
+    lowo, new = d["never_fitted"], d["added"]
+    t = a["seen_table"]
+    top, eighth = t["counts"][-1], t["counts"][7]
+    verdict = " ".join((v2.REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    readme = " ".join((v2.REPO / "README.md").read_text(encoding="utf-8").split())
+    eleven = verdict[verdict.index("#### The eleventh look"):][:2400]
+    for q in (f"Over the {t['n']} rows of the {len(a['seven']) + len(a['never_fitted'])} seen worlds",
+              f"right on {lowo['n_correct']} of {lowo['n_decisive']} decisive calls ({lowo['accuracy']:.3f}",
+              f"(precision {lowo['hurts_precision']:.3f}; required 0.90), with {lowo['unclear_share']:.0%} `unclear`",
+              f"(a prediction below {t['edges'][0]:+.3f}) degraded in {t['counts'][0]['degrades'] / 100:.0%}",
+              f"no bin improved in more than {eighth['improves'] / sum(eighth.values()):.0%}",
+              f"improved in only {top['improves'] / sum(top.values()):.0%} and changed nothing clear in "
+              f"{top['no clear change'] / sum(top.values()):.0%}",
+              f"moved by {t['described'][-1]['unchanged_median_abs']:.3f}",
+              f"{t['described'][-1]['far_above']:.0%} of that decile has G >= 0.55",
+              f"made {new['n_decisive']} decisive calls, all `hurts` and all right, and left {new['unclear_share']:.0%}"):
+        assert q in eleven, q
+    assert new["n_hurts"] == new["n_decisive"] == new["n_correct"] and sum(t["counts"][0].values()) == 100
+    assert (f"from the past rows predicted alike, {lowo['n_correct']} of {lowo['n_decisive']} over "
+            f"{len(a['never_fitted'])} worlds ({lowo['accuracy']:.3f}, {lowo['unclear_share']:.0%} `unclear`") in readme

@@ -86,3 +86,23 @@ def test_the_package_file_records_the_look():
     assert all("g_far_teach" not in m["d_pass1"]["features"] for m in shipped["models"].values())
     looks = prediction.panel(prediction.Predictions([], prediction.load(), "accuracy_gap"))["looks"]
     assert report_look12.later_look(a)["summary"] in looks  # the decision panel quotes the look
+
+
+def test_readme_and_verdict_doc_quote_the_committed_figures():
+    a, f = _analysis(), v2.fmt
+    m, diff, new = a["seen"]["mean"], a["seen"]["v2_far_minus_shipped"], a["added"]
+    per = new["per_world"]
+    verdict = " ".join((v2.REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    readme = " ".join((v2.REPO / "README.md").read_text(encoding="utf-8").split())
+    twelve = verdict[verdict.index("#### The twelfth look"):][:2000]
+    for q in (f"refitted on the {a['n_rows']} rows of the 44 seen worlds",
+              f"it reached {f(m['v2_far'])} against the shipped {f(m['shipped'])} (paired {diff['estimate']:+.3f} "
+              f"[{diff['lo']:+.3f}, {diff['hi']:+.3f}], above in {diff['above']}, below in {diff['below']})",
+              *(f"`{w}` {f(per['v2_far']['worlds'][w])} against {f(per['shipped']['worlds'][w])}"
+                for w in a["added_built"]),
+              f"(mean {f(new['mean']['v2_far'])} against {f(new['mean']['shipped'])};",
+              *(f"`{w}` was excluded by the level rule" for w in a["added_excluded"])):
+        assert q in twelve, q
+    assert a["ship"]["choice"] == "first_look" and "So the first look's models stay." in twelve
+    n = {1: "one", 2: "two", 3: "three"}[len(a["added_built"])]
+    assert f"({f(new['mean']['v2_far'])} against {f(new['mean']['shipped'])} on {n} new worlds" in readme

@@ -26,6 +26,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
@@ -142,6 +143,7 @@ def analyse(shipped: dict) -> dict:
     scopes = {"never_fitted": np.isin(w, never), "seven": np.isin(w, seven), "seen": is_seen, "added": is_added}
     out = {"look": 11, "plan": "benchmarks/validity/v2/plan_look11.yaml", "settings": settings(),
            "seven": seven, "never_fitted": never, "added_planned": planned, "added_built": built,
+           "added_excluded": [w for w in planned if report_checks.status(w) == "excluded"],
            "n_rows": {k: int(v.sum()) for k, v in scopes.items()},
            "seen_table": seen_table,
            "verdicts": {name: {**{k: summary(vs, rows, keep) for k, keep in scopes.items()},
@@ -208,6 +210,13 @@ def ship(a: dict) -> dict:
             "reason": why}
 
 
+def not_run(a: dict) -> str:
+    """What became of the planned added worlds without rows: excluded by the level rule, or not built yet."""
+    return "".join(f" `{w}` was built and excluded by the plan's level rule (`check_{w}.txt`): no rows."
+                   if w in a["added_excluded"] else f" `{w}` is planned and not built: not run."
+                   for w in a["added_planned"] if w not in a["added_built"])
+
+
 def render(a: dict) -> str:
     s, f = a["settings"], v2.fmt
     n_never, built = len(a["never_fitted"]), a["added_built"]
@@ -221,7 +230,7 @@ def render(a: dict) -> str:
          f"({a['n_rows']['never_fitted']} rows; each world's verdicts from the table of the other seen worlds), and "
          "on the worlds built after the plan with the table of all seen worlds: "
          + (", ".join(f"`{w}`" for w in built) if built else "none built yet") + "."
-         + "".join(f" `{w}` is planned and not built: not run." for w in a["added_planned"] if w not in built), "",
+         + not_run(a), "",
          f"**Ship rule:** {'the calibrated verdict ships' if a['ship']['choice'] == 'calibrated_classes' else 'the interval rule stays'}:"
          f" {a['ship']['reason']}.", "",
          "## Verdicts", "",

@@ -24,6 +24,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
@@ -119,7 +120,8 @@ def analyse(shipped: dict) -> dict:
     ship_d1 = {t: shipped["models"][t]["d_pass1"] for t in shipped["models"]}
     models = fitted(rows)
     out = {"look": 12, "plan": "benchmarks/validity/v2/plan_look12.yaml", "seven": seven, "never_fitted": never,
-           "added_planned": planned, "added_built": built, "n_rows": len(rows), "alpha": look10.design()["alpha"],
+           "added_planned": planned, "added_built": built,
+           "added_excluded": [w for w in planned if report_checks.status(w) == "excluded"], "n_rows": len(rows), "alpha": look10.design()["alpha"],
            "delta": delta,
            "seen": judge(rows, {"shipped": applied(ship_d1, rows), "v2_far": out_of_fold(rows)}, never, delta),
            "coefficients": {t: {"v2_far": dict(zip(m["features"], m["coef"])),
@@ -171,8 +173,7 @@ def render(a: dict) -> str:
          "product does (`v2_config`). The seen worlds suggested the features (`explore_far_teachers.txt`), so their "
          "leave-one-world-out figures are reported, not a fair test; the worlds built after the plan are: "
          + (", ".join(f"`{w}`" for w in a["added_built"]) or "none built yet") + "."
-         + "".join(f" `{w}` is planned and not built: not run." for w in a["added_planned"]
-                   if w not in a["added_built"]), "",
+         + look11.not_run(a), "",
          f"**Ship rule:** {'v2_far ships' if a['ship']['choice'] == 'v2_far' else 'the first look’s models stay'}: "
          f"{a['ship']['reason']}.", ""]
     if new is not None:
