@@ -554,3 +554,23 @@ def test_the_read_of_every_row_recomputes_keeps_every_row_and_the_docs_quote_it(
     assert f"every candidate row ranks its world at {m['read_configs']} at best" in verdict
     assert f"({m['read_configs']} against {m['shipped']} over 26 worlds, `explore_early_all.py`)" in readme
 
+
+
+def test_the_far_teachers_exploration_recomputes_and_the_verdict_doc_quotes_it():
+    """explore_far_teachers.py reprints its committed output from the committed rows; its AUCs pooled and within
+    worlds are the explicit pairs' (``auc``), and docs/verdict.md's twelfth look quotes them."""
+    import re
+
+    from benchmarks.validity.v2 import explore_far_teachers as far
+
+    text = _reruns("explore_far_teachers")
+    got = {c: (float(a), float(w)) for c, a, w in re.findall(r"^(\w+)\s+\d+\s+[+-]\d\.\d\d\s+(\d\.\d\d)\s+(\d\.\d\d)$",
+                                                           text, re.M)}
+    assert far.auc([2.0, 1.0], [1.0, 0.0]) == 0.875 and far.auc([], [1.0]) != far.auc([], [1.0])  # ties half; NaN
+    la = sorted(got[c][0] for c in ("lookahead_dv", "lookahead_dll", "lookahead_kl"))
+    verdict = doc_text("docs/verdict.md")
+    twelve = verdict[verdict.index("#### The twelfth look"):][:900]
+    assert f"(AUC {la[0]:.2f}-{la[-1]:.2f})" in twelve
+    assert (f"teachability AUC {got['teachability'][0]:.2f}, the mean JSD {got['mean_jsd'][0]:.2f} (within the five "
+            f"worlds that have both kinds of row, {got['teachability'][1]:.2f} and {got['mean_jsd'][1]:.2f})") in twelve
+    assert "5 have both an improved row and one with no clear change" in text
