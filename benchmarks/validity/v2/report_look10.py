@@ -52,9 +52,10 @@ def design() -> dict:
 
 
 def applied(models: dict, rows: list[dict]) -> dict[str, dict]:
-    """A model file's ``models`` applied as the product applies them: per outcome the prediction, and lo/hi."""
+    """A model file's ``models`` (tier -> outcome -> model) applied as the product applies them: per outcome they
+    hold, the prediction, and lo/hi."""
     out = {}
-    for o in v2.OUTCOMES:
+    for o in [o for o in v2.OUTCOMES if o in next(iter(models.values()))]:
         pred = {t: model.predict(models[t][o], v2.matrix(rows, models[t][o]["features"])) for t in models}
         lo = {t: pred[t] + models[t][o]["residual_band"][0] for t in models}
         hi = {t: pred[t] + models[t][o]["residual_band"][1] for t in models}

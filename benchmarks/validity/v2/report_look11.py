@@ -25,14 +25,13 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_gain, shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import product_gain, realised_classes, shipped_order  # noqa: E402
 from benchmarks.validity.v2.report_look4 import scored  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
@@ -83,12 +82,9 @@ def settings() -> dict:
 
 
 def realised(rows: list[dict]) -> list[str]:
-    """Each row's realised class (``stats.realised_class`` of its realised Δpass@1 interval; '' where it has none)."""
-    out = []
-    for r in rows:
-        lo, hi = v2._num(r["d_pass1"]["lo"]), v2._num(r["d_pass1"]["hi"])
-        out.append(stats.realised_class(lo, hi) if np.isfinite(lo) and np.isfinite(hi) else "")
-    return out
+    """Each row's realised class (``looks.realised_classes``), '' where its realised Δpass@1 has no interval."""
+    finite = [np.isfinite(v2._num(r["d_pass1"]["lo"])) and np.isfinite(v2._num(r["d_pass1"]["hi"])) for r in rows]
+    return [str(c) if ok else "" for c, ok in zip(realised_classes(rows), finite)]
 
 
 def table(x: np.ndarray, classes: list[str], keep: np.ndarray) -> dict:
@@ -146,9 +142,9 @@ def analyse(shipped: dict) -> dict:
            "added_excluded": [w for w in planned if report_checks.status(w) == "excluded"],
            "n_rows": {k: int(v.sum()) for k, v in scopes.items()},
            "seen_table": seen_table,
-           "verdicts": {name: {**{k: summary(vs, rows, keep) for k, keep in scopes.items()},
-                               "per_world": {k: summary(vs, rows, w == k) for k in [*seen, *built]}}
-                        for name, vs in rules.items()},
+           "verdicts": {name: {k: summary(vs, rows, keep) for k, keep in scopes.items()} for name, vs in rules.items()},
+           "per_world": {k: {kk: d[kk] for kk in ("n_correct", "n_decisive", "unclear_share")}
+                         for k, d in ((k, summary(rules["calibrated_classes"], rows, w == k)) for k in [*seen, *built])},
            "added": {name: added_ranking([r for r in rows if r["world"] == name], shipped, name) for name in built}}
     out["ship"] = ship(out)
     return out
@@ -244,7 +240,7 @@ def render(a: dict) -> str:
               else f"| {label} | {text} | not run | | | |" for k, text in scopes.items()]
     L += ["", "Per world, calibrated classes (decisive right / decisive, unclear share):", "",
           "| world | right | unclear |", "|---|---|---|"]
-    for w, d in a["verdicts"]["calibrated_classes"]["per_world"].items():
+    for w, d in a["per_world"].items():
         tag = " (new)" if w in built else " (the models' own)" if w in a["seven"] else ""
         L.append(f"| {w}{tag} | {d['n_correct']}/{d['n_decisive']} | {d['unclear_share']:.0%} |")
     t = a["seen_table"]

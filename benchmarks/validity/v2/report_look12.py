@@ -31,7 +31,6 @@ from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_look11 as look11  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.looks import by_tier  # noqa: E402
-from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look12.yaml"
@@ -78,24 +77,15 @@ def out_of_fold(rows: list[dict]) -> dict[str, np.ndarray]:
 
 
 def fitted(rows: list[dict]) -> dict:
-    """v2_far's d_pass1 model per tier, fitted on ``rows``, with the band of its leave-one-world-out residuals."""
-    alpha = look10.design()["alpha"]
-    y = v2.target(rows, "d_pass1")
-    k = np.isfinite(y)
-    out = {}
-    for t, f in tiers().items():
-        X = v2.matrix(rows, f)
-        fold = v2.lowo(rows, f, "d_pass1", alpha, inner=False)
-        out[t] = {**model.fit(X[k], y[k], f, alpha), "residual_band": list(model.residual_band(y - fold["pred"]))}
-    return out
+    """v2_far's d_pass1 model per tier (tier -> {"d_pass1": model}), fitted on ``rows`` with the band of its
+    leave-one-world-out residuals (``report_v2.shipped_models`` with the plan's tiers)."""
+    models = v2.shipped_models(rows, {"model": {"tiers": tiers(), "alpha": look10.design()["alpha"]}}, {})
+    return {t: {"d_pass1": m["d_pass1"]} for t, m in models.items()}
 
 
-def applied(models: dict, rows: list[dict]) -> dict[str, np.ndarray]:
-    """d_pass1 models per tier applied as the product applies them: the prediction and lo/hi."""
-    pred = {t: model.predict(m, v2.matrix(rows, m["features"])) for t, m in models.items()}
-    return {"pred": by_tier(pred, rows),
-            "lo": by_tier({t: pred[t] + models[t]["residual_band"][0] for t in models}, rows),
-            "hi": by_tier({t: pred[t] + models[t]["residual_band"][1] for t in models}, rows)}
+def gain(models: dict, rows: list[dict]) -> dict[str, np.ndarray]:
+    """The d_pass1 prediction and lo/hi of ``models`` (tier -> {"d_pass1": model}) as the product applies them."""
+    return look10.applied(models, rows)["d_pass1"]
 
 
 def judge(rows: list[dict], pred: dict[str, dict], never: list[str], delta: float) -> dict:
@@ -117,20 +107,21 @@ def analyse(shipped: dict) -> dict:
     planned, built = added_worlds()
     rows = rows_of([*seven, *never])
     delta = shipped["delta"]
-    ship_d1 = {t: shipped["models"][t]["d_pass1"] for t in shipped["models"]}
+    ship_d1 = {t: {"d_pass1": shipped["models"][t]["d_pass1"]} for t in shipped["models"]}
     models = fitted(rows)
     out = {"look": 12, "plan": "benchmarks/validity/v2/plan_look12.yaml", "seven": seven, "never_fitted": never,
            "added_planned": planned, "added_built": built,
            "added_excluded": [w for w in planned if report_checks.status(w) == "excluded"], "n_rows": len(rows), "alpha": look10.design()["alpha"],
            "delta": delta,
-           "seen": judge(rows, {"shipped": applied(ship_d1, rows), "v2_far": out_of_fold(rows)}, never, delta),
-           "coefficients": {t: {"v2_far": dict(zip(m["features"], m["coef"])),
-                                "shipped": dict(zip(ship_d1[t]["features"], ship_d1[t]["coef"])),
-                                "band": {"v2_far": m["residual_band"], "shipped": ship_d1[t]["residual_band"]}}
+           "seen": judge(rows, {"shipped": gain(ship_d1, rows), "v2_far": out_of_fold(rows)}, never, delta),
+           "coefficients": {t: {"v2_far": dict(zip(m["d_pass1"]["features"], m["d_pass1"]["coef"])),
+                                "shipped": dict(zip(ship_d1[t]["d_pass1"]["features"], ship_d1[t]["d_pass1"]["coef"])),
+                                "band": {"v2_far": m["d_pass1"]["residual_band"],
+                                         "shipped": ship_d1[t]["d_pass1"]["residual_band"]}}
                             for t, m in models.items()}}
     if built:
         new = rows_of(built)
-        out["added"] = judge(new, {"shipped": applied(ship_d1, new), "v2_far": applied(models, new)}, built, delta)
+        out["added"] = judge(new, {"shipped": gain(ship_d1, new), "v2_far": gain(models, new)}, built, delta)
     else:
         out["added"] = None
     out["ship"] = ship(out)
