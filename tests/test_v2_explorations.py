@@ -574,3 +574,25 @@ def test_the_far_teachers_exploration_recomputes_and_the_verdict_doc_quotes_it()
     assert (f"teachability AUC {got['teachability'][0]:.2f}, the mean JSD {got['mean_jsd'][0]:.2f} (within the five "
             f"worlds that have both kinds of row, {got['teachability'][1]:.2f} and {got['mean_jsd'][1]:.2f})") in twelve
     assert "5 have both an improved row and one with no clear change" in text
+
+
+def test_the_rank_target_exploration_recomputes_and_the_verdict_doc_quotes_it():
+    """explore_rank_target.py reprints its committed output; its within-world transforms are the explicit definitions
+    on a small input, and docs/verdict.md quotes its best candidate against the shipped ranking."""
+    import re
+
+    import numpy as np
+
+    from benchmarks.validity.v2 import explore_rank_target as rt
+
+    x, w = np.array([3.0, 1.0, 2.0, np.nan, 5.0, 5.0]), np.array(["a", "a", "a", "a", "b", "b"])
+    assert rt.within(x, w, "rank")[:3].tolist() == [0.5, -0.5, 0.0] and rt.within(x, w, "rank")[4:].tolist() == [0, 0]
+    z = rt.within(x, w, "z")
+    assert z[:3] == pytest.approx((x[:3] - 2.0) / np.std(x[:3])) and z[4:].tolist() == [0, 0] and np.isnan(z[3])
+    text = _reruns("explore_rank_target")
+    rows = {m.group(1): m.groups()[1:] for m in re.finditer(
+        r"^(\w+)\s+([+-]\d\.\d{3})\s+[+-]\d\.\d{3}(?:\s+([+-]\d\.\d{3}) \[([+-]\d\.\d{3}), ([+-]\d\.\d{3})\])?", text, re.M)}
+    best = max((k for k in rows if rows[k][1]), key=lambda k: (float(rows[k][0]), float(rows[k][1])))
+    assert abs(float(rows[best][0]) - float(rows["shipped"][0])) < 0.02
+    assert (f"the best candidate reaches {rows[best][0]} over the 37 never-fitted worlds against the shipped "
+            f"{rows['shipped'][0]} (paired {rows[best][1]} [{rows[best][2]}, {rows[best][3]}])") in doc_text("docs/verdict.md")
