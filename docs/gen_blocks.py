@@ -76,9 +76,12 @@ def predictor_block() -> str:
         if tier not in prediction.TIERS:
             continue
         first = models["d_pass1"]
+        logs = {o for o in prediction.OUTCOMES if models[o].get("target") == "log"}
         out += [f"`{tier}` (ridge, alpha {first.get('alpha')}): coefficient per study SD of each feature, per "
-                "outcome; a prediction is the intercept plus Σ coef × (x − mean) / SD.", "",
-                "| feature | study mean | study SD | " + " | ".join(f"`{o}`" for o in prediction.OUTCOMES) + " |",
+                "outcome; a prediction is the intercept plus Σ coef × (x − mean) / SD"
+                + (", and exp of that for an outcome marked (ln), fitted to its natural log." if logs else "."), "",
+                "| feature | study mean | study SD | "
+                + " | ".join(f"`{o}`" + (" (ln)" if o in logs else "") for o in prediction.OUTCOMES) + " |",
                 "|---|---|---|" + "---|" * len(prediction.OUTCOMES)]
         for i, f in enumerate(first["features"]):
             coefs = []

@@ -49,8 +49,9 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
     "lo": "lower end of its 95% interval (prediction + the study's 2.5% out-of-fold residual quantile)",
     "hi": "upper end (prediction + the 97.5% residual quantile)",
     "verdict": "helps if lo > delta, hurts if hi < -delta, else unclear (delta from the model file)",
-    "drift": "predicted KL(trained || initial student) per token on held-out samples (floored at 0: a KL is never "
-             "negative, the linear model's prediction can be)",
+    "drift": "predicted KL(trained || initial student) per token on held-out samples (the shipped model predicts ln "
+             "KL, predictor v2's thirteenth look; a raw-KL model, as in a calibration file written before it, is "
+             "floored at 0)",
     "forgetting": "predicted change of accuracy on the frozen regression set (negative: forgetting)",
     "pass4": "predicted change of held-out pass@4",
     "collapse": "predicted gain > 0 and predicted pass4 < 0 (pass@1 up, diversity down)",
@@ -177,10 +178,8 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     m = cal.models[tier]["d_pass1"]
     contrib = predictor.contributions(m, X["d_pass1"])[0]  # [f]
     order = sorted(range(len(contrib)), key=lambda i: -abs(contrib[i]))
-    band = [_num(b) for b in m["residual_band"]]
-    gain = out["d_pass1"]
-    lo, hi = gain + band[0], gain + band[1]
-    kl = out["kl_to_initial"]  # a linear model can go below 0; a KL cannot
+    gain, lo, hi = (float(v[0]) for v in predictor.interval(m, X["d_pass1"]))
+    kl = out["kl_to_initial"]  # a raw-KL model (an older calibration file's) can go below 0; a KL cannot
     return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), max(0.0, kl),
                out["d_regression"], out["d_pass4"], x["accuracy_gap"],
                tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),

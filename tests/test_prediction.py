@@ -450,6 +450,33 @@ def test_drift_is_floored_at_zero(raw, tmp_path):
     assert {r.drift for r in p.rows} == {0.25}
 
 
+def test_a_log_target_drift_model_is_exponentiated_and_its_interval_is_a_factor(raw, tmp_path):
+    """A model marked ``target: log`` (the thirteenth look's drift) predicts ln of its outcome: the product shows exp
+    of the float64 reference, positive however low the log goes, and ``core.predictor.interval`` gives exp of the
+    prediction plus each end of the band; a target that is neither raw nor log is one error."""
+    from opsd_diag.core import predictor
+
+    d = model_file()
+    for tier in TIERS:
+        d["models"][tier]["kl_to_initial"].update(target="log", intercept=-9.0)  # exp: about 1e-4, never floored
+    (tmp_path / "c.json").write_text(json.dumps(d))
+    s = Summary.model_validate(raw)
+    for r in prediction.predict(s, {"self_full"}, True, tmp_path / "c.json").rows:
+        x, m = _raw_features(raw, r.config, r.method), d["models"][r.tier]["kl_to_initial"]
+        assert r.drift == pytest.approx(math.exp(_reference(m, x)), rel=1e-12) and 0 < r.drift < 1e-2
+        X = np.array([[x[f] for f in m["features"]]])
+        lo, hi = m["residual_band"]
+        assert [float(v[0]) for v in predictor.interval(m, X)] == pytest.approx(
+            [math.exp(_reference(m, x) + b) for b in (0.0, lo, hi)], rel=1e-12)
+        raw_m = {**m, "target": "raw"}
+        assert [float(v[0]) for v in predictor.interval(raw_m, X)] == pytest.approx(
+            [_reference(m, x) + b for b in (0.0, lo, hi)], abs=1e-12)
+    d["models"]["v2"]["kl_to_initial"]["target"] = "sqrt"
+    (tmp_path / "c.json").write_text(json.dumps(d))
+    with pytest.raises(OpsdError, match="target 'sqrt'"):
+        prediction.predict(s, (), True, tmp_path / "c.json")
+
+
 def test_a_lookahead_with_other_steps_than_the_study_is_warned():
     from dataclasses import replace as dc_replace
     from types import SimpleNamespace

@@ -31,6 +31,7 @@ ORDER_TEXT = {  # how the rows are ordered when G gates the recommendation, in t
     "v2_config": "Configs go by the mean of v2's predictions over their methods; within one, a full-distribution loss "
                  "(jsd) first where G > 0 and last where G <= 0 (predictor v2's fifth look), then v2's prediction."}
 METHOD_ORDERS = tuple(ORDER_TEXT)
+TARGETS = ("raw", "log")  # what a model was fitted to: its outcome, or the outcome's natural log (``target``)
 
 
 def method_term(method: str, accuracy_gap: float) -> float:
@@ -182,8 +183,28 @@ def contributions(model: dict, X: np.ndarray) -> np.ndarray:
     return _z(X, np.asarray(model["mean"]), np.asarray(model["sd"])) * np.asarray(model["coef"])
 
 
-def predict(model: dict, X: np.ndarray) -> np.ndarray:
+def _linear(model: dict, X: np.ndarray) -> np.ndarray:
     return model["intercept"] + contributions(model, X).sum(axis=1)  # [n]
+
+
+def _outcome_scale(model: dict):
+    """The map from the ridge's scale to the outcome's: exp for a model fitted to the log of a positive outcome
+    (``target: log``, predictor v2's thirteenth look: the drift), else the identity."""
+    return np.exp if model.get("target", "raw") == "log" else np.asarray
+
+
+def predict(model: dict, X: np.ndarray) -> np.ndarray:
+    """``[n]`` the model's prediction on the outcome's scale."""
+    return _outcome_scale(model)(_linear(model, X))
+
+
+def interval(model: dict, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[n]`` each: the prediction and its 95% interval, the residual band's quantiles added on the scale the model
+    was fitted on (a factor, for a log target); a missing band quantile gives NaN."""
+    lin = _linear(model, X)
+    lo, hi = (math.nan if b is None else float(b) for b in model["residual_band"])
+    back = _outcome_scale(model)
+    return back(lin), back(lin + lo), back(lin + hi)
 
 
 def residual_band(residuals, alpha: float = 0.05) -> tuple[float, float]:

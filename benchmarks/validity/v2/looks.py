@@ -6,6 +6,7 @@ command line. ``report_look2.py`` runs them over the worlds and writes the repor
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +124,33 @@ def has_lookahead(rows: list[dict]) -> np.ndarray:
 def by_tier(per_tier: dict[str, np.ndarray], rows: list[dict]) -> np.ndarray:
     """The product's choice of tier per row: ``per_tier["v2"]`` with a lookahead result, else v2_no_lookahead's."""
     return np.where(has_lookahead(rows), per_tier["v2"], per_tier["v2_no_lookahead"])
+
+
+def _restored(shipped: dict, replaced: list[dict]) -> dict:
+    out = copy.deepcopy(shipped)
+    for r in replaced:
+        for tier, models in r["models"].items():
+            out["models"][tier].update(copy.deepcopy(models))
+    return out
+
+
+def _replacements(shipped: dict) -> dict[int, dict]:
+    """Look number -> what that later look replaced in the model file (``later_looks.lookN.replaced``: the models it
+    replaced, tier -> outcome -> model, and the worlds checked before it)."""
+    return {int(k[4:]): v["replaced"] for k, v in (shipped.get("later_looks") or {}).items() if v.get("replaced")}
+
+
+def before_look(shipped: dict, look: int) -> dict:
+    """The model file as the looks before ``look`` read it: every model that look or a later one replaced, restored
+    from the look's record (the file itself where no look replaced any)."""
+    return _restored(shipped, [r for n, r in sorted(_replacements(shipped).items(), reverse=True) if n >= look])
+
+
+def as_when_checked(shipped: dict, world: str) -> dict:
+    """The model file as it stood when ``world`` was checked: the models of every later look whose record lists the
+    world among those checked before it, restored."""
+    return _restored(shipped, [r for _, r in sorted(_replacements(shipped).items(), reverse=True)
+                               if world in r["checked_worlds"]])
 
 
 def shipped_gain(rows: list[dict], shipped: dict, tier: str = "v2", outcome: str = "d_pass1") -> np.ndarray:

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
-from benchmarks.validity.v2 import check_world, report_look2, report_v2  # noqa: E402
+from benchmarks.validity.v2 import check_world, looks, report_look2, report_v2  # noqa: E402
 from benchmarks.validity.v2.looks import product_gain, product_order, shipped_gain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -61,7 +61,7 @@ def shipping_notes() -> dict[str, str]:
 
 
 def since_look8() -> list[str]:
-    """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments 2 to 28,
+    """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments 2 to 29,
     then the ninth look's added world."""
     return [*(yaml.safe_load(PLAN.read_text()).get("after_look8") or {}),
             yaml.safe_load((HERE / "plan_look9.yaml").read_text())["added_world"]["name"]]
@@ -72,9 +72,12 @@ LATER_PRODUCT = f"product ({LATER})"
 
 
 def as_checked(world: str | None = None) -> dict:
-    """The model file as it stood when ``world`` was checked (default: the plan's five): its models (never refitted
-    since) with the ranking rule then in force (the eighth look's for a world of ``since_look8``)."""
-    return {**check_world.shipped(), "method_order": {"rule": LATER if world in since_look8() else ORDER}}
+    """The model file as it stood when ``world`` was checked (default: the plan's five, checked before any look
+    replaced a model): its models, those a later look replaced restored (``looks.as_when_checked``), with the ranking
+    rule then in force (the eighth look's for a world of ``since_look8``)."""
+    shipped = check_world.shipped()
+    models = looks.as_when_checked(shipped, world) if world else looks.before_look(shipped, 1)
+    return {**models, "method_order": {"rule": LATER if world in since_look8() else ORDER}}
 
 
 def world_figures(world: str, rows: list[dict] | None = None) -> dict:
@@ -212,7 +215,7 @@ def render(a: dict) -> str:
     if s8["per_world"]:
         cols = (LATER_PRODUCT, *MODELS[1:])
         lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
-                  "Checked with the model file as it then stood (amendments 2 to 28 of the plan; the ninth look's added "
+                  "Checked with the model file as it then stood (amendments 2 to 29 of the plan; the ninth look's added "
                   "world, `plan_look9.yaml`)." + (
                       f" {_listed(s8['excluded'])} {'was' if len(s8['excluded']) == 1 else 'were'} excluded by the "
                       "plan's level rule (" + ", ".join(f"`check_{w}.txt`" for w in s8["excluded"])
