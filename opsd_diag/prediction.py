@@ -62,7 +62,7 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
                      "and its interval (the study's residuals) never saw such a row",
     "calibration": "shipped (the package's model file) or the calibration file's path",
 }
-PANEL_TEXT = ("effects", "why", "ranking", "tiers", "calibration")  # the panel's paragraphs, in order
+PANEL_TEXT = ("effects", "why", "ranking", "record", "tiers", "calibration")  # the panel's paragraphs, in order
 JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
@@ -316,12 +316,12 @@ def early_read_pointer(f: dict) -> str:
 
 
 def panel(p: Predictions, trainable=None) -> dict[str, str]:
-    """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking,
-    tiers, calibration, looks (the later looks that chose the rule in force); plain text, names as the run holds
-    them."""
+    """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking, record
+    (what the ranking did on worlds built after it, and the early read that sizes a run), tiers, calibration, looks
+    (the history that chose the rule in force); plain text, names as the run holds them."""
     cal, rec = p.calibration, p.recommended(trainable)
     best = rec or (p.rows[0] if p.rows else None)
-    out = {}
+    out, history = {}, []
     if p.ranked_by == "accuracy_gap":
         v2_first = cal.method_order in ("v2_gain", "v2_config")  # v2 ranks, G gates (the eighth look)
         study = (f"{cal.reason}. G's Spearman with the realised pass@1 change was {_rho(cal.accuracy_gap)}; v2's "
@@ -330,12 +330,15 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         lead = ("Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy gap G > 0"
                 + (f" (chosen by predictor v2's look {n}, among the looks below)." if n else ".") if v2_first else
                 f"Ranked by the accuracy gap G, not by predictor v2: in the validity study v2 lost to G: {study}.")
-        # the evidence for the rule in force first, the first study's pooled comparison after it
-        out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale),
-                                   *([cal.checks] if cal.checks else []),
-                                   *([early_read_pointer(cal.early_read)] if cal.early_read else []),
-                                   *([f"Alone, pooled over the first study's worlds, v2 lost to G: {study}."]
-                                     if v2_first else [])])
+        # how the rows are ranked; then what that ranking did on worlds built after it (the record); the first
+        # study's pooled comparison, which a v2 ranking no longer rests on, goes with the looks' history
+        out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale)])
+        record = [*([cal.checks] if cal.checks else []),
+                  *([early_read_pointer(cal.early_read)] if cal.early_read else [])]
+        if record:
+            out["record"] = " ".join(record)
+        if v2_first:
+            history.append(f"Alone, pooled over the first study's worlds, v2 lost to G: {study}.")
         by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"
         out["headline"] = (f"Recommended by {by}: {rec.config} trained with {rec.method} (G {rec.accuracy_gap:+.3f}; "
                            f"v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
@@ -352,10 +355,11 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                                f": the best, {best.config} with {best.method}, is predicted {best.interval()} "
                                f"({best.verdict}); helps needs the whole 95% interval above +{cal.delta:g}"
                                if best else ""))
-    if cal.later_looks:  # how the rule in force was chosen: the app folds it away, the reports print it last
-        n = len(cal.later_looks)
-        out["looks"] = (f"{n} later pre-registered look{'s' * (n != 1)}, each judged on a world built after its plan: "
-                        + "; ".join(v["summary"] for v in cal.later_looks.values()) + ".")
+    if n := len(cal.later_looks):
+        history.append(f"{n} later pre-registered look{'s' * (n != 1)}, each judged on a world built after its plan: "
+                       + "; ".join(v["summary"] for v in cal.later_looks.values()) + ".")
+    if history:  # how the rule in force was chosen: the app folds it away, the reports print it last
+        out["looks"] = " ".join(history)
     if best is not None:
         who = "" if best is rec else f" ({best.config} with {best.method})"
         out["effects"] = effects_text(best)

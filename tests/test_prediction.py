@@ -177,12 +177,12 @@ def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
     assert "v2 lost to G" in text["ranking"] and "Ranked by the accuracy gap G" in text["ranking"]
     assert text["headline"].startswith(f"Recommended by the accuracy gap: self_full trained with {p.rows[0].method}")
     assert p.recommended(lambda c, sig: c != "self_full").config == "teacher"  # G > 0, the only trainable one
-    assert "early read" not in text["ranking"]  # the synthetic calibration has no early_read record
+    assert "early read" not in text["ranking"] and "record" not in text  # the synthetic file has no early_read record
     d = json.loads((tmp_path / "c.json").read_text())
     d["early_read"] = FIGURES  # a file with the study's record: the panel points to it after the checks
     (tmp_path / "e.json").write_text(json.dumps(d))
-    ranking = prediction.panel(prediction.predict(s, {"self_full"}, True, tmp_path / "e.json"))["ranking"]
-    assert prediction.early_read_pointer(d["early_read"]) in ranking and "runs read at least +0.02 then realised" in ranking
+    record = prediction.panel(prediction.predict(s, {"self_full"}, True, tmp_path / "e.json"))["record"]
+    assert record == prediction.early_read_pointer(d["early_read"]) and "runs read at least +0.02 then realised" in record
     for cfg in r2["configs"].values():
         cfg["teacher_minus_student_accuracy"]["estimate"] = -0.1
     p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
@@ -230,9 +230,9 @@ def test_the_v2_config_rule_ranks_configs_by_their_mean_v2_gain_then_the_sign_of
 
 
 def test_a_v2_ranking_leads_with_the_evidence_of_the_look_that_chose_it_and_the_pooled_loss_comes_last(raw, tmp_path):
-    """The panel must not recommend by v2 and then open with v2 losing to G: the look that chose the rule in force
-    (``method_order.look``, its record folded away under "looks") is named first, the checks next, the first study's
-    pooled loss last."""
+    """The panel must not recommend by v2 and then open with v2 losing to G: the ranking names the look that chose the
+    rule in force (``method_order.look``, its record folded away under "looks"), its record on later worlds (the
+    checks) is a paragraph of its own, and the first study's pooled loss opens the folded history."""
     _gated(raw, tmp_path, "v2_config")  # writes c.json
     data = json.loads((tmp_path / "c.json").read_text())
     data["later_looks"] = {"look8": {"summary": "look 8 (v2_config): +0.95 against +0.83: v2_config ships"},
@@ -248,7 +248,10 @@ def test_a_v2_ranking_leads_with_the_evidence_of_the_look_that_chose_it_and_the_
     assert ranking.startswith("Ranked by predictor v2's predicted pass@1 change, recommended only where the accuracy "
                               "gap G > 0 (chosen by predictor v2's look 8, among the looks below).")
     assert "+0.95" not in ranking and "+0.95" in text["looks"]  # the record is quoted once, under "looks"
-    assert ranking.index("Checked as shipped") < ranking.index("v2 lost to G")
+    assert text["record"] == "Checked as shipped on 2 worlds: +0.70." and "Checked" not in ranking
+    assert "v2 lost to G" not in ranking and text["looks"].startswith("Alone, pooled over the first study's worlds, "
+                                                                      "v2 lost to G: ")
+    assert text["looks"].index("v2 lost to G") < text["looks"].index("2 later pre-registered looks")
     data["method_order"] = {"rule": "v2_config"}  # a file that names no look: no record is quoted
     (tmp_path / "c.json").write_text(json.dumps(data))
     text = prediction.panel(prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json"))
@@ -274,12 +277,12 @@ def test_the_sign_of_g_method_order_puts_jsd_first_where_g_is_positive_and_last_
         sampled = [r.gain for r in rows if r.method != full]
         assert sampled == sorted(sampled, reverse=True)  # then v2's prediction, as before
     assert "full-distribution loss (jsd) ranks above" in prediction.panel(p)["ranking"]
-    assert "Checked" not in prediction.panel(p)["ranking"]  # a file without checks quotes none
+    assert "record" not in prediction.panel(p)  # a file without checks quotes none
     data["checks"] = {"summary": "Checked as shipped on 2 worlds: +0.50."}  # report_checks.py's record
     (tmp_path / "c.json").write_text(json.dumps(data))
     p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
-    assert prediction.panel(p)["ranking"].endswith("then v2's prediction, shown as secondary evidence. "
-                                                   "Checked as shipped on 2 worlds: +0.50.")
+    assert prediction.panel(p)["ranking"].endswith("then v2's prediction, shown as secondary evidence.")
+    assert prediction.panel(p)["record"] == "Checked as shipped on 2 worlds: +0.50."
     data["method_order"] = {"rule": "by_name"}
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(OpsdError, match="method_order 'by_name' is none of"):

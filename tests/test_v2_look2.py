@@ -167,5 +167,6 @@ def test_the_package_file_records_each_later_look_and_the_panel_quotes_it():
     assert cal.choice == "accuracy_gap" and {"look2", "look3", "look4", "look5", "look6"} <= set(cal.later_looks)
     text = prediction.panel(prediction.Predictions([], cal, "accuracy_gap"))
     assert all(v["summary"] in text["looks"] for v in shipped["later_looks"].values())
-    assert text["looks"].startswith(f"{len(shipped['later_looks'])} later pre-registered looks")
+    assert text["looks"].startswith("Alone, pooled over the first study's worlds, v2 lost to G: ")  # the history
+    assert f" {len(shipped['later_looks'])} later pre-registered looks, each judged" in text["looks"]
     assert not any(v["summary"] in text["ranking"] for v in shipped["later_looks"].values())  # folded away, not repeated

@@ -62,8 +62,8 @@ def prediction_panel(p: prediction.Predictions) -> None:
         if rec is not None:
             with b:
                 train_button(rec.config, rec.signal, "Train it", "decide-train", type="primary")
-        by_gap = p.ranked_by == "accuracy_gap"  # said plainly, in the panel's own text size: v2 lost to G
-        for k in ("ranking", "effects", "why") if by_gap else ("effects", "why"):
+        by_gap = p.ranked_by == "accuracy_gap"  # said plainly, in the panel's own text size: the ranking and its record
+        for k in ("ranking", "record", "effects", "why") if by_gap else ("effects", "why"):
             if k in text:
                 st.markdown(common.md(text[k]))
         for k in ("tiers", "calibration") if by_gap else ("ranking", "tiers", "calibration"):
