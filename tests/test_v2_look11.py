@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from compare import assert_tree_close
-from git_history import first_added
+from git_history import assert_plan_first, first_added
 from benchmarks.validity.v2 import report_look11
 from benchmarks.validity.v2 import report_v2 as v2
 from opsd_diag import prediction
@@ -102,12 +102,10 @@ def test_the_ship_rule_reads_every_condition(lowo, added, built, ships):
 
 
 def test_the_plan_was_committed_before_the_analysis_and_the_added_worlds():
-    plan, analysis = first_added(HERE, "plan_look11.yaml"), first_added(HERE, "look11_analysis.json")
-    assert plan is not None and (analysis is None or plan <= analysis)
+    worlds = v2.REPO / "sample_data" / "worlds"
+    plan = assert_plan_first(HERE, 11, report_look11.added_worlds()[0], worlds)
     for w in report_look11.added_worlds()[0]:
-        built = first_added(v2.REPO / "sample_data" / "worlds", f"{w}/models")
-        assert first_added(v2.REPO / "sample_data" / "worlds", f"{w}.yaml") == plan  # the specs came with the plan
-        assert built is None or plan <= built
+        assert first_added(worlds, f"{w}.yaml") == plan  # the specs came with the plan
 
 
 def test_the_package_file_records_the_look_and_the_interval_verdict_stays():

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from compare import assert_tree_close
-from git_history import first_added
+from git_history import assert_plan_first
 from benchmarks.validity.v2 import report_look12
 from benchmarks.validity.v2 import report_v2 as v2
 from opsd_diag import prediction
@@ -71,11 +71,7 @@ def test_the_ship_rule_reads_every_condition(a, ships):
 
 
 def test_the_plan_was_committed_before_the_analysis_and_the_added_worlds():
-    plan, analysis = first_added(HERE, "plan_look12.yaml"), first_added(HERE, "look12_analysis.json")
-    assert plan is not None and (analysis is None or plan <= analysis)
-    for w in report_look12.added_worlds()[0]:
-        built = first_added(v2.REPO / "sample_data" / "worlds", f"{w}/models")
-        assert built is None or plan <= built
+    assert_plan_first(HERE, 12, report_look12.added_worlds()[0], v2.REPO / "sample_data" / "worlds")
 
 
 def test_the_package_file_records_the_look():
