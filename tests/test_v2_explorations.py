@@ -596,3 +596,5 @@ def test_the_rank_target_exploration_recomputes_and_the_verdict_doc_quotes_it():
     assert abs(float(rows[best][0]) - float(rows["shipped"][0])) < 0.02
     assert (f"the best candidate reaches {rows[best][0]} over the 37 never-fitted worlds against the shipped "
             f"{rows['shipped'][0]} (paired {rows[best][1]} [{rows[best][2]}, {rows[best][3]}])") in doc_text("docs/verdict.md")
+    assert f"fitted to the order of a world's rows ({rows[best][0]} against {rows['shipped'][0]}, " \
+           "`explore_rank_target.py`)" in doc_text("README.md")

@@ -131,4 +131,8 @@ def test_the_verdict_doc_quotes_the_committed_figures():
               f"{f(new['v2_logkl']['spearman_mean'])} against {f(new['shipped']['spearman_mean'])}"):
         assert q in text, q
     assert a["ship"]["choice"] == "v2_logkl" and "so the log-KL drift ships" in text
+    readme = " ".join((v2.REPO / "README.md").read_text(encoding="utf-8").split())
+    assert (f"within a factor of 3 of the realised KL on {nv['v2_logkl']['within3']:.0%} of the rows of "
+            f"{len(a['never_fitted'])} worlds it was never fitted on, against {nv['shipped']['within3']:.0%} for the "
+            f"raw-KL model it replaced, which showed 0 on {nv['shipped']['shown_zero']:.0%} of them") in readme
     assert round(math.exp(-band[0])) == round(math.exp(band[1])) == 10 and "a factor of about 10 either way" in text
