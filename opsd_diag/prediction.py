@@ -52,6 +52,9 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
     "drift": "predicted KL(trained || initial student) per token on held-out samples (the shipped model predicts ln "
              "KL, predictor v2's thirteenth look; a raw-KL model, as in a calibration file written before it, is "
              "floored at 0)",
+    "drift_lo": "lower end of the drift's 95% interval (the study's 2.5% residual quantile, on the scale the model was "
+                "fitted on: a factor for a log-KL model)",
+    "drift_hi": "upper end (the 97.5% residual quantile)",
     "forgetting": "predicted change of accuracy on the frozen regression set (negative: forgetting)",
     "pass4": "predicted change of held-out pass@4",
     "collapse": "predicted gain > 0 and predicted pass4 < 0 (pass@1 up, diversity down)",
@@ -140,6 +143,8 @@ class Row:
     hi: float
     verdict: str
     drift: float
+    drift_lo: float  # the drift's 95% interval (a factor either way, for the shipped log-KL model)
+    drift_hi: float
     forgetting: float
     pass4: float
     accuracy_gap: float
@@ -179,8 +184,10 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     contrib = predictor.contributions(m, X["d_pass1"])[0]  # [f]
     order = sorted(range(len(contrib)), key=lambda i: -abs(contrib[i]))
     gain, lo, hi = (float(v[0]) for v in predictor.interval(m, X["d_pass1"]))
-    kl = out["kl_to_initial"]  # a raw-KL model (an older calibration file's) can go below 0; a KL cannot
-    return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), max(0.0, kl),
+    # a raw-KL model (an older calibration file's) can go below 0; a KL cannot
+    kl, kl_lo, kl_hi = (float(np.maximum(v[0], 0.0)) for v in predictor.interval(cal.models[tier]["kl_to_initial"],
+                                                                                  X["kl_to_initial"]))  # NaN stays
+    return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), kl, kl_lo, kl_hi,
                out["d_regression"], out["d_pass4"], x["accuracy_gap"],
                tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),
                tuple(f for f in m["features"] if math.isnan(x[f])),
@@ -202,6 +209,7 @@ class Predictions:
         """One row per (config, method), ranked; columns: ``COLUMNS``."""
         recs = [{"rank": r.rank, "config": r.config, "method": r.method, "signal": r.signal, "tier": r.tier,
                  "predicted_gain": r.gain, "lo": r.lo, "hi": r.hi, "verdict": r.verdict, "drift": r.drift,
+                 "drift_lo": r.drift_lo, "drift_hi": r.drift_hi,
                  "forgetting": r.forgetting, "pass4": r.pass4, "collapse": r.collapse,
                  "accuracy_gap": r.accuracy_gap, "why": r.why(), "imputed": ", ".join(r.imputed),
                  "outside_range": ", ".join(r.outside),
@@ -290,7 +298,8 @@ def _rho(ci: dict | None) -> str:
 def effects_text(r: Row) -> str:
     collapse = ("collapse risk: pass@1 predicted up while pass@4 goes down" if r.collapse
                 else "no collapse predicted")
-    return (f"Predicted drift KL(trained || initial) {r.drift:.3f} per token; forgetting (change of regression-set "
+    return (f"Predicted drift KL(trained || initial) {r.drift:.3f} per token (95%: {r.drift_lo:.3f} to "
+            f"{r.drift_hi:.3f}); forgetting (change of regression-set "
             f"accuracy) {r.forgetting:+.3f}; Δpass@4 {r.pass4:+.3f}: {collapse}.")
 
 

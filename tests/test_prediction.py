@@ -105,7 +105,10 @@ def test_predictions_equal_a_float64_loop_over_the_coefficients(raw, cal_file):
         assert r.verdict == ("helps" if lo > 0.02 else "hurts" if hi < -0.02 else "unclear")
         assert r.pass4 == pytest.approx(_reference(ms["d_pass4"], x), abs=1e-12)
         assert r.forgetting == pytest.approx(_reference(ms["d_regression"], x), abs=1e-12)
-        assert r.drift == pytest.approx(max(0.0, _reference(ms["kl_to_initial"], x)), abs=1e-12)  # a KL: >= 0
+        kl = _reference(ms["kl_to_initial"], x)
+        assert r.drift == pytest.approx(max(0.0, kl), abs=1e-12)  # a KL: >= 0
+        assert (r.drift_lo, r.drift_hi) == pytest.approx(  # its interval as the gain's, floored the same
+            tuple(max(0.0, kl + b) for b in ms["kl_to_initial"]["residual_band"]), abs=1e-12)
         assert r.collapse == (gain > 0 and r.pass4 < 0)
         # contributions: one per feature, largest first, summing to the prediction
         assert sum(c for _, _, c in r.contributions) + r.intercept == pytest.approx(gain, abs=1e-12)
@@ -467,6 +470,9 @@ def test_a_log_target_drift_model_is_exponentiated_and_its_interval_is_a_factor(
     for r in prediction.predict(s, {"self_full"}, True, tmp_path / "c.json").rows:
         x, m = _raw_features(raw, r.config, r.method), d["models"][r.tier]["kl_to_initial"]
         assert r.drift == pytest.approx(math.exp(_reference(m, x)), rel=1e-12) and 0 < r.drift < 1e-2
+        assert (r.drift_lo, r.drift_hi) == pytest.approx(  # a factor either way: exp of the band's ends added
+            tuple(math.exp(_reference(m, x) + b) for b in m["residual_band"]), rel=1e-12)
+        assert f"(95%: {r.drift_lo:.3f} to {r.drift_hi:.3f})" in prediction.effects_text(r)
         X = np.array([[x[f] for f in m["features"]]])
         lo, hi = m["residual_band"]
         assert [float(v[0]) for v in predictor.interval(m, X)] == pytest.approx(

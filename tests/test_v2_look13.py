@@ -136,3 +136,4 @@ def test_the_verdict_doc_quotes_the_committed_figures():
             f"{len(a['never_fitted'])} worlds it was never fitted on, against {nv['shipped']['within3']:.0%} for the "
             f"raw-KL model it replaced, which showed 0 on {nv['shipped']['shown_zero']:.0%} of them") in readme
     assert round(math.exp(-band[0])) == round(math.exp(band[1])) == 10 and "a factor of about 10 either way" in text
+    assert f"(it covered {nv['v2_logkl']['coverage']:.0%} of the realised KL on the 37 worlds)" in text

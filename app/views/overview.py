@@ -203,9 +203,11 @@ if pred is not None:
     st.dataframe(pred.frame().drop(columns="calibration"), hide_index=True, key="ov_predictions", column_config={
         **{c: st.column_config.NumberColumn(format="%+.3f") for c in ("predicted_gain", "lo", "hi", "forgetting",
                                                                       "pass4", "accuracy_gap")},
-        "drift": st.column_config.NumberColumn(format="%.4f"), "why": st.column_config.TextColumn(width="large")})
+        **{c: st.column_config.NumberColumn(format="%.4f") for c in ("drift", "drift_lo", "drift_hi")},
+        "why": st.column_config.TextColumn(width="large")})
     st.caption("Predictor v2 (docs/verdict.md#predictor-v2): predicted_gain is the change of held-out pass@1 after "
-               "training, [lo, hi] its 95% interval; drift: KL(trained || initial) per token; forgetting: change of "
+               "training, [lo, hi] its 95% interval; drift: KL(trained || initial) per token, [drift_lo, drift_hi] "
+               "its 95% interval; forgetting: change of "
                "regression-set accuracy; pass4: change of pass@4; collapse: pass@1 up while pass@4 goes down; "
                "outside_range: features beyond the range the model was fitted on (the prediction extrapolates).")
 
