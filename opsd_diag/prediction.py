@@ -179,16 +179,15 @@ def _row(summary: Summary, cal: Calibration, config: str, method: str) -> Row:
     has_la = not all(math.isnan(x[f]) for f in LOOKAHEAD)
     tier = tier_for(cal, has_la)
     X = {o: np.array([[x[f] for f in cal.models[tier][o]["features"]]], dtype=np.float64) for o in OUTCOMES}  # [1, f]
-    out = {o: float(predictor.predict(cal.models[tier][o], X[o])[0]) for o in OUTCOMES}
+    out = {o: [float(v[0]) for v in predictor.interval(cal.models[tier][o], X[o])] for o in OUTCOMES}  # pred, lo, hi
     m = cal.models[tier]["d_pass1"]
     contrib = predictor.contributions(m, X["d_pass1"])[0]  # [f]
     order = sorted(range(len(contrib)), key=lambda i: -abs(contrib[i]))
-    gain, lo, hi = (float(v[0]) for v in predictor.interval(m, X["d_pass1"]))
-    # a raw-KL model (an older calibration file's) can go below 0; a KL cannot
-    kl, kl_lo, kl_hi = (float(np.maximum(v[0], 0.0)) for v in predictor.interval(cal.models[tier]["kl_to_initial"],
-                                                                                  X["kl_to_initial"]))  # NaN stays
+    gain, lo, hi = out["d_pass1"]
+    # a raw-KL model (an older calibration file's) can go below 0; a KL cannot (NaN stays NaN)
+    kl, kl_lo, kl_hi = (float(np.maximum(v, 0.0)) for v in out["kl_to_initial"])
     return Row(0, config, method, tier, gain, lo, hi, predictor.verdict(lo, hi, cal.delta), kl, kl_lo, kl_hi,
-               out["d_regression"], out["d_pass4"], x["accuracy_gap"],
+               out["d_regression"][0], out["d_pass4"][0], x["accuracy_gap"],
                tuple((m["features"][i], x[m["features"][i]], float(contrib[i])) for i in order), float(m["intercept"]),
                tuple(f for f in m["features"] if math.isnan(x[f])),
                tuple(f for f, out in zip(m["features"], predictor.outside(m, X["d_pass1"])[0]) if out))

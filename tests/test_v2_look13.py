@@ -65,7 +65,7 @@ def test_the_shipped_drift_it_compares_with_is_the_first_looks():
     """The look's `shipped` drift models are the first look's (refitted as report_v2 fits them): the package's file
     held them within 1e-7 until this look, and its record keeps them where the look replaced them."""
     a = _analysis()
-    first = report_look13.first_look(a["seven"])
+    first = report_look13.first_look(report_look13.look2.load_rows({"worlds": a["seven"]}))
     held = looks.before_look(json.loads(v2.SHIPPED.read_text()), 13)["models"]
     for t in first:
         ours, theirs = first[t]["kl_to_initial"], held[t]["kl_to_initial"]

@@ -86,8 +86,8 @@ def figures(world: str, rows: list[dict], ship: dict | None = None) -> dict:
                                              "method_order": report_v2.method_order(order, rows)}
     for tier, per in ship["models"].items():  # every shipped model as it is, the chosen one marked by `choice`
         m = per["d_pass1"]
-        pred = shipped_gain(rows, ship, tier)
-        fold = {"pred": pred, "lo": pred + m["residual_band"][0], "hi": pred + m["residual_band"][1]}
+        pred, lo, hi = predictor.interval(m, report_v2.matrix(rows, m["features"]))
+        fold = {"pred": pred, "lo": lo, "hi": hi}
         dec = report_v2.decisions(fold, rows, ship["delta"])
         out["models"][tier] = {"spearman": stats.spearman(pred, y), "method_order": report_v2.method_order(pred, rows),
                                "decisive": {k: dec[k] for k in ("n_decisive", "n_correct", "accuracy", "unclear_share",

@@ -59,10 +59,10 @@ def with_log_target(rows: list[dict]) -> list[dict]:
             for r, k in zip(rows, kl)]
 
 
-def first_look(seven: list[str]) -> dict:
+def first_look(seven_rows: list[dict]) -> dict:
     """The shipped drift models as the first look fitted them (``report_v2.shipped_models`` on the seven worlds' rows:
     the package's file held them, within 1e-7, until this look), so this look reads the same after its own record."""
-    return v2.shipped_models(look2.load_rows({"worlds": seven}), yaml.safe_load(v2.PLAN.read_text()), {})
+    return v2.shipped_models(seven_rows, yaml.safe_load(v2.PLAN.read_text()), {})
 
 
 def fitted(seven_rows: list[dict]) -> dict:
@@ -113,18 +113,18 @@ def analyse() -> dict:
     p = look11.plan()["seen_worlds"]
     seven, never = list(p["fitted_by_look1"]), list(p["never_fitted"])
     planned, built = added_worlds()
-    shipped, logkl = first_look(seven), fitted(look2.load_rows({"worlds": seven}))
+    rows7 = look2.load_rows({"worlds": seven})  # read once: both fits and the in-sample figures
+    shipped, logkl = first_look(rows7), fitted(rows7)
+    coef = lambda m: dict(zip(m["features"], m["coef"]))  # noqa: E731
     out = {"look": 13, "plan": "benchmarks/validity/v2/plan_look13.yaml", "seven": seven, "never_fitted": never,
            "added_planned": planned, "added_built": built,
            "added_excluded": [w for w in planned if report_checks.status(w) == "excluded"],
            "alpha": look10.design()["alpha"],
-           "fitted_on_seven": judge(shipped, logkl, look2.load_rows({"worlds": seven})),
+           "fitted_on_seven": judge(shipped, logkl, rows7),
            "never": judge(shipped, logkl, look2.load_rows({"worlds": never})),
            "added": judge(shipped, logkl, look2.load_rows({"worlds": built})) if built else None,
            "models": logkl,
-           "coefficients": {t: {m: dict(zip(d[OUTCOME]["features"], d[OUTCOME]["coef"])) if m == "shipped" else
-                                dict(zip(logkl[t]["features"], logkl[t]["coef"])) for m in MODELS}
-                            for t, d in shipped.items()}}
+           "coefficients": {t: {"shipped": coef(shipped[t][OUTCOME]), "v2_logkl": coef(logkl[t])} for t in shipped}}
     out["ship"] = ship(out)
     return out
 
@@ -215,11 +215,12 @@ def record(shipped: dict, a: dict) -> dict:
     and the worlds checked before (``looks.before_look``, ``looks.as_when_checked``: every earlier figure reads the
     file as it then stood). A rerun keeps the record's first ``replaced``."""
     looks = shipped.setdefault("later_looks", {})
-    looks["look13"] = {**later_look(a), **({"replaced": (looks.get("look13") or {}).get("replaced") or {
-        "models": {t: {OUTCOME: shipped["models"][t][OUTCOME]} for t in a["models"]},
-        "checked_worlds": sorted(p.stem[len("check_"):] for p in HERE.glob("check_*.txt"))}}
-                                           if a["ship"]["choice"] == "v2_logkl" else {})}
+    earlier = (looks.get("look13") or {}).get("replaced")
+    looks["look13"] = later_look(a)
     if a["ship"]["choice"] == "v2_logkl":
+        looks["look13"]["replaced"] = earlier or {
+            "models": {t: {OUTCOME: shipped["models"][t][OUTCOME]} for t in a["models"]},
+            "checked_worlds": sorted(p.stem[len("check_"):] for p in HERE.glob("check_*.txt"))}
         for t, m in a["models"].items():
             shipped["models"][t][OUTCOME] = m
     return shipped
