@@ -390,9 +390,9 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
 
 
 def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
-    """explore_size_floor.txt, explore_size_drift.txt, explore_coherence.txt and explore_early_read.txt are what their
-    scripts print from the committed rows (coherence_rows.json, early_read_rows.json); docs/verdict.md quotes their
-    figures and the two rules' outcome."""
+    """explore_size_floor.txt, explore_size_drift.txt, explore_size_logdrift.txt, explore_coherence.txt and
+    explore_early_read.txt are what their scripts print from the committed rows (coherence_rows.json,
+    early_read_rows.json); docs/verdict.md quotes their figures and the rules' outcome."""
     import re
 
     def figures(text: str) -> dict[str, tuple[str, str]]:
@@ -408,6 +408,10 @@ def test_the_size_explorations_recompute_and_the_verdict_doc_quotes_them():
     assert (f"realised KL to the initial student, an outcome and not a predictor, ranks what it realised at "
             f"{d['realised_kl'][0]}, where its lookahead KL gives {d['lookahead_kl'][0]} and v2's predicted drift "
             f"{d['predicted_drift'][0]}") in verdict
+    logdrift = figures(never(_reruns("explore_size_logdrift")))
+    assert (f"the recommended row's predicted drift ranks what it realised at {logdrift['predicted_drift'][0]} (G "
+            f"times it {logdrift['g_drift'][0]}), while its realised KL ranks it at {logdrift['realised_kl'][0]}") in verdict
+    assert "did not fire: no look follows" in _reruns("explore_size_logdrift")
     mean = re.search(r"^mean, 23 never fitted\s+([+-]\d\.\d+)\s+([+-]\d\.\d+)\s+([+-]\d\.\d+)", coh, re.M)
     assert mean and f"at {float(mean[3]):+.3f} against the shipped ranking's {float(mean[2]):+.3f}" in verdict
     paired = re.search(r"^mean_rank minus shipped over the never fitted: ([+-]\d\.\d+ \[[+-]\d\.\d+, [+-]\d\.\d+\])",

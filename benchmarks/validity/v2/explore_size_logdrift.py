@@ -19,6 +19,12 @@ Rule, written before it ran (explore_size_floor.size_rule, the rule of explore_c
 predicted_drift or g_drift reaches Spearman >= +0.5 with AUROC >= 0.85 over the never-fitted worlds, a look follows
 that sizes the recommendation by it, judged on worlds built after its plan; otherwise none.
 
+Reading of its output (explore_size_logdrift.txt): no. Across the 42 never-fitted worlds the recommended row's
+predicted drift ranks what it realised at -0.38 (AUROC 0.45 for "about nothing"), G times it at -0.33, and the
+predicted gain itself at -0.30, while the realised KL still ranks it at +0.72. The log model orders a world's rows by
+how far they will move the student (+0.78 within worlds, RESULTS_look13.md); it does not see which worlds' students
+will move at all. The rule did not fire: no look follows.
+
     python benchmarks/validity/v2/explore_size_logdrift.py > benchmarks/validity/v2/explore_size_logdrift.txt
 """
 from __future__ import annotations
