@@ -358,7 +358,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     res = size.report()
     s8 = report_checks.analysis()["since_look8"]
     since = list(s8["per_world"])
-    assert len(since) == 30 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
+    assert len(since) == 32 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
     rows = size.recommended_rows(json.loads(report_checks.SHIPPED.read_text()), since)  # its pick, on CHECKS' worlds
     assert s8["recommended_size"] == pytest.approx(size.summary(rows, since)["spearman_predicted"], abs=1e-9)
     for w in since:  # the same row, its realised change
@@ -370,8 +370,8 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     pred, g = re.search(r"its predicted gain ([+-]\d\.\d\d), its G ([+-]\d\.\d\d)", line).groups()
     verdict = doc_text("docs/verdict.md")
     assert (f"the recommended row's predicted gain ranks what it realised at {pred} (its G {g}; "
-            f"{report_v2.fmt(s8['recommended_size'])} over the 30 built after the ranking shipped). The seven where the "
-            f"recommendation realised less than +0.02 were predicted {min(r['predicted'] for r in low):+.2f} to "
+            f"{report_v2.fmt(s8['recommended_size'])} over the {len(since)} built after the ranking shipped). The seven "
+            f"where the recommendation realised less than +0.02 were predicted {min(r['predicted'] for r in low):+.2f} to "
             f"{max(r['predicted'] for r in low):+.2f}, five of them with a G of +0.55 or more") in verdict
     assert sum(r["accuracy_gap"] >= 0.55 for r in low) == 5
     assert f"recommended row's prediction ran against what it realised ({pred} over the 28 worlds" in verdict

@@ -168,15 +168,20 @@ def render(a: dict) -> str:
 
 def later_look(a: dict) -> dict:
     choice = a["ship"]["choice"]
-    shown = choice if choice != "interval" else next(iter(a["candidates"]))
-    j, new = a["verdicts"][shown]["judged"], a["verdicts"][shown]["added"]
-    summary = (f"look 14 (the verdict from G and the loss family): {shown} right on {j['n_correct']} of "
-               f"{j['n_decisive']} decisive calls over the {len(a['judged'])} judged worlds, {j['unclear_share']:.0%} "
-               "unclear; on the new worlds "
+
+    def said(name: str) -> str:
+        j = a["verdicts"][name]["judged"]
+        helps = f"helps precision {j['helps_precision']:.3f}, " if j["n_helps"] else ""
+        return (f"{name} right on {j['n_correct']} of {j['n_decisive']} decisive calls ({helps}hurts precision "
+                f"{j['hurts_precision']:.3f}), {j['unclear_share']:.0%} unclear")
+    new = a["verdicts"][next(iter(a["candidates"]))]["added"]
+    summary = (f"look 14 (the verdict from G and the loss family), over the {len(a['judged'])} judged worlds: "
+               + "; ".join(said(n) for n in a["candidates"]) + "; on the new worlds "
                + (f"{', '.join(a['added_built'])} {new['n_correct']}/{new['n_decisive']}" if a["added_built"]
                   else "not run")
                + ": " + (f"{choice} ships as the verdict" if choice != "interval" else "the interval rule stays"))
-    return {"plan": a["plan"], "study": "benchmarks/validity/v2/RESULTS_look14.md", "model": shown, "choice": choice,
+    return {"plan": a["plan"], "study": "benchmarks/validity/v2/RESULTS_look14.md",
+            "model": choice if choice != "interval" else ", ".join(a["candidates"]), "choice": choice,
             "added_world": ", ".join(a["added_built"]), "summary": summary}
 
 
