@@ -10,8 +10,7 @@ RESULTS_look14.md.
 Every verdict is scored as every earlier look scores one (``report_look4.scored``). The interval rule is the verdict
 the product shows (and, no candidate having met the rule, still shows): the shipped gain model's 95% interval (tier
 v2 where a row has a lookahead result, else v2_no_lookahead) against +-delta. The look's outcome is recorded in the
-package's model file (``later_looks``); had a candidate met the rule, the file's ``verdict_rule`` would name it, and
-the product would need code to read it (it has none: nothing shipped).
+package's model file (``later_looks``).
 """
 
 from __future__ import annotations
@@ -187,14 +186,8 @@ def later_look(a: dict) -> dict:
 
 
 def record(shipped: dict, a: dict) -> dict:
-    """The model file with the look recorded; where a candidate ships, ``verdict_rule`` names it with its
-    thresholds."""
+    """The model file with the look recorded (no candidate met the rule: nothing else in it changes)."""
     shipped.setdefault("later_looks", {})["look14"] = later_look(a)
-    choice = a["ship"]["choice"]
-    if choice != "interval":
-        shipped["verdict_rule"] = {"rule": choice, "thresholds": a["candidates"][choice], "look": 14}
-    else:
-        shipped.pop("verdict_rule", None)
     return shipped
 
 
