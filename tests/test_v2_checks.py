@@ -260,3 +260,37 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
     nested = {"b": [{"y": 1.5, "x": None}, {"x": [1, 2]}], "a": {"w": {"z": {"deep": [3]}}}, "e": [], "f": [1, "s"]}
     text = report_look2.records_json(nested)
     assert json.loads(text) == nested and '{"x": null, "y": 1.5},' in text.splitlines()  # one row, one line
+
+
+def test_the_verdict_column_on_the_worlds_built_after_the_ranking_shipped():
+    """The share of `unclear` verdicts and the decisive calls CHECKS.md and the decision panel's checks sentence give
+    for the worlds built after the ranking shipped: the interval rule recomputed by a loop over every row (its tier v2
+    with a lookahead result, else v2_no_lookahead; a missing feature at the model's mean), against each row's realised
+    class (its Δpass@1 interval above or below 0)."""
+    import math
+
+    from benchmarks.validity.v2 import report_v2 as v2
+    from opsd_diag import prediction
+    s8 = report_checks.analysis()["since_look8"]
+    n = unclear = decisive = right = 0
+    for w in s8["per_world"]:
+        ship = report_checks.as_checked(w)
+        for r in report_checks.rows_of(w):
+            has = any(math.isfinite(v2._num(r[k])) for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl"))
+            m = ship["models"]["v2" if has else "v2_no_lookahead"]["d_pass1"]
+            gain = float(m["intercept"])
+            for f, mean, sd, coef in zip(m["features"], m["mean"], m["sd"], m["coef"]):
+                x = v2._num(r[f])
+                gain += coef * (x - mean) / sd if math.isfinite(x) else 0.0
+            lo, hi = gain + m["residual_band"][0], gain + m["residual_band"][1]
+            said = "helps" if lo > ship["delta"] else "hurts" if hi < -ship["delta"] else "unclear"
+            y_lo, y_hi = r["d_pass1"]["lo"], r["d_pass1"]["hi"]
+            n += 1
+            unclear += said == "unclear"
+            decisive += said != "unclear"
+            right += (said == "helps" and y_lo > 0) or (said == "hurts" and y_hi < 0)
+    v = s8["verdict"]
+    assert (v["n_correct"], v["n_decisive"]) == (right, decisive) and v["unclear_share"] == pytest.approx(unclear / n)
+    words = (f"The verdict was unclear on {unclear / n:.0%} of their rows (right on {right} of its {decisive} decisive "
+             "calls): there the ranking decides, not the verdict.")
+    assert words in prediction.load().checks and words in (HERE / "CHECKS.md").read_text()

@@ -165,6 +165,15 @@ def product_gain(rows: list[dict], shipped: dict) -> np.ndarray:
     return by_tier({t: shipped_gain(rows, shipped, t) for t in ("v2", "v2_no_lookahead")}, rows)
 
 
+def product_verdicts(rows: list[dict], shipped: dict) -> list[str]:
+    """The verdict the product shows: the interval rule on ``product_gain`` (each row's tier's residual band) against
+    +-delta (``core.predictor.verdict``)."""
+    gain = product_gain(rows, shipped)
+    band = {t: shipped["models"][t]["d_pass1"]["residual_band"] for t in ("v2", "v2_no_lookahead")}
+    lo, hi = (gain + by_tier({t: np.full(len(rows), b[i]) for t, b in band.items()}, rows) for i in (0, 1))
+    return [model.verdict(a, b, shipped["delta"]) for a, b in zip(lo, hi)]
+
+
 def product_order(rows: list[dict], gain, rule: str, sampled_scale: float = 1.0) -> np.ndarray:
     """Scores (higher: ranked first) that order ``rows`` as the product does when G ranks
     (``core.predictor.gap_rank_key``): ``sign_of_g`` orders by G, then a config's full-distribution methods first

@@ -28,7 +28,8 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import check_world, looks, report_look2, report_v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_gain, product_order, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import product_gain, product_order, product_verdicts, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.report_look4 import scored  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_checks.yaml"
@@ -153,6 +154,8 @@ def analysis() -> dict:
                                        report_v2.target(every, "d_regression")) if since else None
                   for tier in ("v2", "v2_no_lookahead")}
     picks = {w: recommended(later_rows[w], as_checked(w)) for w in since}
+    shown = scored([v for w in since for v in product_verdicts(later_rows[w], as_checked(w))],
+                   [r for w in since for r in later_rows[w]]) if since else None  # the verdict column, as shown
     both = [p for p in picks.values() if p["product"] and p["by_g"]]  # worlds where both rankings recommend a row
     too_large = shipping_notes()  # met their specs, not shipped for another reason
     return json.loads(json.dumps(report_v2.stats_jsonable(
@@ -164,6 +167,7 @@ def analysis() -> dict:
                          "not_shipped_because": too_large,
                          "forgetting_pooled_all": forgetting, "recommended": picks,
                          "recommended_size": recommended_size(picks),
+                         "verdict": shown and {k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
                          "recommended_mean": {k: float(np.mean([p[k]["realised"] if k != "best" else p[k]
                                                                 for p in both])) if both else None
                                               for k in ("product", "by_g", "best")}}})))
@@ -253,7 +257,8 @@ def render(a: dict) -> str:
         lines.append("| mean | | " + " | ".join(f"{s8['recommended_mean'][k]:+.3f}" for k in ("product", "by_g", "best"))
                      + " |")
         lines += ["", "Across these worlds, the recommended row's predicted Δpass@1 (the decision panel's headline number) "
-                      f"against what it realised: Spearman {f(s8['recommended_size'])}. " + _size_words(s8)]
+                      f"against what it realised: Spearman {f(s8['recommended_size'])}. " + _size_words(s8)
+                  + _verdict_words(s8)]
         fp, n = s8["forgetting_pooled_all"], len(checked) + len(s8["per_world"])
         lines += ["", f"v2's forgetting Spearman pooled over the rows of all {n} worlds checked since the seventh look: "
                       f"{f(fp['v2'])} (v2 without lookahead {f(fp['v2_no_lookahead'])}; the plan's "
@@ -290,7 +295,14 @@ def _since_sentence(s8: dict) -> str:
             f"(best-ranked with G > 0) realised {s8['recommended_mean']['product']:+.3f} on average (the best row "
             f"{s8['recommended_mean']['best']:+.3f}, the ranking by G's {s8['recommended_mean']['by_g']:+.3f}). "
             f"Across those worlds the recommended row's predicted gain against what it realised: Spearman "
-            f"{f(s8['recommended_size'])}. " + _size_words(s8))
+            f"{f(s8['recommended_size'])}. " + _size_words(s8) + _verdict_words(s8))
+
+
+def _verdict_words(s8: dict) -> str:
+    """How often the verdict column decided on those worlds: the ranking, not the verdict, is the decision."""
+    v = s8["verdict"]
+    return (f" The verdict was unclear on {v['unclear_share']:.0%} of their rows (right on {v['n_correct']} of its "
+            f"{v['n_decisive']} decisive calls): there the ranking decides, not the verdict.")
 
 
 def _size_words(s8: dict) -> str:

@@ -31,9 +31,8 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS as CHOSE  # noqa: E402
-from benchmarks.validity.v2.looks import by_tier, product_gain  # noqa: E402
+from benchmarks.validity.v2.looks import product_verdicts  # noqa: E402
 from benchmarks.validity.v2.report_look4 import scored  # noqa: E402
-from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look14.yaml"
@@ -63,22 +62,13 @@ def g_verdicts(rows: list[dict], t: dict) -> list[str]:
     return [look6.g_verdict(r["method"], v2._num(r["accuracy_gap"]), t) for r in rows]
 
 
-def interval_verdicts(rows: list[dict], shipped: dict) -> list[str]:
-    """The shipped verdict as the product computes it: the gain model's interval of the product's tier vs +-delta."""
-    gain = product_gain(rows, shipped)
-    band = {t: shipped["models"][t]["d_pass1"]["residual_band"] for t in ("v2", "v2_no_lookahead")}
-    lo = gain + by_tier({t: np.full(len(rows), b[0]) for t, b in band.items()}, rows)
-    hi = gain + by_tier({t: np.full(len(rows), b[1]) for t, b in band.items()}, rows)
-    return [model.verdict(a, b, shipped["delta"]) for a, b in zip(lo, hi)]
-
-
 def analyse(shipped: dict) -> dict:
     p = plan()
     judged, (planned, built) = list(p["worlds"]["judged"]), added_worlds()
     rows = look2.load_rows({"worlds": [*CHOSE, *judged, *built]})
     w = np.array([r["world"] for r in rows])
     verdicts = {**{name: g_verdicts(rows, t) for name, t in candidates().items()},
-                "interval": interval_verdicts(rows, shipped)}
+                "interval": product_verdicts(rows, shipped)}
     scope = {"judged": np.isin(w, judged), "added": np.isin(w, built), "chose": np.isin(w, CHOSE),
              "all": np.ones(len(rows), bool)}
 
