@@ -294,3 +294,4 @@ def test_the_verdict_column_on_the_worlds_built_after_the_ranking_shipped():
     words = (f"The verdict was unclear on {unclear / n:.0%} of their rows (right on {right} of its {decisive} decisive "
              "calls): there the ranking decides, not the verdict.")
     assert words in prediction.load().checks and words in (HERE / "CHECKS.md").read_text()
+    assert f"Predictor v2's verdict is `unclear` on {unclear / n:.0%} of rows" in doc_text("docs/verdict.md")

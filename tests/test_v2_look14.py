@@ -111,3 +111,13 @@ def test_the_verdict_doc_quotes_the_committed_figures():
     assert (f"from G for a full-distribution loss only, {full['n_correct']} of {full['n_decisive']} over "
             f"{len(a['judged'])} worlds ({full['accuracy']:.2f};") in readme
     assert ("Neither met its rule, so the interval rule stays" in verdict) == (a["ship"]["choice"] == "interval")
+
+
+def test_the_verdict_limitation_quotes_the_bound():
+    """docs/verdict.md's limitation on the verdict quotes explore_verdict_bound.txt's pooled line."""
+    import re
+    line = next(x for x in (HERE / "explore_verdict_bound.txt").read_text().splitlines() if x.startswith("pooled |"))
+    share, needed = re.search(r"\((\d+)%\) \|.*\| (\d+)% of the clear rows", line).groups()
+    verdict = " ".join((v2.REPO / "docs" / "verdict.md").read_text(encoding="utf-8").split())
+    assert (f"over the first twelve worlds {share}% of rows changed nothing clear" in verdict
+            and f"would have to call {needed}% of the clearly changed rows right" in verdict)
