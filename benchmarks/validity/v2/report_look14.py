@@ -36,7 +36,6 @@ from benchmarks.validity.v2.report_look4 import scored  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look14.yaml"
-TARGETS = {"accuracy": 0.85, "helps_precision": 0.70, "hurts_precision": 0.90, "unclear_share": 0.40}  # the issue's
 
 
 def plan() -> dict:
