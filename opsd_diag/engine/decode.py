@@ -33,8 +33,10 @@ from opsd_diag.engine.sampling import (
     check_finite,
     completion,
     layer_types,
+    per_prompt,
     sample_hf,
     sampled_logprobs,
+    seeded_batches,
     warp,
 )
 from opsd_diag.config.settings import SamplingSettings
@@ -117,12 +119,7 @@ def sample(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: 
     kwarg = cache_kwarg(params)
     logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     step_mask = _one_token_mask(model)
-    rows = [p for p in prompts for _ in range(s.num_samples)]
-    gen = torch.Generator(device="cpu").manual_seed(s.seed)
     out: list[Completion] = []
-    for start in range(0, len(rows), s.batch_size):
-        # the global RNG is reseeded per batch from the chunk seed, exactly as sample_hf does
-        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        out += _sample_batch(model, rows[start:start + s.batch_size], s, stop_ids, tok.pad_token_id, kwarg,
-                             logits_kw, step_mask)
-    return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
+    for batch in seeded_batches(prompts, s):  # the global RNG reseeded per batch, as sample_hf does
+        out += _sample_batch(model, batch, s, stop_ids, tok.pad_token_id, kwarg, logits_kw, step_mask)
+    return per_prompt(out, len(prompts), s)

@@ -116,20 +116,15 @@ class _CheckAndRecord:
 @torch.inference_mode()
 def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int]) -> list[list[Completion]]:
     """``s.num_samples`` completions per prompt; deterministic for a given seed and prompt list."""
-    rows = [p for p in prompts for _ in range(s.num_samples)]
     device = next(model.parameters()).device
-    gen = torch.Generator(device="cpu").manual_seed(s.seed)
     out: list[Completion] = []
-    for start in range(0, len(rows), s.batch_size):
-        batch = rows[start:start + s.batch_size]
+    for batch in seeded_batches(prompts, s):  # generate draws from the global RNG, reseeded per batch
         width = max(len(p) for p in batch)
         ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)  # [b, P]
         att = torch.zeros_like(ids)  # [b, P]
         for i, p in enumerate(batch):
             ids[i, width - len(p):] = torch.tensor(p)
             att[i, width - len(p):] = 1
-        # generate draws from the global RNG: reseed it per batch from our own generator
-        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
         recorder = _CheckAndRecord(width, getattr(model, "opsd_scored_rows", None), s)
         gen_ids = model.generate(
             input_ids=ids.to(device), attention_mask=att.to(device), do_sample=True,
@@ -139,7 +134,23 @@ def sample_hf(model, tok, prompts: list[list[int]], s: SamplingSettings, stop_id
             logits_processor=LogitsProcessorList([recorder]))
         logps = recorder.per_row(gen_ids)
         out += [completion(row, stop_ids, lp) for row, lp in zip(gen_ids[:, width:].tolist(), logps)]
-    return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
+    return per_prompt(out, len(prompts), s)
+
+
+def seeded_batches(prompts: list[list[int]], s: SamplingSettings):
+    """Every prompt ``s.num_samples`` times, in batches of ``s.batch_size``; before each batch the global RNG is
+    reseeded from a generator seeded with ``s.seed``, so every sampler (this one, ``engine.decode``, the static
+    engine) draws the same stream for the same batch whatever ran before."""
+    rows = [p for p in prompts for _ in range(s.num_samples)]
+    gen = torch.Generator(device="cpu").manual_seed(s.seed)
+    for start in range(0, len(rows), s.batch_size):
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        yield rows[start:start + s.batch_size]
+
+
+def per_prompt(out: list[Completion], n_prompts: int, s: SamplingSettings) -> list[list[Completion]]:
+    """The flat completions of ``seeded_batches``' rows regrouped: ``s.num_samples`` per prompt."""
+    return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(n_prompts)]
 
 
 def sample_vllm(model_name: str, prompts: list[list[int]], s: SamplingSettings, stop_ids: list[int],

@@ -56,7 +56,8 @@ import logging
 
 import torch
 
-from opsd_diag.engine.sampling import Completion, cache_kwarg, completion, layer_types, sampled_logprobs, warp
+from opsd_diag.engine.sampling import (Completion, cache_kwarg, completion, layer_types, per_prompt,
+                                      sampled_logprobs, seeded_batches, warp)
 from opsd_diag.engine.fast.static_cache import engine_for
 from opsd_diag.config.settings import SamplingSettings
 
@@ -139,18 +140,13 @@ def sample_static(model, tok, prompts: list[list[int]], s: SamplingSettings, sto
         return fallback(model, tok, prompts, s, stop_ids)
     with torch.inference_mode():
         eng = engine_for(model)
-        rows = [p for p in prompts for _ in range(s.num_samples)]
-        gen = torch.Generator(device="cpu").manual_seed(s.seed)
         out: list[Completion] = []
-        for start in range(0, len(rows), s.batch_size):
-            # the global RNG is reseeded per batch from the chunk seed, exactly as sample_hf and trainer.sampler
-            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            batch = rows[start:start + s.batch_size]
+        for batch in seeded_batches(prompts, s):  # the global RNG reseeded per batch, as sample_hf does
             logps = torch.zeros((len(batch), s.max_new_tokens), device=eng.device)  # [b, T]
             tokens = eng.generate(batch, s.max_new_tokens, stop_ids, tok.pad_token_id,
                                   multinomial_chooser(s.temperature, s.top_p, logps))
             out += [completion(row, stop_ids, lp) for row, lp in zip(tokens.tolist(), logps.tolist())]
-    return [out[i * s.num_samples:(i + 1) * s.num_samples] for i in range(len(prompts))]
+    return per_prompt(out, len(prompts), s)
 
 
 def forced_step_logits(model, prompts: list[list[int]], forced: list[list[int]], stop_ids: list[int],
