@@ -297,8 +297,9 @@ def _rho(ci: dict | None) -> str:
 def effects_text(r: Row) -> str:
     collapse = ("collapse risk: pass@1 predicted up while pass@4 goes down" if r.collapse
                 else "no collapse predicted")
-    return (f"Predicted drift KL(trained || initial) {r.drift:.3f} per token (95%: {r.drift_lo:.3f} to "
-            f"{r.drift_hi:.3f}); forgetting (change of regression-set "
+    # three significant digits: a drift spans orders of magnitude (a log-target model), so 0.0004 is not 0.000
+    return (f"Predicted drift KL(trained || initial) {r.drift:.3g} per token (95%: {r.drift_lo:.3g} to "
+            f"{r.drift_hi:.3g}); forgetting (change of regression-set "
             f"accuracy) {r.forgetting:+.3f}; Δpass@4 {r.pass4:+.3f}: {collapse}.")
 
 

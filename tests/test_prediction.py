@@ -472,7 +472,9 @@ def test_a_log_target_drift_model_is_exponentiated_and_its_interval_is_a_factor(
         assert r.drift == pytest.approx(math.exp(_reference(m, x)), rel=1e-12) and 0 < r.drift < 1e-2
         assert (r.drift_lo, r.drift_hi) == pytest.approx(  # a factor either way: exp of the band's ends added
             tuple(math.exp(_reference(m, x) + b) for b in m["residual_band"]), rel=1e-12)
-        assert f"(95%: {r.drift_lo:.3f} to {r.drift_hi:.3f})" in prediction.effects_text(r)
+        assert f"drift KL(trained || initial) {r.drift:.3g} per token (95%: {r.drift_lo:.3g} to {r.drift_hi:.3g})" \
+            in prediction.effects_text(r)  # significant digits: a small drift is not shown as 0.000
+        assert "drift KL(trained || initial) 0.000 " not in prediction.effects_text(r)
         X = np.array([[x[f] for f in m["features"]]])
         lo, hi = m["residual_band"]
         assert [float(v[0]) for v in predictor.interval(m, X)] == pytest.approx(
