@@ -602,3 +602,21 @@ def test_the_rank_target_exploration_recomputes_and_the_verdict_doc_quotes_it():
             f"{rows['shipped'][0]} (paired {rows[best][1]} [{rows[best][2]}, {rows[best][3]}])") in doc_text("docs/verdict.md")
     assert f"fitted to the order of a world's rows ({rows[best][0]} against {rows['shipped'][0]}, " \
            "`explore_rank_target.py`)" in doc_text("README.md")
+
+
+def test_the_hurts_misses_recompute_and_the_verdict_doc_quotes_them():
+    """explore_hurts_misses.txt is what its script prints from the committed rows; docs/verdict.md quotes its counts
+    and the two groups' median lookahead KL."""
+    import re
+    text = _reruns("explore_hurts_misses")
+    head = re.search(r"^(\d+) hurts calls on the 28 judged worlds; (\d+) did not degrade", text, re.M)
+    n, missed = int(head[1]), int(head[2])
+    rows = re.findall(r"^\w+\s+\S+/\S+\s+[+-]\d\.\d+ \[([+-]\d\.\d+), [+-]\d\.\d+\]", text, re.M)
+    improved = sum(float(lo) > 0 for lo in rows)
+    med = {k: re.search(rf"^{k}\s+\d+\s+\S+\s+\S+\s+([+-]\d\.\d+)", text, re.M)[1]
+           for k in ("degraded", "did not degrade")}
+    verdict = doc_text("docs/verdict.md")
+    assert len(rows) == missed
+    assert (f"Of B's {n} calls, {missed} did not degrade and {improved} of those clearly improved" in verdict
+            and f"(median lookahead KL {float(med['did not degrade']):.4f} against {float(med['degraded']):.4f})"
+            in verdict)

@@ -8,6 +8,13 @@ realised change, the predicted drift (the shipped log model, the product's tier)
 (an outcome); then, over all its calls on the judged worlds, the median of each column for the calls that degraded and
 for those that did not. A later look may use what this shows only if judged on worlds built after its plan.
 
+Reading of its output (explore_hurts_misses.txt): of B's 91 calls, 10 did not degrade, and 7 of those improved
+clearly: a self-teacher shown a hint, part of the solution, another problem's or a wrong solution, G far below 0, whose
+full-distribution training still raised the student's pass@1 (sorrel three times, basalt, hearth, talus, chert). The
+calls that missed had moved the student less in the lookahead (median lookahead KL 0.0085 against 0.0418 for those
+that degraded) and were predicted to drift less (0.24 against 0.57). A hurts call conditioned on the lookahead having
+moved the student is a candidate for a later look, judged only on worlds built after its plan.
+
     python benchmarks/validity/v2/explore_hurts_misses.py > benchmarks/validity/v2/explore_hurts_misses.txt
 """
 from __future__ import annotations
