@@ -35,7 +35,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import worlds  # noqa: E402
-from benchmarks.validity.v2.looks import by_tier, product_order  # noqa: E402
+from benchmarks.validity.v2.looks import product_order, tier_interval  # noqa: E402
 
 SMALL = 0.02
 
@@ -43,13 +43,10 @@ SMALL = 0.02
 def recommended_rows(shipped: dict, names: list[str] | None = None) -> dict[str, dict]:
     """Per world (``names``, default ``worlds()``), the recommended row's predicted gain, interval, G and realised
     Δpass@1."""
-    band = {t: shipped["models"][t]["d_pass1"]["residual_band"] for t in ("v2", "v2_no_lookahead")}
     out = {}
     for w in worlds() if names is None else names:
         rows = look2.load_rows({"worlds": [w]})
-        gain = look8.product_gain(rows, shipped)
-        lo = gain + by_tier({t: np.full(len(rows), band[t][0]) for t in band}, rows)
-        hi = gain + by_tier({t: np.full(len(rows), band[t][1]) for t in band}, rows)
+        gain, lo, hi = tier_interval(shipped["models"], rows)
         score = product_order(rows, gain, "v2_config")
         k = [i for i, r in enumerate(rows) if v2._num(r["accuracy_gap"]) > 0]
         if k:

@@ -165,12 +165,17 @@ def product_gain(rows: list[dict], shipped: dict) -> np.ndarray:
     return by_tier({t: shipped_gain(rows, shipped, t) for t in ("v2", "v2_no_lookahead")}, rows)
 
 
+def tier_interval(models: dict, rows: list[dict], outcome: str = "d_pass1") -> tuple[np.ndarray, ...]:
+    """``[n]`` each: the product's prediction of ``outcome`` and its 95% interval (``core.predictor.interval`` of each
+    row's tier, ``by_tier``); ``models``: tier -> outcome -> model."""
+    each = {t: model.interval(models[t][outcome], v2.matrix(rows, models[t][outcome]["features"]))
+            for t in ("v2", "v2_no_lookahead")}
+    return tuple(by_tier({t: each[t][i] for t in each}, rows) for i in range(3))
+
+
 def product_verdicts(rows: list[dict], shipped: dict) -> list[str]:
-    """The verdict the product shows: the interval rule on ``product_gain`` (each row's tier's residual band) against
-    +-delta (``core.predictor.verdict``)."""
-    gain = product_gain(rows, shipped)
-    band = {t: shipped["models"][t]["d_pass1"]["residual_band"] for t in ("v2", "v2_no_lookahead")}
-    lo, hi = (gain + by_tier({t: np.full(len(rows), b[i]) for t, b in band.items()}, rows) for i in (0, 1))
+    """The verdict the product shows: the interval rule on ``tier_interval``'s gain against +-delta."""
+    _, lo, hi = tier_interval(shipped["models"], rows)
     return [model.verdict(a, b, shipped["delta"]) for a, b in zip(lo, hi)]
 
 

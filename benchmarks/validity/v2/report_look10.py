@@ -28,8 +28,7 @@ from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import before_look, by_tier, product_order  # noqa: E402
-from opsd_diag.core import predictor as model  # noqa: E402
+from benchmarks.validity.v2.looks import before_look, by_tier, product_order, tier_interval  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look10.yaml"
@@ -56,8 +55,7 @@ def applied(models: dict, rows: list[dict]) -> dict[str, dict]:
     hold, the prediction, and lo/hi."""
     out = {}
     for o in [o for o in v2.OUTCOMES if o in next(iter(models.values()))]:
-        each = {t: model.interval(models[t][o], v2.matrix(rows, models[t][o]["features"])) for t in models}
-        out[o] = {k: by_tier({t: each[t][i] for t in models}, rows) for i, k in enumerate(("pred", "lo", "hi"))}
+        out[o] = dict(zip(("pred", "lo", "hi"), tier_interval(models, rows, o)))
     return out
 
 

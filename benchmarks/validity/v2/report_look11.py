@@ -121,8 +121,7 @@ def summary(vs: list[str], rows: list[dict], keep) -> dict:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    names = [k for k, v in plan()["added_worlds"].items() if isinstance(v, dict)]
-    return names, [w for w in names if (look2.CHECKS / f"{w}_analysis.json").is_file()]
+    return look2.added_worlds(plan())
 
 
 def analyse(shipped: dict) -> dict:

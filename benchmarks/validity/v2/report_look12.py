@@ -50,8 +50,7 @@ def seen() -> tuple[list[str], list[str]]:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    names = [k for k, v in plan()["added_worlds"].items() if isinstance(v, dict)]
-    return names, [w for w in names if (look2.CHECKS / f"{w}_analysis.json").is_file()]
+    return look2.added_worlds(plan())
 
 
 def far_features(row: dict) -> dict[str, float]:

@@ -48,8 +48,7 @@ def plan() -> dict:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    names = [k for k, v in plan()["added_worlds"].items() if isinstance(v, dict)]
-    return names, [w for w in names if (look2.CHECKS / f"{w}_analysis.json").is_file()]
+    return look2.added_worlds(plan())
 
 
 def with_log_target(rows: list[dict]) -> list[dict]:

@@ -44,8 +44,7 @@ def plan() -> dict:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    names = [k for k, v in plan()["added_worlds"].items() if isinstance(v, dict)]
-    return names, [w for w in names if (look2.CHECKS / f"{w}_analysis.json").is_file()]
+    return look2.added_worlds(plan())
 
 
 def candidates() -> dict[str, dict]:
@@ -78,10 +77,15 @@ def analyse(shipped: dict) -> dict:
            "added_excluded": [x for x in planned if report_checks.status(x) == "excluded"],
            "candidates": candidates(), "n_rows": {k: int(v.sum()) for k, v in scope.items()},
            "verdicts": {name: {**{k: on(vs, keep) for k, keep in scope.items()},
-                               "per_world": {k: on(vs, w == k) for k in dict.fromkeys(w)}}
+                               "per_world": {k: _brief(on(vs, w == k)) for k in dict.fromkeys(w)}}
                         for name, vs in verdicts.items()}}
     out["ship"] = ship(out)
     return out
+
+
+def _brief(d: dict) -> dict:
+    """A world's figures as the report shows them (the pooled scopes keep the whole table)."""
+    return {k: d[k] for k in ("n_correct", "n_decisive", "unclear_share")}
 
 
 def conditions(a: dict, name: str) -> dict[str, bool]:

@@ -133,6 +133,12 @@ def write_look(look: int, a: dict, render) -> dict:
     return written
 
 
+def added_worlds(plan: dict) -> tuple[list[str], list[str]]:
+    """(a later look's plan's added worlds, those with committed rows in ``CHECKS``)."""
+    names = [k for k, v in plan["added_worlds"].items() if isinstance(v, dict)]
+    return names, [w for w in names if (CHECKS / f"{w}_analysis.json").is_file()]
+
+
 def load_rows(plan: dict) -> list[dict]:
     """Every diagnosed row of the plan's worlds with its lookahead columns."""
     rows = []
