@@ -50,7 +50,7 @@ def table(rows: list[dict]) -> tuple[list[str], dict]:
     scopes = {"chose (21)": np.isin(w, CHOSE), "judged (28)": np.isin(w, judged),
               "topaz+onyx": np.isin(w, ["topaz", "onyx"]), "all 51": np.ones(len(rows), bool)}
     b = look14.g_verdicts(rows, look14.candidates()["g_hurts"])
-    settings = [("none (B)", None, None)] + [("relative", q, f"q={q}") for q in QUANTILES] + \
+    settings = [("none", None, "none (B)")] + [("relative", q, f"q={q}") for q in QUANTILES] + \
                [("absolute", t, f"tau={t}") for t in TAUS]
     lines = [f"{'setting':<16}" + "".join(f"{s:>30}" for s in scopes), f"{'':<16}" + "   calls  precision  unclear" * 4]
     found: dict = {}
