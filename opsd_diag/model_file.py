@@ -29,7 +29,7 @@ class Calibration:
     studies: dict  # earlier studies' figures (decision.validity's dicts)
     study: str  # where the study's results are written up
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
-    later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look14 in order
+    later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look15 in order
     method_order: str = "predicted_gain"  # when G gates: how the rows are ordered (core.predictor.METHOD_ORDERS)
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)

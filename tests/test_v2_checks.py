@@ -94,8 +94,8 @@ def test_readme_and_verdict_doc_quote_the_check_and_the_explorations():
 
 def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_built_after_it():
     """tallow (amendment 2), flint, hearth, loam, marl, sorrel, pumice, shale, basalt, cobble, flume, gravel, quartz,
-    ochre, umber, sable, tawny, sedge, clinker, ashlar, tuff, slate, scree, talus, chert, jasper, mica, garnet and beryl
-    (amendments 4 to 29) and wick (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model
+    ochre, umber, sable, tawny, sedge, clinker, ashlar, tuff, slate, scree, talus, chert, jasper, mica, garnet, beryl,
+    topaz, onyx, agate, cairn, lapis, zircon, marble, chalk, pyrite and galena (amendments 4 to 32) and wick (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model
     file's checks sentence quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss, gabbro
     (amendments 20 to 22) and opal (amendment 28) were excluded by the level rule and are reported as such."""
     import numpy as np
@@ -119,13 +119,14 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
             HERE / f"check_{w}.txt").read_text()
         assert f"`check_{w}.txt`" in (HERE / "CHECKS.md").read_text()
         assert (HERE / "checks" / f"{w}.yaml").is_file() and not (REPO / "sample_data" / "worlds" / w).exists()
-    assert s8["not_shipped"] == ["marl", "sorrel", "shale", "basalt", "sedge", "clinker", "chert", "beryl"]  # 5b .. 29b
+    assert s8["not_shipped"] == ["marl", "sorrel", "shale", "basalt", "sedge", "clinker", "chert", "beryl",
+                                 "agate"]  # 5b .. 31b
     assert list(s8["not_shipped_because"]) == ["cobble"]  # amendment 10b: met its spec, too large to ship
     assert (HERE / "checks" / "cobble.yaml").is_file() and not (REPO / "sample_data" / "worlds" / "cobble").exists()
     assert "cobble (`checks/cobble.yaml`): its build met its spec, but its weights" in (HERE / "CHECKS.md").read_text()
     assert all((HERE / "checks" / f"{w}.yaml").is_file() and not (REPO / "sample_data" / "worlds" / w).exists()
                for w in s8["not_shipped"])
-    assert ("The builds of marl, sorrel, shale, basalt, sedge, clinker, chert and beryl missed their own specs' "
+    assert ("The builds of marl, sorrel, shale, basalt, sedge, clinker, chert, beryl and agate missed their own specs' "
             "expectations") in (
         HERE / "CHECKS.md").read_text()
     product = [report_checks.world_figures(w)["models"]["product (v2_config)"]["spearman"] for w in checked]
@@ -208,7 +209,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])} "
             f"(paired {s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, "
             f"{s8['paired_vs_g']['hi']:+.3f}]), method pairs {right} of {pairs}")
-    assert len(per) == 32 and mean in readme
+    assert len(per) == 40 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)};" in verdict
     d = s8["paired_vs_g"]  # the paired difference against G, recomputed from the per-world figures above
@@ -220,6 +221,10 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     m = per["beryl"]["models"]
     assert f"on `beryl`, diversity's recipe, {fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])})" \
         in verdict
+    for w in ("agate", "cairn", "lapis", "zircon", "marble", "chalk", "pyrite", "galena"):  # the fifteenth look's
+        m = per[w]["models"]
+        assert (f"on `{w}`, " in verdict and f"{fmt(m[p]['spearman'])} (G alone {fmt(m['accuracy_gap']['spearman'])})"
+                in verdict), w
     from opsd_diag import prediction  # the decision panel's checks sentence carries it too
     assert f"G alone {fmt(ms['accuracy_gap'])} (the difference {paired}, 95% over worlds)" in prediction.load().checks
     for w in ("sorrel", "basalt", "cobble", "gravel", "quartz", "garnet"):

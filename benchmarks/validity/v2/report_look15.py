@@ -15,6 +15,7 @@ in the package's model file (``later_looks``).
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -140,13 +141,27 @@ def ship(a: dict) -> dict:
             "reason": ". ".join(said(n) for n in checks) + "."}
 
 
+def status(a: dict, name: str) -> str:
+    """A candidate's standing under the rule: ships, failed (which condition), or undecided (too few calls, and the
+    fewest calls at which it could still reach the precision, every further call right)."""
+    c, j = a["ship"]["conditions"][name], a["verdicts"][name][f"judged_{name}"]
+    if all(c.values()):
+        return "ships"
+    if not c[f"judged: >= {MIN_CALLS} hurts calls"]:
+        wrong = j["n_hurts"] - j["n_correct"]
+        at = max(MIN_CALLS, math.ceil(wrong / (1 - MIN_PRECISION) - 1e-9))
+        return (f"undecided ({j['n_hurts']} calls, {wrong} of them wrong: it can reach {MIN_PRECISION:.2f} only at "
+                f"{at} calls or more, every further one right)")
+    return "failed (" + ", ".join(k for k, v in c.items() if not v) + ")"
+
+
 def outcome(a: dict) -> str:
     s = a["ship"]
     if s["choice"] != "interval":
         return f"{s['choice']} ships as the verdict"
-    return ("the interval rule stays" if s["decided"] else
-            f"undecided: fewer than {MIN_CALLS} calls on the judged worlds, and the interval rule stays until worlds "
-            "added under the plan reach them")
+    judged = list(a["candidates"])[:next((i + 1 for i, n in enumerate(a["candidates"])
+                                         if not status(a, n).startswith("failed")), len(a["candidates"]))]
+    return "; ".join(f"{n} {status(a, n)}" for n in judged) + "; the interval rule stays"
 
 
 def render(a: dict) -> str:
