@@ -159,9 +159,12 @@ def outcome(a: dict) -> str:
     s = a["ship"]
     if s["choice"] != "interval":
         return f"{s['choice']} ships as the verdict"
-    judged = list(a["candidates"])[:next((i + 1 for i, n in enumerate(a["candidates"])
-                                         if not status(a, n).startswith("failed")), len(a["candidates"]))]
-    return "; ".join(f"{n} {status(a, n)}" for n in judged) + "; the interval rule stays"
+    said = []
+    for name in a["candidates"]:  # in the plan's order, up to the first that did not fail
+        said.append(f"{name} {status(a, name)}")
+        if not said[-1].startswith(f"{name} failed"):
+            break
+    return "; ".join(said) + "; the interval rule stays"
 
 
 def render(a: dict) -> str:
