@@ -13,7 +13,6 @@ models as the package ships them. The look's outcome is recorded in the package'
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -275,11 +275,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(10, analyse(shipped), render))
-    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print((HERE / "RESULTS_look10.md").read_text())
-    return 0
+    return look_record.publish(10, analyse, render, record)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ rows. The look's outcome is recorded in the package's model file (``later_looks`
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.v2 import report_checks  # noqa: E402
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
@@ -121,7 +121,7 @@ def summary(vs: list[str], rows: list[dict], keep) -> dict:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    return look2.added_worlds(plan())
+    return look_record.added_worlds(plan())
 
 
 def analyse(shipped: dict) -> dict:
@@ -294,11 +294,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(11, analyse(shipped), render))
-    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print((HERE / "RESULTS_look11.md").read_text())
-    return 0
+    return look_record.publish(11, analyse, render, record)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ shipped drift models there.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_checks  # noqa: E402
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_look11 as look11  # noqa: E402
@@ -48,7 +48,7 @@ def plan() -> dict:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    return look2.added_worlds(plan())
+    return look_record.added_worlds(plan())
 
 
 def with_log_target(rows: list[dict]) -> list[dict]:
@@ -226,11 +226,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(13, analyse(), render))
-    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print((HERE / "RESULTS_look13.md").read_text())
-    return 0
+    return look_record.publish(13, lambda _: analyse(), render, record)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ package's model file (``later_looks``).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.v2 import report_checks  # noqa: E402
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -44,7 +44,7 @@ def plan() -> dict:
 
 def added_worlds() -> tuple[list[str], list[str]]:
     """(the plan's added worlds, those with committed rows)."""
-    return look2.added_worlds(plan())
+    return look_record.added_worlds(plan())
 
 
 def candidates() -> dict[str, dict]:
@@ -185,11 +185,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(14, analyse(shipped), render))
-    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print((HERE / "RESULTS_look14.md").read_text())
-    return 0
+    return look_record.publish(14, analyse, render, record)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ in the package's model file (``later_looks``).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.v2 import report_checks  # noqa: E402
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_look14 as look14  # noqa: E402
@@ -77,7 +77,7 @@ def judged_worlds(rows: list[dict], said: list[str], built: list[str]) -> list[s
 
 
 def analyse(shipped: dict) -> dict:
-    planned, built = look2.added_worlds(plan())
+    planned, built = look_record.added_worlds(plan())
     seen = seen_worlds()
     rows = look2.load_rows({"worlds": [*seen, *built]})
     w = np.array([r["world"] for r in rows])
@@ -226,11 +226,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(15, analyse(shipped), render))
-    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print((HERE / "RESULTS_look15.md").read_text())
-    return 0
+    return look_record.publish(15, analyse, render, record)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.look_record import CHECKS  # noqa: E402
 from benchmarks.validity.v2.looks import lowo, within  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
@@ -49,7 +50,6 @@ OUT4 = HERE / "look4"
 OUT5 = HERE / "look5"
 OUT6 = HERE / "look6"
 OUT7 = HERE / "look7"
-CHECKS = HERE / "checks"  # worlds the shipped model was checked on after the last look (check_world.py --keep)
 ANALYSES = {"crossed": OUT / "crossed_analysis.json", "mixed": OUT3 / "mixed_analysis.json",
             "relay": OUT4 / "relay_analysis.json", "tandem": OUT5 / "tandem_analysis.json",
             "ledger": OUT6 / "ledger_analysis.json", "quarry": OUT7 / "quarry_analysis.json",
@@ -122,21 +122,6 @@ def store_added(name: str, study: Path, lookahead: Path | None, dest: Path | Non
     write_world_analysis(name, study, dest)
     copy_lookahead((lookahead or study / "v2-lookahead") / name / "lookahead.json",
                    dest.parent / "lookahead" / f"{name}.json")
-
-
-def write_look(look: int, a: dict, render) -> dict:
-    """A look's ``lookN_analysis.json`` and ``RESULTS_lookN.md`` (rendered from the written JSON); the JSON as read."""
-    path = HERE / f"look{look}_analysis.json"
-    path.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
-    written = json.loads(path.read_text())
-    (HERE / f"RESULTS_look{look}.md").write_text(render(written))
-    return written
-
-
-def added_worlds(plan: dict) -> tuple[list[str], list[str]]:
-    """(a later look's plan's added worlds, those with committed rows in ``CHECKS``)."""
-    names = [k for k, v in plan["added_worlds"].items() if isinstance(v, dict)]
-    return names, [w for w in names if (CHECKS / f"{w}_analysis.json").is_file()]
 
 
 def load_rows(plan: dict) -> list[dict]:

@@ -27,6 +27,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         look2.store_added(plan()["added_world"]["name"], args.study, args.lookahead)
     shipped = json.loads(v2.SHIPPED.read_text())
     a = analyse(shipped)
-    shipped.setdefault("later_looks", {})["look5"] = later_look(look2.write_look(5, a, render))
+    shipped.setdefault("later_looks", {})["look5"] = later_look(look_record.write_look(5, a, render))
     if shipped.get("method_order", {}).get("look", 5) <= 5:  # a later look's ranking rule stands
         shipped.pop("method_order", None)
         if a["ship"]["choice"] == "sign_of_g":

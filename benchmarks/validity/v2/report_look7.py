@@ -18,7 +18,6 @@ package's model file (``later_looks``); a ranking that ships is written there as
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -166,11 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.study:
         look2.store_added(plan()["added_world"]["name"], args.study, args.lookahead)
-    shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(7, analyse(shipped), render))
-    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print((HERE / "RESULTS_look7.md").read_text())
-    return 0
+    return look_record.publish(7, analyse, render, record)
 
 
 if __name__ == "__main__":

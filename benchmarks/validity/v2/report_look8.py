@@ -17,7 +17,6 @@ ranking that ships is written there as ``method_order``.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity.v2 import report_checks  # noqa: E402
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look7 as look7  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -161,11 +161,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, look2.write_look(8, analyse(shipped), render))
-    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
-    print((HERE / "RESULTS_look8.md").read_text())
-    return 0
+    return look_record.publish(8, analyse, render, record)
 
 
 if __name__ == "__main__":

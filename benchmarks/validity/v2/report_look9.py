@@ -26,6 +26,7 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look5 as look5  # noqa: E402
 from benchmarks.validity.v2 import report_look6 as look6  # noqa: E402
@@ -159,7 +160,7 @@ def later_look(a: dict) -> dict:
 
 def main() -> int:
     shipped = json.loads(v2.SHIPPED.read_text())
-    shipped.setdefault("later_looks", {})["look9"] = later_look(look2.write_look(9, analyse(shipped), render))
+    shipped.setdefault("later_looks", {})["look9"] = later_look(look_record.write_look(9, analyse(shipped), render))
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS_look9.md").read_text())
     return 0

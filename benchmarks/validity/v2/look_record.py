@@ -1,0 +1,37 @@
+"""What every later look of predictor v2 writes: its ``lookN_analysis.json`` and ``RESULTS_lookN.md``, and its record
+in the package's model file; and which of a plan's added worlds have committed rows (``checks/``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.validity.v2 import report_v2 as v2
+
+HERE = Path(__file__).resolve().parent
+CHECKS = HERE / "checks"  # worlds the shipped model was checked on after the last look (check_world.py --keep)
+
+
+def write_look(look: int, a: dict, render) -> dict:
+    """A look's ``lookN_analysis.json`` and ``RESULTS_lookN.md`` (rendered from the written JSON); the JSON as read."""
+    path = HERE / f"look{look}_analysis.json"
+    path.write_text(json.dumps(v2.stats_jsonable(a), indent=1, sort_keys=True) + "\n")
+    written = json.loads(path.read_text())
+    (HERE / f"RESULTS_look{look}.md").write_text(render(written))
+    return written
+
+
+def added_worlds(plan: dict) -> tuple[list[str], list[str]]:
+    """(a later look's plan's added worlds, those with committed rows in ``CHECKS``)."""
+    names = [k for k, v in plan["added_worlds"].items() if isinstance(v, dict)]
+    return names, [w for w in names if (CHECKS / f"{w}_analysis.json").is_file()]
+
+
+def publish(look: int, analyse, render, record) -> int:
+    """A look's script body: ``analyse(shipped)`` on the model file as it stands, its analysis and results written,
+    ``record(shipped, analysis)`` written back as the model file, the results printed."""
+    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = record(shipped, write_look(look, analyse(shipped), render))
+    v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
+    print((HERE / f"RESULTS_look{look}.md").read_text())
+    return 0
