@@ -97,7 +97,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     ochre, umber, sable, tawny, sedge, clinker, ashlar, tuff, slate, scree, talus, chert, jasper, mica, garnet, beryl,
     topaz, onyx, agate, cairn, lapis, zircon, marble, chalk, pyrite and galena (amendments 4 to 32) and wick (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model
     file's checks sentence quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss, gabbro
-    (amendments 20 to 22) and opal (amendment 28) were excluded by the level rule and are reported as such."""
+    (amendments 20 to 22), opal (amendment 28) and obsidian (amendment 33b) were excluded by the level rule and are
+    reported as such."""
     import numpy as np
 
     from opsd_diag import prediction
@@ -110,8 +111,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "marble", "chalk", "pyrite", "galena", "obsidian", "feldspar", "jade", "gypsum", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
-    assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal"]  # amendments 3, 20-22, 28: the level rule
-    assert "lantern, schist, gneiss, gabbro and opal were excluded by the plan's level rule" in (
+    assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal", "obsidian"]  # amendments 3, 20-22, 28, 33b
+    assert "lantern, schist, gneiss, gabbro, opal and obsidian were excluded by the plan's level rule" in (
         HERE / "CHECKS.md").read_text()
     for w in s8["excluded"]:
         assert report_checks.status(w) == "excluded"

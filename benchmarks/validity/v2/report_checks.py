@@ -62,8 +62,8 @@ def shipping_notes() -> dict[str, str]:
 
 
 def since_look8() -> list[str]:
-    """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments 2 to 30,
-    then the ninth look's added world."""
+    """The worlds built after the eighth look shipped its ranking and checked with it: the plan's amendments from the
+    second on, then the ninth look's added world."""
     return [*(yaml.safe_load(PLAN.read_text()).get("after_look8") or {}),
             yaml.safe_load((HERE / "plan_look9.yaml").read_text())["added_world"]["name"]]
 
@@ -219,7 +219,7 @@ def render(a: dict) -> str:
     if s8["per_world"]:
         cols = (LATER_PRODUCT, *MODELS[1:])
         lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
-                  "Checked with the model file as it then stood (amendments 2 to 30 of the plan; the ninth look's added "
+                  "Checked with the model file as it then stood (amendments 2 onwards of the plan; the ninth look's added "
                   "world, `plan_look9.yaml`)." + (
                       f" {_listed(s8['excluded'])} {'was' if len(s8['excluded']) == 1 else 'were'} excluded by the "
                       "plan's level rule (" + ", ".join(f"`check_{w}.txt`" for w in s8["excluded"])
