@@ -358,7 +358,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     res = size.report()
     s8 = report_checks.analysis()["since_look8"]
     since = list(s8["per_world"])
-    assert len(since) == 41 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
+    assert len(since) == 42 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
     rows = size.recommended_rows(json.loads(report_checks.SHIPPED.read_text()), since)  # its pick, on CHECKS' worlds
     assert s8["recommended_size"] == pytest.approx(size.summary(rows, since)["spearman_predicted"], abs=1e-9)
     for w in since:  # the same row, its realised change
