@@ -75,27 +75,28 @@ def predictor_block() -> str:
     for tier, models in cal.models.items():
         if tier not in prediction.TIERS:
             continue
-        first = models["d_pass1"]
-        logs = {o for o in prediction.OUTCOMES if models[o].get("target") == "log"}
-        out += [f"`{tier}` (ridge, alpha {first.get('alpha')}): coefficient per study SD of each feature, per "
-                "outcome; a prediction is the intercept plus Σ coef × (x − mean) / SD"
-                + (", and exp of that for an outcome marked (ln), fitted to its natural log." if logs else "."), "",
-                "| feature | study mean | study SD | "
-                + " | ".join(f"`{o}`" + (" (ln)" if o in logs else "") for o in prediction.OUTCOMES) + " |",
-                "|---|---|---|" + "---|" * len(prediction.OUTCOMES)]
-        for i, f in enumerate(first["features"]):
-            coefs = []
-            for o in prediction.OUTCOMES:
-                m = models[o]
-                coefs.append(_x(m["coef"][m["features"].index(f)], "+.4f") if f in m["features"] else "")
-            out.append(f"| `{f}` | {_x(first['mean'][i], '.4f')} | {_x(first['sd'][i], '.4f')} | "
-                       + " | ".join(coefs) + " |")
-        out.append("| intercept | | | " + " | ".join(_x(models[o]["intercept"], "+.4f") for o in prediction.OUTCOMES)
-                   + " |")
-        out.append("| residual band (2.5%, 97.5%) | | | " + " | ".join(
-            f"{_x(models[o]['residual_band'][0], '+.3f')}, {_x(models[o]['residual_band'][1], '+.3f')}"
-            for o in prediction.OUTCOMES) + " |")
-        out.append("")
+        groups: dict[tuple, list[str]] = {}  # outcomes fitted on the same rows share one standardisation
+        for o in prediction.OUTCOMES:
+            m = models[o]
+            groups.setdefault((tuple(m["features"]), tuple(m["mean"]), tuple(m["sd"])), []).append(o)
+        for outcomes in groups.values():
+            first = models[outcomes[0]]
+            logs = {o for o in outcomes if models[o].get("target") == "log"}
+            out += [f"`{tier}`, " + ", ".join(f"`{o}`" for o in outcomes) + f" (ridge, alpha {first.get('alpha')}): "
+                    "coefficient per study SD of each feature; a prediction is the intercept plus "
+                    "Σ coef × (x − mean) / SD"
+                    + (", and exp of that for an outcome marked (ln), fitted to its natural log." if logs else "."),
+                    "", "| feature | study mean | study SD | "
+                    + " | ".join(f"`{o}`" + (" (ln)" if o in logs else "") for o in outcomes) + " |",
+                    "|---|---|---|" + "---|" * len(outcomes)]
+            for i, f in enumerate(first["features"]):
+                out.append(f"| `{f}` | {_x(first['mean'][i], '.4f')} | {_x(first['sd'][i], '.4f')} | "
+                           + " | ".join(_x(models[o]["coef"][i], "+.4f") for o in outcomes) + " |")
+            out.append("| intercept | | | " + " | ".join(_x(models[o]["intercept"], "+.4f") for o in outcomes) + " |")
+            out.append("| residual band (2.5%, 97.5%) | | | " + " | ".join(
+                f"{_x(models[o]['residual_band'][0], '+.3f')}, {_x(models[o]['residual_band'][1], '+.3f')}"
+                for o in outcomes) + " |")
+            out.append("")
     return "\n".join(out).rstrip()
 
 

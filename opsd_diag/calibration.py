@@ -204,7 +204,7 @@ def fit(frame: pd.DataFrame, summary_of: Callable[[str], Summary], root: str | P
     y, (groups, scheme) = np.array([s.gain for s in rows]), folds(rows)  # [n]
     models, cv, lowo = copy.deepcopy(shipped.models), {}, {}
     for t in (("v2", "v2_no_lookahead") if tier == "v2" else (tier,)):  # rows without a lookahead use no_lookahead
-        features, alpha = prediction.TIERS[t], _alpha(shipped, t)
+        features, alpha = shipped.models[t]["d_pass1"]["features"], _alpha(shipped, t)  # the shipped model's own
         X = matrix(rows, features)  # [n, f]
         cv[t] = cross_validate(X, y, groups, features, alpha)
         models[t]["d_pass1"] = {**_fit(X, y, features, alpha),

@@ -29,7 +29,7 @@ class Calibration:
     studies: dict  # earlier studies' figures (decision.validity's dicts)
     study: str  # where the study's results are written up
     lookahead_settings: dict  # the lookahead the study fitted on (steps, rollouts_per_step, learning_rate)
-    later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look15 in order
+    later_looks: dict = field(default_factory=dict)  # look name -> a later look's record, look2 .. look16 in order
     method_order: str = "predicted_gain"  # when G gates: how the rows are ordered (core.predictor.METHOD_ORDERS)
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
@@ -56,8 +56,10 @@ def parse(d: dict, source: str) -> Calibration:
             raise ValueError(f"model {tier}/{outcome} has mismatched lengths")
         if m.get("target", "raw") not in predictor.TARGETS:
             raise ValueError(f"model {tier}/{outcome} has target {m['target']!r}, none of {', '.join(predictor.TARGETS)}")
-        if sorted(m["features"]) != sorted(TIERS[tier]):
-            raise ValueError(f"model {tier}/{outcome} takes {m['features']}, not {list(TIERS[tier])}")
+        if sorted(set(m["features"]) - set(predictor.DERIVED)) != sorted(TIERS[tier]) \
+                or len(set(m["features"])) != n:
+            raise ValueError(f"model {tier}/{outcome} takes {m['features']}, not {list(TIERS[tier])} "
+                             f"(with any of {', '.join(predictor.DERIVED)})")
         if not all(math.isfinite(float(v)) for v in [*m["mean"], *m["sd"], *m["coef"], m["intercept"]]):
             raise ValueError(f"model {tier}/{outcome} holds a number that is not finite")
         if "range" in m and not (len(m["range"]) == 2 and all(len(b) == n for b in m["range"])

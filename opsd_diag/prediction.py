@@ -2,15 +2,16 @@
 95% interval and its verdict, the predicted drift, forgetting and Δpass@4, a collapse flag, and the features
 behind the prediction ("why").
 
-The models are the ridge regressions of ``core.predictor`` that the pre-registered validity study fitted over
-seven outcome worlds (benchmarks/validity/v2/), read from the model file (``model_file``: the shipped one or a
-calibration). The file also says what the study's ship rule chose (``choice``): ``v2`` (with the lookahead where
-a run has one), ``v2_no_lookahead``, or ``accuracy_gap``, in which case G gates the recommendation (only a row
-with G > 0 is recommended), because v2 lost to it in the study and the product must never recommend less well
-than a number it shows, and the file's ``method_order`` ranks (since the eighth look: configurations by v2's mean
-predicted gain, which ranked the worlds built after the study better than G). A row without a lookahead result
-gets the ``v2_no_lookahead`` tier, never the lookahead tier with every lookahead feature imputed. Pure functions
-of a ``Summary`` and the model file.
+The models are the ridge regressions of ``core.predictor`` that the pre-registered validity study fitted over seven
+outcome worlds (benchmarks/validity/v2/), the gain model since the sixteenth look with G's positive part times the
+teacher's distance from the student (``core.predictor.derived``) and fitted over 44 worlds, read from the model file
+(``model_file``: the shipped one or a calibration). The file also says what the study's ship rule chose
+(``choice``): ``v2`` (with the lookahead where a run has one), ``v2_no_lookahead``, or ``accuracy_gap``, in which
+case G gates the recommendation (only a row with G > 0 is recommended), because v2 lost to it in the study and the
+product must never recommend less well than a number it shows, and the file's ``method_order`` ranks (since the
+eighth look: configurations by v2's mean predicted gain, which ranked the worlds built after the study better than
+G). A row without a lookahead result gets the ``v2_no_lookahead`` tier, never the lookahead tier with every
+lookahead feature imputed. Pure functions of a ``Summary`` and the model file.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ PANEL_TEXT = ("effects", "why", "ranking", "record", "tiers", "calibration")  # 
 JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
-         "mean_jsd": "mean JSD", "is_jsd": "JSD loss"}
+         "mean_jsd": "mean JSD", "is_jsd": "JSD loss", "g_far_teach": "max(G, 0) x (1 - teachability)",
+         "g_far_jsd": "max(G, 0) x mean JSD"}
 
 
 def _shipped_text() -> str | None:
@@ -118,7 +120,7 @@ def features(summary: Summary, config: str, method: str) -> dict[str, float]:
            "mean_jsd": _num(cols["jsd"].mean) if "jsd" in cols else math.nan,
            "is_jsd": predictor.LOSS_KIND[method]}
     out.update({name: _est(getattr(la, key)) if la else math.nan for name, key in LOOKAHEAD.items()})
-    return out
+    return {**out, **predictor.derived(out["accuracy_gap"], out["teachability"], out["mean_jsd"])}
 
 
 def methods(is_self: bool, has_base: bool) -> tuple[str, ...]:

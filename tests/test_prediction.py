@@ -15,6 +15,7 @@ from calibration import model_file, write
 from conftest import tiny_config
 
 from opsd_diag import prediction
+from opsd_diag.core import predictor
 from test_early_read import FIGURES
 from opsd_diag.errors import OpsdError
 from opsd_diag.model_file import CHOICES
@@ -71,7 +72,23 @@ def _raw_features(raw: dict, config: str, method: str) -> dict:
          "mean_jsd": c["overall"]["columns"]["jsd"]["mean"], "is_jsd": 1.0 if method in ("jsd", "opsd_jsd") else 0.0}
     for k in ("dv", "dll", "kl"):
         x[f"lookahead_{k}"] = r[k]["estimate"] if r and "skipped" not in r else None
+    g = None if x["accuracy_gap"] is None else max(x["accuracy_gap"], 0.0)  # the sixteenth look's two features
+    x["g_far_teach"] = None if g is None else g * (1.0 - x["teachability"])
+    x["g_far_jsd"] = None if g is None else g * x["mean_jsd"]
     return {k: math.nan if v is None else v for k, v in x.items()}
+
+
+@pytest.mark.parametrize("g, teach, jsd, want", [
+    (0.8, 0.9, 0.05, (0.8 * 0.1, 0.8 * 0.05)),
+    (-0.3, 0.5, 0.2, (0.0, 0.0)),                       # G's positive part: a teacher below adds nothing
+    (0.0, 0.7, 0.1, (0.0, 0.0)),
+    (0.4, math.nan, 0.1, (math.nan, 0.4 * 0.1)),        # a missing factor leaves that product missing
+    (math.nan, 0.9, 0.1, (math.nan, math.nan))])
+def test_the_derived_features_are_g_positive_part_times_the_distance(g, teach, jsd, want):
+    got = predictor.derived(g, teach, jsd)
+    assert tuple(got) == predictor.DERIVED
+    for k, w in zip(predictor.DERIVED, want):
+        assert (math.isnan(got[k]) and math.isnan(w)) or math.isclose(got[k], w, rel_tol=1e-12, abs_tol=1e-15), k
 
 
 def test_features_are_read_from_a_real_run(raw):
@@ -85,6 +102,19 @@ def test_features_are_read_from_a_real_run(raw):
             assert (math.isnan(got[k]) and math.isnan(want[k])) or got[k] == want[k], (config, method, k)
     assert not math.isnan(prediction.features(s, "teacher", "opd")["lookahead_dv"])
     assert math.isnan(prediction.features(s, "teacher", "exopd")["lookahead_dv"])  # not looked ahead
+
+
+def test_the_shipped_files_gains_equal_a_float64_loop_over_its_coefficients(raw):
+    """The package's own model file (whatever features its gain models take, derived ones included) applied to a real
+    run: each row's predicted gain is the explicit loop over the file's coefficients."""
+    s = Summary.model_validate(raw)
+    shipped = json.loads((REPO / "opsd_diag" / "data" / "predictor_v2.json").read_text())
+    p = prediction.predict(s, {"self_full"}, True)
+    assert p.rows
+    for r in p.rows:
+        m = shipped["models"][r.tier]["d_pass1"]
+        assert r.gain == pytest.approx(_reference(m, _raw_features(raw, r.config, r.method)), abs=1e-12)
+        assert {f for f, _, _ in r.contributions} == set(m["features"])
 
 
 def test_predictions_equal_a_float64_loop_over_the_coefficients(raw, cal_file):

@@ -135,8 +135,9 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     product = [report_checks.world_figures(w)["models"]["product (v2_config)"]["spearman"] for w in checked]
     assert s8["mean_spearman"]["product (v2_config)"] == pytest.approx(float(np.mean(product)))
     assert prediction.load().checks.startswith(
-        f"The ranking in force (v2_config), checked on the {len(checked)} worlds built after it shipped, with no refit "
-        f"(benchmarks/validity/v2/CHECKS.md): a mean within-world Spearman with the realised pass@1 change of "
+        f"The ranking in force (v2_config), checked on the {len(checked)} worlds built after it shipped, with no refit, "
+        f"each with the model file as it then stood (before the sixteenth look, the first look's gain model; "
+        f"benchmarks/validity/v2/CHECKS.md): a mean within-world Spearman with the realised pass@1 change of "
         f"{report_v2.fmt(float(np.mean(product)))}")  # the rule in force first; the plan's five are in CHECKS.md
 
 
@@ -152,7 +153,7 @@ def test_what_the_product_decides_on_the_worlds_built_after_the_ranking_shipped(
     assert list(s8["recommended"]) == list(s8["per_world"])
     for w, d in s8["recommended"].items():
         rows = report_checks.rows_of(w)
-        gain = report_look8.product_gain(rows, check_world.shipped())
+        gain = report_look8.product_gain(rows, report_checks.as_checked(w))  # the file as w was checked
         realised = [r["d_pass1"]["estimate"] for r in rows]
         for k, rule in (("product", "v2_config"), ("by_g", "sign_of_g")):
             want = report_look8.recommended(product_order(rows, gain, rule), rows)[w]
@@ -237,7 +238,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     from benchmarks.validity.v2 import report_look8
     from benchmarks.validity.v2.looks import product_order
     rows = report_checks.rows_of("quartz")  # the row the product recommends there, and the external teacher's
-    best = report_look8.recommended(product_order(rows, report_look8.product_gain(rows, check_world.shipped()),
+    best = report_look8.recommended(product_order(rows, report_look8.product_gain(rows, report_checks.as_checked("quartz")),
                                                   "v2_config"), rows)["quartz"]
     teacher = sorted(r["d_pass1"]["estimate"] for r in rows if r["config"] == "teacher")
     assert (f"realised {teacher[-1]:+.2f} to {teacher[0]:+.2f} with every method, and the row the product recommends, "

@@ -34,6 +34,17 @@ METHOD_ORDERS = tuple(ORDER_TEXT)
 TARGETS = ("raw", "log")  # what a model was fitted to: its outcome, or the outcome's natural log (``target``)
 
 
+DERIVED = ("g_far_teach", "g_far_jsd")  # features computed from other columns (``derived``), not read from a run
+
+
+def derived(accuracy_gap: float, teachability: float, mean_jsd: float) -> dict[str, float]:
+    """G's positive part times the teacher's distance from the student (predictor v2's twelfth look, shipped by the
+    sixteenth): a teacher far above a student it is far from helps less than an additive model says. ``g_far_teach``
+    = max(G, 0) x (1 - teachability), ``g_far_jsd`` = max(G, 0) x mean JSD; NaN where a factor is."""
+    g = max(accuracy_gap, 0.0) if math.isfinite(accuracy_gap) else math.nan
+    return {"g_far_teach": g * (1.0 - teachability), "g_far_jsd": g * mean_jsd}
+
+
 def method_term(method: str, accuracy_gap: float) -> float:
     """The method order read from the sign of G (predictor v2's fifth look): a full-distribution loss is the larger
     step, more gain where the config helps and more damage where it hurts. +1 for a full-distribution method of a

@@ -71,7 +71,7 @@ from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import recommended_rows  # noqa: E402
 from benchmarks.validity.v2.explore_size_floor import size_figures, size_lines, size_rule  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, model_file  # noqa: E402
 from benchmarks.validity.v2.run_v2 import LOSS  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
@@ -189,7 +189,7 @@ def recommended(rows: list[dict], rec: dict[str, dict], names: list[str], column
 
 
 def report() -> dict:
-    kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
+    kept, shipped = json.loads(KEPT.read_text()), model_file(16)
     rows = with_columns(look2.load_rows({"worlds": list(kept)}), kept)
     w = np.array([r["world"] for r in rows])
     ranked = look10.orders(rows, {"shipped": look8.product_gain(rows, shipped),

@@ -54,7 +54,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import lexical  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli, shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, model_file, shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEPT = HERE / "early_all_rows.json"
@@ -89,7 +89,7 @@ def orders(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, np.nd
 
 
 def report() -> dict:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     low, high = json.loads(KEPT.read_text()), json.loads(success.KEPT.read_text())
     per = {k: {} for k in ORDERS}
     per_low = {"read": {}, "shipped": {}}

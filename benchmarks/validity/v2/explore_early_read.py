@@ -56,7 +56,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import recommended_rows  # noqa: E402
 from benchmarks.validity.v2.explore_size_floor import size_figures, size_lines, size_rule  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, model_file  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -124,7 +124,7 @@ def keep(out: Path) -> None:
 
 
 def report() -> dict:
-    kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
+    kept, shipped = json.loads(KEPT.read_text()), model_file(16)
     rows = [{**r, **kept[w][f"{r['config']}__{r['method']}__s0"]} for w in kept for r in candidates(w)]
     cols = {c: np.array([r[c] for r in rows], dtype=float) for c in (*COLUMNS, "accuracy_gap")}
     per = {k: v2.per_world(x, rows, "d_pass1")["worlds"] for k, x in cols.items()}

@@ -91,7 +91,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
 from benchmarks.validity.v2.explore_size_floor import auroc, initial, size_figures, size_lines  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, model_file  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -220,7 +220,7 @@ def world_figures(base: list[dict], shipped: dict, columns) -> dict:
 
 
 def report() -> dict:
-    kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
+    kept, shipped = json.loads(KEPT.read_text()), model_file(16)
     rows = [{**r, **kept[w]["runs"][f"{r['config']}__{r['method']}__s0"]} for w in kept for r in early.candidates(w)]
     base = [r for r in rows if r["world"] not in (*LOOK, *LOOK2, *LOOK3)]
     look = [r for r in rows if r["world"] in LOOK]

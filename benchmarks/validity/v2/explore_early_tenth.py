@@ -66,10 +66,9 @@ from benchmarks.validity.v2 import explore_early_success as success  # noqa: E40
 from benchmarks.validity.v2 import explore_lookahead_reach as reach  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_checks  # noqa: E402
-from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL  # noqa: E402
 from benchmarks.validity.v2.explore_size_floor import size_lines  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, model_file  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEPT = HERE / "early_tenth_rows.json"
@@ -105,7 +104,7 @@ def cost(kept: dict) -> dict[str, float]:
 
 def report() -> dict:
     kept, early_kept = json.loads(KEPT.read_text()), json.loads(success.KEPT.read_text())
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     rows = []
     for w in kept:
         for r in early.candidates(w):

@@ -43,6 +43,7 @@ from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.looks import model_file  # noqa: E402
 from benchmarks.validity.v2 import run_v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
@@ -135,7 +136,7 @@ def forgetting_report(source: dict[str, list[dict]], columns: tuple[str, ...], f
     """Both forgetting explorations' report: per world and pooled, the Spearman with the realised d_regression of
     ``columns``, the shipped v2 forgetting prediction and G; then v2's forgetting model refitted with the feature
     sets ``feats_of(its features)`` (``coef_text(features, model)`` ends each line)."""
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     base = shipped["models"]["v2"]["d_regression"]
     worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if w in source]
     rows = {w: world_table(w, source, columns) for w in worlds}

@@ -60,7 +60,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, model_file  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -229,7 +229,7 @@ def ranking_lines(res: dict, cols, width: int) -> list[str]:
 
 
 def report() -> dict:
-    kept, shipped = json.loads(KEPT.read_text()), json.loads(v2.SHIPPED.read_text())
+    kept, shipped = json.loads(KEPT.read_text()), model_file(16)
     rows = rows_with_handoff(kept)
     w = np.array([r["world"] for r in rows])
     ranked = look10.orders(rows, {"shipped": look8.product_gain(rows, shipped), "v2_all": harm_fit.gains(rows, []),

@@ -44,7 +44,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEPT = HERE / "harm_rows.json"
@@ -76,7 +76,7 @@ def ranks(x: np.ndarray) -> np.ndarray:
 
 def report() -> dict:
     kept = json.loads(KEPT.read_text())
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     done = list(kept)
     rows = look2.load_rows({"worlds": done})
     h = np.array([kept[r["world"]][r["diagnosis_run"]].get(r["diagnosis_config"], np.nan) for r in rows])

@@ -37,7 +37,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_harm import KEPT  # noqa: E402
-from benchmarks.validity.v2.looks import by_tier  # noqa: E402
+from benchmarks.validity.v2.looks import by_tier, model_file  # noqa: E402
 
 RULES = ("accuracy_gap", "shipped", "v2_all", "v2_harm")
 
@@ -58,7 +58,7 @@ def gains(rows: list[dict], extra: list[str]) -> np.ndarray:
 
 def main() -> int:
     rows = rows_with_harm()
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     ranked = look10.orders(rows, {"shipped": look8.product_gain(rows, shipped), "v2_all": gains(rows, []),
                                   "v2_harm": gains(rows, ["log_harm"])})
     per = {k: v2.per_world(x, rows, "d_pass1")["worlds"] for k, x in ranked.items()}

@@ -19,7 +19,6 @@ moved the student is a candidate for a later look, judged only on worlds built a
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -29,14 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look14 as look14  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import by_tier, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import by_tier, model_file, shipped_gain  # noqa: E402
 
 COLUMNS = ("accuracy_gap", "predicted_drift", "lookahead_kl", "realised_kl")
 
 
 def calls() -> list[dict]:
     """B's hurts calls on the judged worlds, each with its columns and whether it degraded."""
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     out = []
     for w in look14.plan()["worlds"]["judged"]:
         rows = look2.load_rows({"worlds": [w]})

@@ -8,7 +8,6 @@ v2's gain), on the eighteen worlds already seen: within-world Spearman and metho
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -21,11 +20,11 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look7 as look7  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order, shipped_gain  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 WORLDS = [*look7.worlds(), "kiln", "mill", "brine", "ember", "cinder"]
-shipped = json.loads(v2.SHIPPED.read_text())
+shipped = model_file(16)
 rows = look2.load_rows({"worlds": WORLDS})
 w = np.array([r["world"] for r in rows])
 gain = look8.product_gain(rows, shipped)

@@ -45,7 +45,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2 import run_v2  # noqa: E402
-from benchmarks.validity.v2.looks import explore_cli, product_order  # noqa: E402
+from benchmarks.validity.v2.looks import explore_cli, model_file, product_order  # noqa: E402
 from benchmarks.validity.worlds import run_worlds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -110,7 +110,7 @@ def keep(out: Path) -> None:
 
 
 def report() -> dict:
-    shipped, kept = json.loads(v2.SHIPPED.read_text()), json.loads(KEPT.read_text())
+    shipped, kept = model_file(16), json.loads(KEPT.read_text())
     done = [w for w in worlds() if w in kept]
     rows = look2.load_rows({"worlds": done})
     reach = {(w, x["config"], x["method"]): x for w in done for x in kept[w]["rows"]}

@@ -48,7 +48,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import WORLDS, lexical  # noqa: E402
-from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CANDIDATES = ("low_g", "low_kl", "low_harm")
@@ -115,7 +115,7 @@ def harm_of(world: str) -> dict[str, float] | None:
 
 
 def report() -> dict:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     per = {k: {} for k in ORDERS}
     for w, rows in world_rows().items():
         for k, x in orders(rows, shipped, harm_of(w)).items():

@@ -18,7 +18,6 @@ worlds v2 was never fitted on, the six built after the ranking shipped, and all.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
-from benchmarks.validity.v2.looks import product_order, shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order, shipped_order  # noqa: E402
 
 LATER = ["tallow", "wick", "flint", "hearth", "loam", "marl"]  # checked since the eighth look shipped its ranking
 RULES = ("shipped", "G", "gk", "gk_sqrt", "gk_cap", "gk_config")
@@ -54,7 +53,7 @@ def scores(rows: list[dict], shipped: dict) -> dict[str, np.ndarray]:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     worlds = list(dict.fromkeys([*WORLDS, *LATER]))
     print(f"{'world':34s} rows  " + "  ".join(f"{k:>9s}" for k in RULES))
     table = {}

@@ -16,7 +16,6 @@ Per world the Spearman with the realised Δpass@1; means over the worlds v2 was 
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
 from benchmarks.validity.v2.explore_movement import LATER, means, movement, scores  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 RULES = ("shipped", "G", "v2_refit", "v2_move", "ens")
@@ -43,7 +42,7 @@ def with_move(rows: list[dict]) -> list[dict]:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     base = shipped["models"]["v2"]["d_pass1"]
     feats = {"v2_refit": list(base["features"]), "v2_move": [*base["features"], "g_move"]}
     worlds = list(dict.fromkeys([*WORLDS, *LATER]))

@@ -18,7 +18,6 @@ to trust less; it changes no prediction, ranking or verdict (nothing here was ch
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections import Counter
@@ -33,7 +32,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
 from benchmarks.validity.v2.explore_tier_ranking import LATER  # noqa: E402
-from benchmarks.validity.v2.looks import has_lookahead  # noqa: E402
+from benchmarks.validity.v2.looks import has_lookahead, model_file  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 def rows_of(w: str, shipped: dict) -> list[dict]:
@@ -52,7 +51,7 @@ def rows_of(w: str, shipped: dict) -> list[dict]:
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if w not in look8.FITTED]
     print(f"{'world':12s} rows  outside  features outside the fitted range (rows)")
     rows = []

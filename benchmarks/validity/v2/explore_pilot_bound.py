@@ -49,7 +49,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import lexical  # noqa: E402
-from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 READS = {"early_d1": HERE / "early_success_rows.json", "tenth_d1": HERE / "early_tenth_rows.json"}
@@ -87,7 +87,7 @@ def rank_of(x: np.ndarray) -> np.ndarray:
 
 
 def report() -> dict:
-    shipped, measured = json.loads(v2.SHIPPED.read_text()), reads()
+    shipped, measured = model_file(16), reads()
     per: dict = {}
     for w in sorted(measured):
         rows = look2.load_rows({"worlds": [w]})

@@ -52,7 +52,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL  # noqa: E402
-from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, shipped_order  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 READS = HERE / "early_success_rows.json"
@@ -79,7 +79,7 @@ def picks(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, int | 
 
 
 def report() -> dict:
-    shipped, kept = json.loads(v2.SHIPPED.read_text()), json.loads(READS.read_text())
+    shipped, kept = model_file(16), json.loads(READS.read_text())
     per: dict = {}
     for w in sorted(kept):
         rows = look2.load_rows({"worlds": [w]})

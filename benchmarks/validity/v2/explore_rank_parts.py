@@ -24,7 +24,6 @@ predict what a configuration realises over its methods; the method order is near
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity.v2 import report_checks  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.looks import shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, shipped_order  # noqa: E402
 
 RULES = ("shipped", "config_oracle", "method_oracle")
 
@@ -68,7 +67,7 @@ def scores(rows: list[dict], shipped: dict) -> dict[str, np.ndarray]:
 
 
 def report() -> dict:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     per = {k: {} for k in RULES}
     for w in worlds():
         rows = look2.load_rows({"worlds": [w]})

@@ -29,10 +29,10 @@ import numpy as np
 from scipy.stats import rankdata
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from benchmarks.validity.v2 import check_world  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_look11 as look11  # noqa: E402
+from benchmarks.validity.v2.looks import model_file  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.looks import by_tier  # noqa: E402
 
@@ -81,7 +81,7 @@ def main() -> None:
     p = look11.plan()["seen_worlds"]
     seven, never = list(p["fitted_by_look1"]), list(p["never_fitted"])
     rows = look2.load_rows({"worlds": [*seven, *never]})
-    shipped = check_world.shipped()["models"]
+    shipped = model_file(16)["models"]
     gain = {"shipped": look10.applied({t: {"d_pass1": shipped[t]["d_pass1"]} for t in shipped}, rows)["d_pass1"]["pred"],
             **candidates(rows)}
     per = {k: v2.per_world(x, rows, "d_pass1")["worlds"] for k, x in look10.orders(rows, gain).items()}

@@ -23,7 +23,6 @@ diagnosis; it does not say how much the best of them will help. CHECKS.md and th
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_rank_parts import worlds  # noqa: E402
-from benchmarks.validity.v2.looks import product_order, tier_interval  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order, tier_interval  # noqa: E402
 
 SMALL = 0.02
 
@@ -66,7 +65,7 @@ def summary(rec: dict[str, dict], names: list[str]) -> dict:
 
 
 def report() -> dict:
-    rec = recommended_rows(json.loads(v2.SHIPPED.read_text()))
+    rec = recommended_rows(model_file(16))
     never = [w for w in rec if w not in look8.FITTED]
     return {"rows": rec, "never_fitted": summary(rec, never), "all": summary(rec, list(rec))}
 

@@ -35,7 +35,6 @@ training rows), over the five built after the ranking shipped, and over all, wit
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from pathlib import Path
 
@@ -50,7 +49,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
 from benchmarks.validity.v2.explore_movement import means  # noqa: E402
-from benchmarks.validity.v2.looks import product_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
 
 TEMPLATE = "{solution}\nAnswer: {answer}"
@@ -84,7 +83,7 @@ def with_reference(name: str, source: dict[str, list[dict]]) -> list[dict]:
 
 
 def report(source: dict[str, list[dict]]) -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     base = shipped["models"]["v2"]["d_pass1"]
     worlds = [w for w in dict.fromkeys([*WORLDS, *LATER]) if w in source]
     rows = {w: with_reference(w, source) for w in worlds}

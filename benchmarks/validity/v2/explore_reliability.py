@@ -37,7 +37,7 @@ from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_tier_ranking import LATER  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
-from benchmarks.validity.v2.looks import product_order, shipped_order  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order, shipped_order  # noqa: E402
 
 LOOKAHEAD = ("lookahead_dv", "lookahead_dll", "lookahead_kl")
 Z = 1.959963984540054
@@ -68,7 +68,7 @@ def shrunk(rows: list[dict], intervals: dict) -> tuple[list[dict], dict[str, flo
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     worlds = list(dict.fromkeys([*WORLDS, *LATER]))
     print(f"{'world':34s} rows  shipped  shrunk  G      lambda dv   dll   kl")
     table = {}

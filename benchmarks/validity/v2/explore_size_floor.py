@@ -41,7 +41,7 @@ from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import explore_handoff as handoff  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
-from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.looks import model_file  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
 
 COLUMNS = ("predicted", "accuracy_gap", "student_heldout", "pass4_minus_pass1", "student_diag", "teacher_diag",
@@ -56,7 +56,7 @@ def initial(world: str) -> dict:
 def table() -> dict[str, dict]:
     """Per world: the recommended row's realised Δpass@1 and every column (NaN where not measured)."""
     hand = json.loads(handoff.KEPT.read_text())
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     out = {}
     for w, rec in recommended_rows(shipped).items():
         ini = initial(w)

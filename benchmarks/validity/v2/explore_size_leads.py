@@ -29,12 +29,13 @@ from benchmarks.validity.v2 import explore_handoff as handoff  # noqa: E402
 from benchmarks.validity.v2 import explore_recommended_size as size  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.looks import model_file  # noqa: E402
 
 COLUMNS = ("predicted", "accuracy_gap", "handoff", "teachability", "mean_jsd", "lookahead_dv", "lookahead_kl")
 
 
 def leads() -> dict:
-    rec = size.recommended_rows(json.loads(v2.SHIPPED.read_text()))
+    rec = size.recommended_rows(model_file(16))
     kept = json.loads(handoff.KEPT.read_text())
     values = {}
     for w, r in rec.items():

@@ -29,7 +29,6 @@ will move at all. The rule did not fire: no look follows.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from benchmarks.validity.v2 import report_look13 as look13  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import recommended_rows  # noqa: E402
 from benchmarks.validity.v2.explore_size_floor import across_worlds, size_figures, size_rule  # noqa: E402
-from benchmarks.validity.v2.looks import by_tier, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import by_tier, model_file, shipped_gain  # noqa: E402
 
 COLUMNS = ("predicted", "predicted_drift", "g_drift", "realised_kl")
 PREDICTORS = ("predicted_drift", "g_drift")
@@ -54,7 +53,7 @@ def worlds() -> list[str]:
 
 
 def table() -> dict[str, dict]:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     out = {}
     for w, rec in recommended_rows(shipped, list(dict.fromkeys(worlds()))).items():
         rows = look2.load_rows({"worlds": [w]})

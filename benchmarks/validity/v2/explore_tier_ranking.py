@@ -14,7 +14,6 @@ the worlds v2 was never fitted on, over the four built after the ranking shipped
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -27,14 +26,14 @@ from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_ceiling import WORLDS  # noqa: E402
-from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
+from benchmarks.validity.v2.looks import model_file, product_order, shipped_gain  # noqa: E402
 
 LATEST = ["loam", "marl", "sorrel", "pumice", "shale"]  # checked since this first ran (amendments 5 to 8)
 LATER = ["tallow", "flint", "hearth", "wick", *LATEST]  # every world checked since the eighth look shipped its ranking
 
 
 def main() -> int:
-    shipped = json.loads(v2.SHIPPED.read_text())
+    shipped = model_file(16)
     worlds = list(dict.fromkeys([*WORLDS, *LATER]))
     print(f"{'world':38s} rows  shipped  no_lookahead  G")
     table = {}

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from benchmarks.validity.v2 import report_v2 as v2
+from benchmarks.validity.v2.looks import before_look
 
 HERE = Path(__file__).resolve().parent
 CHECKS = HERE / "checks"  # worlds the shipped model was checked on after the last look (check_world.py --keep)
@@ -28,10 +29,11 @@ def added_worlds(plan: dict) -> tuple[list[str], list[str]]:
 
 
 def publish(look: int, analyse, render, record) -> int:
-    """A look's script body: ``analyse(shipped)`` on the model file as it stands, its analysis and results written,
-    ``record(shipped, analysis)`` written back as the model file, the results printed."""
+    """A look's script body: ``analyse`` on the model file as the look read it (``before_look``: what it or a later
+    look replaced restored), its analysis and results written, ``record(shipped, analysis)`` on the file as it
+    stands written back as the model file, the results printed."""
     shipped = json.loads(v2.SHIPPED.read_text())
-    shipped = record(shipped, write_look(look, analyse(shipped), render))
+    shipped = record(shipped, write_look(look, analyse(before_look(shipped, look)), render))
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / f"RESULTS_look{look}.md").read_text())
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +145,12 @@ def before_look(shipped: dict, look: int) -> dict:
     """The model file as the looks before ``look`` read it: every model that look or a later one replaced, restored
     from the look's record (the file itself where no look replaced any)."""
     return _restored(shipped, [r for n, r in sorted(_replacements(shipped).items(), reverse=True) if n >= look])
+
+
+def model_file(before: int) -> dict:
+    """The package's model file as a script written before look ``before`` read it (``before_look``): a later look
+    that replaced a model leaves that script's figures as they were printed."""
+    return before_look(json.loads(v2.SHIPPED.read_text()), before)
 
 
 def as_when_checked(shipped: dict, world: str) -> dict:

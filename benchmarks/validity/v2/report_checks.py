@@ -287,7 +287,8 @@ def _since_sentence(s8: dict) -> str:
         return ""
     ms, f, worlds = s8["mean_spearman"], report_v2.fmt, list(s8["per_world"])
     return (f"The ranking in force ({LATER}), checked on the {len(worlds)} world{'s' * (len(worlds) != 1)} built "
-            f"after it shipped, with no refit (benchmarks/validity/v2/CHECKS.md): a mean within-world Spearman with the "
+            f"after it shipped, with no refit, each with the model file as it then stood (before the sixteenth look, "
+            f"the first look's gain model; benchmarks/validity/v2/CHECKS.md): a mean within-world Spearman with the "
             f"realised pass@1 change of {f(ms[LATER_PRODUCT])}, G alone {f(ms['accuracy_gap'])} (the difference "
             f"{s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, {s8['paired_vs_g']['hi']:+.3f}], 95% "
             "over worlds); it ordered "

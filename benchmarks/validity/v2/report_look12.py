@@ -31,11 +31,12 @@ from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_look11 as look11  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.looks import by_tier  # noqa: E402
+from opsd_diag.core import predictor as model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAN = HERE / "plan_look12.yaml"
 RULES = ("accuracy_gap", "shipped", "v2_far")
-FAR = ("g_far_teach", "g_far_jsd")
+FAR = model.DERIVED  # g_far_teach, g_far_jsd
 
 
 def plan() -> dict:
@@ -53,14 +54,10 @@ def added_worlds() -> tuple[list[str], list[str]]:
     return look_record.added_worlds(plan())
 
 
-def far_features(row: dict) -> dict[str, float]:
-    """The plan's two features: max(G, 0) x (1 - teachability) and max(G, 0) x mean JSD (NaN where a factor is)."""
-    g = max(v2._num(row["accuracy_gap"]), 0.0) if np.isfinite(v2._num(row["accuracy_gap"])) else np.nan
-    return {"g_far_teach": g * (1.0 - v2._num(row["teachability"])), "g_far_jsd": g * v2._num(row["mean_jsd"])}
-
-
 def rows_of(worlds: list[str]) -> list[dict]:
-    return [{**r, **far_features(r)} for r in look2.load_rows({"worlds": worlds})]
+    """The worlds' rows; the plan's two features are computed where a model takes them (``report_v2.matrix``, with
+    the product's ``core.predictor.derived``)."""
+    return look2.load_rows({"worlds": worlds})
 
 
 def tiers() -> dict[str, list[str]]:

@@ -30,6 +30,7 @@ from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look5 as look5  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
+from benchmarks.validity.v2.looks import before_look  # noqa: E402
 from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 from benchmarks.validity.v2.report_look4 import scored  # noqa: E402
 from opsd_diag.core import predictor as model  # noqa: E402
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.study:
         look2.store_added(plan()["added_world"]["name"], args.study, args.lookahead)
     shipped = json.loads(v2.SHIPPED.read_text())
-    shipped.setdefault("later_looks", {})["look6"] = later_look(look_record.write_look(6, analyse(shipped), render))
+    shipped.setdefault("later_looks", {})["look6"] = later_look(look_record.write_look(6, analyse(before_look(shipped, 6)), render))
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / "RESULTS_look6.md").read_text())
     return 0
