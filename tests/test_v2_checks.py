@@ -214,7 +214,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])} "
             f"(paired {s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, "
             f"{s8['paired_vs_g']['hi']:+.3f}]), method pairs {right} of {pairs}")
-    assert len(per) == 42 and mean in readme
+    assert len(per) == 44 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)};" in verdict
     d = s8["paired_vs_g"]  # the paired difference against G, recomputed from the per-world figures above
@@ -289,9 +289,12 @@ def test_the_verdict_column_on_the_worlds_built_after_the_ranking_shipped():
         for r in report_checks.rows_of(w):
             has = any(math.isfinite(v2._num(r[k])) for k in ("lookahead_dv", "lookahead_dll", "lookahead_kl"))
             m = ship["models"]["v2" if has else "v2_no_lookahead"]["d_pass1"]
+            g = v2._num(r["accuracy_gap"])
+            g = max(g, 0.0) if math.isfinite(g) else math.nan  # the sixteenth look's two features, written out
+            row = {**r, "g_far_teach": g * (1.0 - v2._num(r["teachability"])), "g_far_jsd": g * v2._num(r["mean_jsd"])}
             gain = float(m["intercept"])
             for f, mean, sd, coef in zip(m["features"], m["mean"], m["sd"], m["coef"]):
-                x = v2._num(r[f])
+                x = v2._num(row[f])
                 gain += coef * (x - mean) / sd if math.isfinite(x) else 0.0
             lo, hi = gain + m["residual_band"][0], gain + m["residual_band"][1]
             said = "helps" if lo > ship["delta"] else "hurts" if hi < -ship["delta"] else "unclear"

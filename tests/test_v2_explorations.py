@@ -9,7 +9,6 @@ from conftest import REPO, doc_text
 
 sys.path.insert(0, str(REPO))
 from benchmarks.validity.v2 import report_checks, report_v2  # noqa: E402
-from benchmarks.validity.v2.looks import model_file  # noqa: E402
 
 HERE = REPO / "benchmarks" / "validity" / "v2"
 
@@ -359,8 +358,8 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     res = size.report()
     s8 = report_checks.analysis()["since_look8"]
     since = list(s8["per_world"])
-    assert len(since) == 42 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
-    rows = size.recommended_rows(model_file(16), since)  # its pick, on CHECKS' worlds, as they were checked
+    assert len(since) == 44 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
+    rows = {w: size.recommended_rows(report_checks.as_checked(w), [w])[w] for w in since}  # its pick, as checked
     assert s8["recommended_size"] == pytest.approx(size.summary(rows, since)["spearman_predicted"], abs=1e-9)
     for w in since:  # the same row, its realised change
         assert s8["recommended"][w]["product"]["realised"] == pytest.approx(rows[w]["realised"], abs=1e-12)

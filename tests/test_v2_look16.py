@@ -31,10 +31,10 @@ def test_the_judged_worlds_are_those_with_rows_built_after_the_twelfth_looks_pla
     """Every world whose rows were first committed after plan_look12.yaml is judged, but jasper and mica, whose v2_far
     figures the twelfth look printed; the plan's new worlds come on top."""
     p = report_look16.plan()["judged_worlds"]
-    plan12 = first_added(HERE, "plan_look12.yaml")
+    plan12, plan16 = first_added(HERE, "plan_look12.yaml"), first_added(HERE, "plan_look16.yaml")
     later = [f.name[:-len("_analysis.json")] for f in (HERE / "checks").glob("*_analysis.json")
-             if (first_added(HERE / "checks", f.name) or math.inf) > plan12]  # not committed yet: later
-    assert sorted([*p["since_look12"], *p["reported_not_judged"]]) == sorted(w for w in later if w not in p["new"])
+             if plan12 < (first_added(HERE / "checks", f.name) or math.inf) < plan16]  # committed between the plans
+    assert sorted([*p["since_look12"], *p["reported_not_judged"]]) == sorted(later) and not set(later) & set(p["new"])
     look12 = json.loads((HERE / "look12_analysis.json").read_text())
     assert sorted(p["reported_not_judged"]) == sorted(look12["added_built"])
     assert not set(p["since_look12"]) & set(look12["added"]["per_world"]["v2_far"]["worlds"])
