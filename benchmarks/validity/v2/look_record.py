@@ -37,3 +37,20 @@ def publish(look: int, analyse, render, record) -> int:
     v2.SHIPPED.write_text(json.dumps(v2.stats_jsonable(shipped), indent=1, sort_keys=True) + "\n")
     print((HERE / f"RESULTS_look{look}.md").read_text())
     return 0
+
+
+def record_look(shipped: dict, look: int, entry: dict, outcome: str = "", models: dict | None = None) -> dict:
+    """The model file with the look's record ``entry`` (``later_looks.lookN``). A look whose rule was met passes
+    ``models`` (tier -> model of ``outcome``): they replace the file's, and the record keeps what they replaced and
+    the worlds checked before (``looks.before_look``, ``looks.as_when_checked``: every earlier figure reads the file
+    as it then stood); a rerun keeps the record's first ``replaced``."""
+    looks = shipped.setdefault("later_looks", {})
+    earlier = (looks.get(f"look{look}") or {}).get("replaced")
+    looks[f"look{look}"] = entry
+    if models is not None:
+        entry["replaced"] = earlier or {
+            "models": {t: {outcome: shipped["models"][t][outcome]} for t in models},
+            "checked_worlds": sorted(p.stem[len("check_"):] for p in HERE.glob("check_*.txt"))}
+        for t, m in models.items():
+            shipped["models"][t][outcome] = m
+    return shipped

@@ -210,19 +210,9 @@ def later_look(a: dict) -> dict:
 
 def record(shipped: dict, a: dict) -> dict:
     """The model file with the look recorded; where the rule is met, its drift models (marked with their log target,
-    which ``core.predictor.predict`` exponentiates) replace the shipped ones, and the record keeps what they replaced
-    and the worlds checked before (``looks.before_look``, ``looks.as_when_checked``: every earlier figure reads the
-    file as it then stood). A rerun keeps the record's first ``replaced``."""
-    looks = shipped.setdefault("later_looks", {})
-    earlier = (looks.get("look13") or {}).get("replaced")
-    looks["look13"] = later_look(a)
-    if a["ship"]["choice"] == "v2_logkl":
-        looks["look13"]["replaced"] = earlier or {
-            "models": {t: {OUTCOME: shipped["models"][t][OUTCOME]} for t in a["models"]},
-            "checked_worlds": sorted(p.stem[len("check_"):] for p in HERE.glob("check_*.txt"))}
-        for t, m in a["models"].items():
-            shipped["models"][t][OUTCOME] = m
-    return shipped
+    which ``core.predictor.predict`` exponentiates) replace the shipped ones (``look_record.record_look``)."""
+    ships = a["ship"]["choice"] == "v2_logkl"
+    return look_record.record_look(shipped, 13, later_look(a), OUTCOME, a["models"] if ships else None)
 
 
 def main() -> int:

@@ -13,6 +13,7 @@ ranked the same way. The look's outcome is recorded in the package's model file 
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -73,9 +74,16 @@ def judge(names: list[str], models: dict, ship_d1: dict, delta: float) -> dict |
     return out
 
 
-def analyse(shipped: dict) -> dict:
+@functools.cache
+def v2_far() -> dict:
+    """The candidate as the twelfth look's plan fitted it on its 44 seen worlds (tier -> {"d_pass1": model}); fitted
+    once for the analysis and the record."""
     seven, never = look12.seen()
-    models = look12.fitted(look12.rows_of([*seven, *never]))
+    return look12.fitted(look12.rows_of([*seven, *never]))
+
+
+def analyse(shipped: dict) -> dict:
+    models = v2_far()
     ship_d1 = {t: {"d_pass1": shipped["models"][t]["d_pass1"]} for t in shipped["models"]}
     w, delta = worlds(), shipped["delta"]
     new = [x for x in w["new"] if x in w["judged"]]
@@ -161,20 +169,10 @@ def later_look(a: dict) -> dict:
 
 def record(shipped: dict, a: dict) -> dict:
     """The model file with the look recorded; where the rule is met, v2_far's d_pass1 models (both tiers, fitted on
-    the 44 seen worlds) replace the shipped ones, and the record keeps what they replaced and the worlds checked
-    before (``looks.before_look``, ``looks.as_when_checked``: every earlier figure reads the file as it then stood).
-    A rerun keeps the record's first ``replaced``."""
-    looks = shipped.setdefault("later_looks", {})
-    earlier = (looks.get("look16") or {}).get("replaced")
-    looks["look16"] = later_look(a)
-    if a["ship"]["choice"] == "v2_far":
-        looks["look16"]["replaced"] = earlier or {
-            "models": {t: {"d_pass1": shipped["models"][t]["d_pass1"]} for t in shipped["models"]},
-            "checked_worlds": sorted(p.stem[len("check_"):] for p in HERE.glob("check_*.txt"))}
-        seven, never = look12.seen()
-        for t, m in look12.fitted(look12.rows_of([*seven, *never])).items():
-            shipped["models"][t]["d_pass1"] = m["d_pass1"]
-    return shipped
+    the 44 seen worlds) replace the shipped ones (``look_record.record_look``)."""
+    ships = a["ship"]["choice"] == "v2_far"
+    return look_record.record_look(shipped, 16, later_look(a), "d_pass1",
+                                   {t: m["d_pass1"] for t, m in v2_far().items()} if ships else None)
 
 
 def main() -> int:

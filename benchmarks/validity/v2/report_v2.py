@@ -81,11 +81,10 @@ def _num(v) -> float:
 def matrix(rows: list[dict], features: list[str]) -> np.ndarray:
     """``[n, f]``; a derived feature (``core.predictor.DERIVED``) computed from the row's columns as the product
     does."""
-    def x(r: dict) -> dict:
-        if not any(f in model.DERIVED and f not in r for f in features):
-            return r
-        return {**r, **model.derived(*(_num(r[k]) for k in ("accuracy_gap", "teachability", "mean_jsd")))}
-    return np.array([[_num(x(r)[f]) for f in features] for r in rows], dtype=np.float64)
+    if any(f in model.DERIVED for f in features):
+        rows = [{**model.derived(*(_num(r[k]) for k in ("accuracy_gap", "teachability", "mean_jsd"))), **r}
+                for r in rows]  # a row's own column, where it has one, wins
+    return np.array([[_num(r[f]) for f in features] for r in rows], dtype=np.float64)
 
 
 def target(rows: list[dict], outcome: str) -> np.ndarray:
