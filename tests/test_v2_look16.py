@@ -104,8 +104,8 @@ def test_the_package_file_records_the_look():
     if a["ship"]["choice"] == "v2_far":
         seven, never = report_look12.seen()
         fitted = report_look12.fitted(report_look12.rows_of([*seven, *never]))
-        for t, m in fitted.items():
-            assert shipped["models"][t]["d_pass1"] == json.loads(json.dumps(v2.stats_jsonable(m["d_pass1"])))
+        for t, m in fitted.items():  # refitted here: floats within tolerance (CPUs round differently)
+            assert_tree_close(shipped["models"][t]["d_pass1"], json.loads(json.dumps(v2.stats_jsonable(m["d_pass1"]))))
         assert before_look(shipped, 16)["models"] != shipped["models"]  # the record keeps what it replaced
     else:
         assert all("g_far_teach" not in f for f in features.values()) and "replaced" not in \
