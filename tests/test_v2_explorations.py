@@ -86,6 +86,21 @@ def test_the_forgetting_explorations_recompute_from_the_kept_rows_and_the_verdic
     assert len(flat) == 2 and all("+nan" in x for x in flat)  # the pass@1 column is flat there
 
 
+def test_the_forgetting_refit_exploration_recomputes_and_the_verdict_doc_quotes_it():
+    """explore_forgetting_far.txt is what its script prints from the committed rows over its fixed 63 worlds, and
+    docs/verdict.md quotes its pooled figures over the 56 worlds the shipped forgetting model was never fitted on."""
+    import re
+
+    text = _reruns("explore_forgetting_far")
+    pooled = {m.group(1): m.group(2) for m in re.finditer(r"^the 56 never fitted on +(\w+) +([+-]\d\.\d\d)", text,
+                                                           re.M)}
+    assert len(pooled) == 5 and "(1410 rows, 63 worlds)" in text
+    assert (f"refitted leave one world out on all 63 it ranks the realised forgetting at {pooled['refit_first']} "
+            f"pooled, with the sixteenth look's two features {pooled['refit_far']}, against the shipped model's "
+            f"{pooled['shipped']} (the predicted gain {pooled['predicted_gain']}, G {pooled['G']})"
+            ) in doc_text("docs/verdict.md")
+
+
 def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():
     """explore_tier_ranking.txt is what its script prints from the committed rows (numbers within 0.011: CPUs round
     differently), and docs/verdict.md quotes its means over the unfitted worlds and ember's line."""
