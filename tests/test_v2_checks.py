@@ -172,6 +172,31 @@ def test_what_the_product_decides_on_the_worlds_built_after_the_ranking_shipped(
             f"{means['by_g']:+.3f} for the row the ranking by G recommended before the eighth look") in verdict
 
 
+def test_the_worlds_checked_with_the_model_file_as_it_stands_are_subtotalled():
+    """CHECKS.md's subtotal of the worlds checked with today's model file: those checked after the last look that
+    replaced a model (not among the worlds that look's record lists as checked before it), with their means
+    recomputed from the per-world figures."""
+    import json
+
+    import numpy as np
+    s8 = report_checks.analysis()["since_look8"]
+    shipped = json.loads((REPO / "opsd_diag" / "data" / "predictor_v2.json").read_text())
+    last = max(int(k[4:]) for k, v in shipped["later_looks"].items() if v.get("replaced"))
+    before = set(shipped["later_looks"][f"look{last}"]["replaced"]["checked_worlds"])
+    d = s8["in_force"]
+    assert d["since_look"] == last == 16
+    assert d["worlds"] == [w for w in s8["per_world"] if w not in before] and {"tourmaline", "serpentine"} <= set(
+        d["worlds"])
+    product = np.mean([s8["per_world"][w]["models"][report_checks.LATER_PRODUCT]["spearman"] for w in d["worlds"]])
+    g = np.mean([s8["per_world"][w]["models"]["accuracy_gap"]["spearman"] for w in d["worlds"]])
+    rec = np.mean([s8["recommended"][w]["product"]["realised"] for w in d["worlds"]])
+    assert d["mean_spearman"][report_checks.LATER_PRODUCT] == pytest.approx(product)
+    text = (HERE / "CHECKS.md").read_text()
+    assert (f"Of these, the {len(d['worlds'])} checked with the model file as it now stands" in text
+            and f"the product ranking {product:+.2f}, G alone {g:+.2f}" in text
+            and f"the recommended row {rec:+.3f} on average" in text)
+
+
 def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look():
     """The pooled forgetting figure CHECKS.md adds beside the plan's five: every row of every world checked since
     (the plan's five, then those of the eighth look's ranking), scipy's Spearman of the shipped v2 model's predicted

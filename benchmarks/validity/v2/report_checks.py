@@ -170,7 +170,24 @@ def analysis() -> dict:
                          "verdict": shown and {k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
                          "recommended_mean": {k: float(np.mean([p[k]["realised"] if k != "best" else p[k]
                                                                 for p in both])) if both else None
-                                              for k in ("product", "by_g", "best")}}})))
+                                              for k in ("product", "by_g", "best")},
+                         "in_force": in_force(later, picks)}})))
+
+
+def in_force(later: dict, picks: dict) -> dict:
+    """The worlds checked with the model file as it stands now (no later look replaced a model after their check):
+    the shipped models' own record on worlds none of them was fitted or chosen on."""
+    shipped = check_world.shipped()
+    worlds = [w for w in later if looks.as_when_checked(shipped, w)["models"] == shipped["models"]]
+    both = [picks[w] for w in worlds if picks[w]["product"]]
+    since = max((int(k[4:]) for k, v in (shipped.get("later_looks") or {}).items() if v.get("replaced")), default=None)
+    return {"worlds": worlds, "since_look": since,
+            "mean_spearman": {m: float(np.mean([later[w]["models"][m]["spearman"] for w in worlds])) if worlds
+                              else None for m in (LATER_PRODUCT, "accuracy_gap")},
+            "method_order": [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in worlds)
+                             for k in ("n_right", "n_pairs")],
+            "recommended_mean": {k: float(np.mean([p[k]["realised"] if k == "product" else p[k] for p in both]))
+                                 if both else None for k in ("product", "best")}}
 
 
 def _share(a: int, b: int) -> str:
@@ -242,7 +259,7 @@ def render(a: dict) -> str:
         lines += ["", f"The product ranking minus G alone, mean over the {d['n']} worlds: {d['estimate']:+.3f} "
                       f"[{d['lo']:+.3f}, {d['hi']:+.3f}] (95%, bootstrap over worlds, {BOOT['n_boot']} draws), above in "
                       f"{d['above']}, below in {d['below']}; the issue asks this difference above 0 at 95%: "
-                      f"{'it is' if d['lo'] > 0 else 'it is not'}."]
+                      f"{'it is' if d['lo'] > 0 else 'it is not'}."] + _in_force_words(s8["in_force"])
         rec = s8["recommended"]
         lines += ["", "What the product decides there: the row it recommends (the best-ranked with G > 0), its realised "
                   "Δpass@1 and its place among the world's rows (1: the best realised), beside the row the ranking by "
@@ -264,6 +281,18 @@ def render(a: dict) -> str:
                       f"{f(fp['v2'])} (v2 without lookahead {f(fp['v2_no_lookahead'])}; the plan's "
                       f"{len(checked)} alone {f(o['v2']['forgetting_pooled'])}, target >= {t['forgetting']:.2f})."]
     return "\n".join(lines) + "\n"
+
+
+def _in_force_words(d: dict) -> list[str]:
+    """The subtotal of the worlds checked with the model file as it stands (``in_force``)."""
+    if not d["worlds"]:
+        return []
+    f, ms, rec = report_v2.fmt, d["mean_spearman"], d["recommended_mean"]
+    return ["", f"Of these, the {len(d['worlds'])} checked with the model file as it now stands ({_listed(d['worlds'])}"
+                f"; last changed by look {d['since_look']}): the product ranking {f(ms[LATER_PRODUCT])}, G alone "
+                f"{f(ms['accuracy_gap'])}, {d['method_order'][0]} of {d['method_order'][1]} method pairs right, the "
+                "recommended row " + (f"{rec['product']:+.3f} on average (the best row {rec['best']:+.3f})."
+                                      if rec["product"] is not None else "none (no G > 0).")]
 
 
 def sentence(a: dict) -> dict:
