@@ -196,6 +196,10 @@ def test_the_worlds_checked_with_the_model_file_as_it_stands_are_subtotalled():
     assert (f"Of these, the {len(d['worlds'])} checked with the model file as it now stands" in text
             and f"the product ranking {product:+.2f}, G alone {g:+.2f}" in text
             and f"the recommended row {rec:+.3f} on average" in text)
+    from opsd_diag import prediction  # the decision panel's record ends with the same subtotal
+    assert prediction.load().checks.endswith(
+        f"With the model file as it stands (since look {last}), on the {len(d['worlds'])} worlds checked with it: "
+        f"{product:+.2f}, G alone {g:+.2f}.")
 
 
 def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look():

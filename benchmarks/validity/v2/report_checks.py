@@ -325,7 +325,17 @@ def _since_sentence(s8: dict) -> str:
             f"(best-ranked with G > 0) realised {s8['recommended_mean']['product']:+.3f} on average (the best row "
             f"{s8['recommended_mean']['best']:+.3f}, the ranking by G's {s8['recommended_mean']['by_g']:+.3f}). "
             f"Across those worlds the recommended row's predicted gain against what it realised: Spearman "
-            f"{f(s8['recommended_size'])}. " + _size_words(s8) + _verdict_words(s8))
+            f"{f(s8['recommended_size'])}. " + _size_words(s8) + _verdict_words(s8)
+            + _in_force_sentence(s8["in_force"]))
+
+
+def _in_force_sentence(d: dict) -> str:
+    """The model file's own record: the worlds checked with it as it stands."""
+    if not d["worlds"]:
+        return ""
+    n, ms = len(d["worlds"]), d["mean_spearman"]
+    return (f" With the model file as it stands (since look {d['since_look']}), on the {n} world{'s' * (n != 1)} "
+            f"checked with it: {report_v2.fmt(ms[LATER_PRODUCT])}, G alone {report_v2.fmt(ms['accuracy_gap'])}.")
 
 
 def _verdict_words(s8: dict) -> str:
