@@ -141,6 +141,11 @@ def _replacements(shipped: dict) -> dict[int, dict]:
     return {int(k[4:]): v["replaced"] for k, v in (shipped.get("later_looks") or {}).items() if v.get("replaced")}
 
 
+def last_replacing_look(shipped: dict) -> int | None:
+    """The number of the last look that replaced a model in the file (None: no look has)."""
+    return max(_replacements(shipped), default=None)
+
+
 def before_look(shipped: dict, look: int) -> dict:
     """The model file as the looks before ``look`` read it: every model that look or a later one replaced, restored
     from the look's record (the file itself where no look replaced any)."""

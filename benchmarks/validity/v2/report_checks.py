@@ -180,8 +180,7 @@ def in_force(later: dict, picks: dict) -> dict:
     shipped = check_world.shipped()
     worlds = [w for w in later if looks.as_when_checked(shipped, w)["models"] == shipped["models"]]
     both = [picks[w] for w in worlds if picks[w]["product"]]
-    since = max((int(k[4:]) for k, v in (shipped.get("later_looks") or {}).items() if v.get("replaced")), default=None)
-    return {"worlds": worlds, "since_look": since,
+    return {"worlds": worlds, "since_look": looks.last_replacing_look(shipped),
             "mean_spearman": {m: float(np.mean([later[w]["models"][m]["spearman"] for w in worlds])) if worlds
                               else None for m in (LATER_PRODUCT, "accuracy_gap")},
             "method_order": [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in worlds)
