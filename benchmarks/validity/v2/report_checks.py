@@ -144,9 +144,7 @@ def analysis() -> dict:
     since = [w for w, st in states_later.items() if st == "checked"]
     later_rows = {w: rows_of(w) for w in since}
     later = {w: world_figures(w, later_rows[w]) for w in since}
-    over_later = {m: float(np.mean([later[w]["models"][m]["spearman"] for w in since])) if since else None
-                  for m in (LATER_PRODUCT, *MODELS[1:])}
-    pairs = [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in since) for k in ("n_right", "n_pairs")]
+    whole = summary(later, {}, since)
     paired = (stats.paired_mean(*({w: later[w]["models"][m]["spearman"] for w in since}
                             for m in (LATER_PRODUCT, "accuracy_gap")), since, **BOOT) if since else None)
     every = rows + [r for w in since for r in later_rows[w]]  # every world checked since the seventh look
@@ -156,11 +154,11 @@ def analysis() -> dict:
     picks = {w: recommended(later_rows[w], as_checked(w)) for w in since}
     shown = scored([v for w in since for v in product_verdicts(later_rows[w], as_checked(w))],
                    [r for w in since for r in later_rows[w]]) if since else None  # the verdict column, as shown
-    both = [p for p in picks.values() if p["product"] and p["by_g"]]  # worlds where both rankings recommend a row
     too_large = shipping_notes()  # met their specs, not shipped for another reason
     return json.loads(json.dumps(report_v2.stats_jsonable(
         {"worlds": states, "per_world": per, "over": over,
-         "since_look8": {"per_world": later, "mean_spearman": over_later, "method_order": pairs,
+         "since_look8": {"per_world": later, "mean_spearman": whole["mean_spearman"],
+                         "method_order": whole["method_order"],
                          "paired_vs_g": paired, "excluded": [w for w, st in states_later.items() if st == "excluded"],
                          "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()
                                          and w not in too_large],
@@ -168,25 +166,32 @@ def analysis() -> dict:
                          "forgetting_pooled_all": forgetting, "recommended": picks,
                          "recommended_size": recommended_size(picks),
                          "verdict": shown and {k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
-                         "recommended_mean": {k: float(np.mean([p[k]["realised"] if k != "best" else p[k]
-                                                                for p in both])) if both else None
-                                              for k in ("product", "by_g", "best")},
+                         "recommended_mean": summary(later, picks, since)["recommended_mean"],
                          "in_force": in_force(later, picks)}})))
 
 
-def in_force(later: dict, picks: dict) -> dict:
-    """The worlds checked with the model file as it stands now (no later look replaced a model after their check):
-    the shipped models' own record on worlds none of them was fitted or chosen on."""
-    shipped = check_world.shipped()
-    worlds = [w for w in later if looks.as_when_checked(shipped, w)["models"] == shipped["models"]]
-    both = [picks[w] for w in worlds if picks[w]["product"]]
-    return {"worlds": worlds, "since_look": looks.last_replacing_look(shipped),
-            "mean_spearman": {m: float(np.mean([later[w]["models"][m]["spearman"] for w in worlds])) if worlds
-                              else None for m in (LATER_PRODUCT, "accuracy_gap")},
+def summary(later: dict, picks: dict, worlds: list[str]) -> dict:
+    """Over ``worlds`` (of ``later``, their figures, and ``picks``, their recommended rows): the mean per-world
+    Spearman of each ranking, the method pairs right and in all, and the mean realised Δpass@1 of the rows the product
+    and the ranking by G recommend, with the best row's, over the worlds where both recommend one."""
+    both = [picks[w] for w in worlds if w in picks and picks[w]["product"] and picks[w]["by_g"]]
+    return {"mean_spearman": {m: float(np.mean([later[w]["models"][m]["spearman"] for w in worlds])) if worlds
+                              else None for m in (LATER_PRODUCT, *MODELS[1:])},
             "method_order": [sum(later[w]["models"][LATER_PRODUCT]["method_order"][k] for w in worlds)
                              for k in ("n_right", "n_pairs")],
-            "recommended_mean": {k: float(np.mean([p[k]["realised"] if k == "product" else p[k] for p in both]))
-                                 if both else None for k in ("product", "best")}}
+            "recommended_mean": {k: float(np.mean([p[k]["realised"] if k != "best" else p[k] for p in both]))
+                                 if both else None for k in ("product", "by_g", "best")}}
+
+
+def in_force(later: dict, picks: dict) -> dict:
+    """``summary`` over the worlds checked with the model file as it stands (after the last look that replaced a
+    model; none of them in its record's ``checked_worlds``): the shipped models' own record on worlds none of them
+    was fitted or chosen on."""
+    shipped = check_world.shipped()
+    last = looks.last_replacing_look(shipped)
+    before = set(shipped["later_looks"][f"look{last}"]["replaced"]["checked_worlds"]) if last else set()
+    worlds = [w for w in later if w not in before]
+    return {"worlds": worlds, "since_look": last, **summary(later, picks, worlds)}
 
 
 def _share(a: int, b: int) -> str:
