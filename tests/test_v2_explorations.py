@@ -94,11 +94,14 @@ def test_the_forgetting_refit_exploration_recomputes_and_the_verdict_doc_quotes_
     text = _reruns("explore_forgetting_far")
     pooled = {m.group(1): m.group(2) for m in re.finditer(r"^the 56 never fitted on +(\w+) +([+-]\d\.\d\d)", text,
                                                            re.M)}
-    assert len(pooled) == 5 and "(1410 rows, 63 worlds)" in text
+    assert len(pooled) == 6 and "(1410 rows, 63 worlds)" in text
+    ceiling = re.search(r"^the 56 never fitted on: the realised d_pass1 \(a ceiling, not a predictor\) ([+-]\d\.\d\d) "
+                        r"pooled", text, re.M).group(1)
     assert (f"refitted leave one world out on all 63 it ranks the realised forgetting at {pooled['refit_first']} "
             f"pooled, with the sixteenth look's two features {pooled['refit_far']}, against the shipped model's "
-            f"{pooled['shipped']} (the predicted gain {pooled['predicted_gain']}, G {pooled['G']})"
-            ) in doc_text("docs/verdict.md")
+            f"{pooled['shipped']} (the predicted gain {pooled['predicted_gain']}, G {pooled['G']}, teachability alone "
+            f"{pooled['teachability']}). The realised gain itself, which no predictor has, ranks the realised "
+            f"forgetting of the same worlds at only {ceiling} pooled") in doc_text("docs/verdict.md")
 
 
 def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():
