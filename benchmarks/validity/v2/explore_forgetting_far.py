@@ -10,7 +10,7 @@ later worlds leave this output as it is. Columns, each against the realised d_re
 - ``predicted_gain``: the package's predicted Δpass@1 (the realised forgetting follows the realised gain in these
   worlds: explore_forgetting.txt);
 - ``G``;
-- ``teachability``: the diagnosis' teachability alone (added in the twenty-first session, with the line below);
+- ``teachability``: the diagnosis' teachability alone (added after the first reading, with the ceiling line below);
 - ``refit_first``: the shipped forgetting model's features and alpha, fitted leave one world out over all 63 worlds;
 - ``refit_far``: the same with max(G, 0) x (1 - teachability) and max(G, 0) x mean JSD (the sixteenth look's).
 Printed: the Spearman pooled over the rows and the mean of the per-world coefficients, over the 56 worlds the shipped
@@ -65,20 +65,20 @@ def main() -> int:
     w = np.array([r["world"] for r in rows])
     print(f"Spearman with the realised d_regression ({len(rows)} rows, {len(set(w))} worlds)")
     print(f"{'scope':34s} {'column':16s} {'pooled':>7s} {'mean of worlds':>15s}")
-    for scope, names in ((f"the {len(never) + len(LATER)} never fitted on", [*never, *LATER]),
-                         (f"the {len(LATER)} later worlds", LATER)):
+    scopes = ((f"the {len(never) + len(LATER)} never fitted on", [*never, *LATER]),
+              (f"the {len(LATER)} later worlds", LATER))
+    for scope, names in scopes:
         k = np.isin(w, names) & np.isfinite(y)
         sub = [r for r, keep in zip(rows, k) if keep]
         for name, x in cols.items():
             print(f"{scope:34s} {name:16s} {stats.spearman(x[k], y[k]):+7.2f} "
                   f"{v2.per_world(x[k], sub, 'd_regression')['mean']:+15.2f}")
     gain = v2.target(rows, "d_pass1")
-    for scope, names in ((f"the {len(never) + len(LATER)} never fitted on", [*never, *LATER]),
-                         (f"the {len(LATER)} later worlds", LATER)):
+    for scope, names in scopes:
         k = np.isin(w, names) & np.isfinite(y) & np.isfinite(gain)
         sub = [r for r, keep in zip(rows, k) if keep]
-        print(f"{scope}: the realised d_pass1 (a ceiling, not a predictor) {stats.spearman(gain[k], y[k]):+.2f} pooled, "
-              f"{v2.per_world(gain[k], sub, 'd_regression')['mean']:+.2f} mean of worlds ({int(k.sum())} rows)")
+        print(f"{scope}: the realised d_pass1 (a ceiling, not a predictor) {stats.spearman(gain[k], y[k]):+.2f} "
+              f"pooled, {v2.per_world(gain[k], sub, 'd_regression')['mean']:+.2f} mean of worlds ({int(k.sum())} rows)")
     return 0
 
 
