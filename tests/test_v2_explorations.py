@@ -102,6 +102,11 @@ def test_the_forgetting_refit_exploration_recomputes_and_the_verdict_doc_quotes_
             f"{pooled['shipped']} (the predicted gain {pooled['predicted_gain']}, G {pooled['G']}, teachability alone "
             f"{pooled['teachability']}). The realised gain itself, which no predictor has, ranks the realised "
             f"forgetting of the same worlds at only {ceiling} pooled") in doc_text("docs/verdict.md")
+    split = {m[0]: m[1:] for m in re.findall(r"^the 56 never fitted on, forgetting set (.+?) \((\d+ worlds)\): shipped "
+                                              r"([+-]\d\.\d\d) pooled", text, re.M)}
+    (easy_n, easy), (skill_n, skill) = split["the task's easy levels"], split["a second skill"]
+    assert (f"ranks the task's own easy levels at {easy} pooled ({easy_n}) and a second skill the training never "
+            f"shows, the forgetting users fear, at {skill} ({skill_n})") in doc_text("docs/verdict.md")
 
 
 def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():
