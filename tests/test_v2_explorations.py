@@ -107,6 +107,9 @@ def test_the_forgetting_refit_exploration_recomputes_and_the_verdict_doc_quotes_
     (easy_n, easy), (skill_n, skill) = split["the task's easy levels"], split["a second skill"]
     assert (f"ranks the task's own easy levels at {easy} pooled ({easy_n}) and a second skill the training never "
             f"shows, the forgetting users fear, at {skill} ({skill_n})") in doc_text("docs/verdict.md")
+    assert (f"it ranks the realised change of the task's own easy levels at {easy} pooled ({easy_n}), but of a second "
+            f"skill the training never shows, the forgetting users fear, at {skill} ({skill_n};") in doc_text(
+        "docs/verdict.md")  # and the Limitations say so
 
 
 def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():
