@@ -42,8 +42,8 @@ from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_look12 as look12  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.look_record import CHECKS  # noqa: E402
-from opsd_diag.zoo.world import load  # noqa: E402
 from benchmarks.validity.v2.looks import by_tier, model_file, product_gain, shipped_gain  # noqa: E402
+from opsd_diag.zoo.world import load  # noqa: E402
 
 LATER = ["chert", "jasper", "mica", "garnet", "beryl", "topaz", "onyx", "agate", "cairn", "lapis", "zircon", "marble",
          "chalk", "pyrite", "galena", "jade", "gypsum", "tourmaline", "serpentine"]
@@ -51,7 +51,7 @@ LATER = ["chert", "jasper", "mica", "garnet", "beryl", "topaz", "onyx", "agate",
 
 def second_skill(world: str) -> bool:
     """Whether the world's student has a second skill (its forgetting set), read from its spec where it is kept."""
-    shipped = Path(__file__).resolve().parents[3] / "sample_data" / "worlds" / f"{world}.yaml"
+    shipped = v2.REPO / "sample_data" / "worlds" / f"{world}.yaml"
     return load(shipped if shipped.is_file() else CHECKS / f"{world}.yaml").student.second_skill is not None
 
 
@@ -89,7 +89,8 @@ def main() -> int:
         sub = [r for r, keep in zip(rows, k) if keep]
         print(f"{scope}: the realised d_pass1 (a ceiling, not a predictor) {stats.spearman(gain[k], y[k]):+.2f} "
               f"pooled, {v2.per_world(gain[k], sub, 'd_regression')['mean']:+.2f} mean of worlds ({int(k.sum())} rows)")
-    skill = np.array([second_skill(x) for x in w])
+    skills = {x: second_skill(x) for x in set(w)}  # one spec read per world, not per row
+    skill = np.array([skills[x] for x in w])
     for label, keep in (("a second skill", skill), ("the task's easy levels", ~skill)):
         k = np.isin(w, scopes[0][1]) & np.isfinite(y) & keep
         sub = [r for r, kept in zip(rows, k) if kept]

@@ -144,7 +144,6 @@ def analysis() -> dict:
     since = [w for w, st in states_later.items() if st == "checked"]
     later_rows = {w: rows_of(w) for w in since}
     later = {w: world_figures(w, later_rows[w]) for w in since}
-    whole = summary(later, {}, since)
     paired = (stats.paired_mean(*({w: later[w]["models"][m]["spearman"] for w in since}
                             for m in (LATER_PRODUCT, "accuracy_gap")), since, **BOOT) if since else None)
     every = rows + [r for w in since for r in later_rows[w]]  # every world checked since the seventh look
@@ -152,6 +151,7 @@ def analysis() -> dict:
                                        report_v2.target(every, "d_regression")) if since else None
                   for tier in ("v2", "v2_no_lookahead")}
     picks = {w: recommended(later_rows[w], as_checked(w)) for w in since}
+    whole = summary(later, picks, since)
     shown = scored([v for w in since for v in product_verdicts(later_rows[w], as_checked(w))],
                    [r for w in since for r in later_rows[w]]) if since else None  # the verdict column, as shown
     too_large = shipping_notes()  # met their specs, not shipped for another reason
@@ -166,7 +166,7 @@ def analysis() -> dict:
                          "forgetting_pooled_all": forgetting, "recommended": picks,
                          "recommended_size": recommended_size(picks),
                          "verdict": shown and {k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
-                         "recommended_mean": summary(later, picks, since)["recommended_mean"],
+                         "recommended_mean": whole["recommended_mean"],
                          "in_force": in_force(later, picks)}})))
 
 
