@@ -35,6 +35,7 @@ class Calibration:
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
     method_order_look: int | None = None  # the later look that chose ``method_order`` (its record: later_looks)
     early_read: dict | None = None  # the study of a run's early read (opsd_diag.early_read; explore_early_success.py)
+    checks_forgetting: str = ""  # what the forgetting column ranked well on those worlds, and what not
 
 
 def parse(d: dict, source: str) -> Calibration:
@@ -72,7 +73,7 @@ def parse(d: dict, source: str) -> Calibration:
                                                 key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
                         if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
                        str((d.get("checks") or {}).get("summary") or ""), _look_number(d.get("method_order", {})),
-                       _early_read(d.get("early_read")))
+                       _early_read(d.get("early_read")), str((d.get("checks") or {}).get("forgetting") or ""))
 
 
 def _early_read(e) -> dict | None:

@@ -373,7 +373,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         out["looks"] = " ".join(history)
     if best is not None:
         who = "" if best is rec else f" ({best.config} with {best.method})"
-        out["effects"] = effects_text(best)
+        out["effects"] = " ".join([effects_text(best), *([cal.checks_forgetting] if cal.checks_forgetting else [])])
         out["why"] = (f"Why{who}: {best.why()}; starting from the study's mean {best.intercept:+.3f} "
                       f"(tier {best.tier}).")
     tiers = {t: sum(r.tier == t for r in p.rows) for t in TIERS}

@@ -282,6 +282,14 @@ def test_a_v2_ranking_leads_with_the_evidence_of_the_look_that_chose_it_and_the_
                               "gap G > 0 (chosen by predictor v2's look 8, among the looks below).")
     assert "+0.95" not in ranking and "+0.95" in text["looks"]  # the record is quoted once, under "looks"
     assert text["record"] == "Checked as shipped on 2 worlds: +0.70." and "Checked" not in ranking
+    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    assert text["effects"] == prediction.effects_text(p.recommended())  # a file with no forgetting record
+    data["checks"]["forgetting"] = "On 2 worlds checked, the forgetting column ranked a second skill at +0.40."
+    (tmp_path / "c.json").write_text(json.dumps(data))  # the file's forgetting record follows the predicted effects
+    p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")
+    assert p.calibration.checks_forgetting == data["checks"]["forgetting"]
+    assert prediction.panel(p)["effects"] == prediction.effects_text(p.recommended()) + " " + data["checks"][
+        "forgetting"]
     assert "v2 lost to G" not in ranking and text["looks"].startswith("Alone, pooled over the first study's worlds, "
                                                                       "v2 lost to G: ")
     assert text["looks"].index("v2 lost to G") < text["looks"].index("2 later pre-registered looks")

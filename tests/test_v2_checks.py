@@ -112,7 +112,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "marble", "chalk", "pyrite", "galena", "obsidian", "feldspar", "jade", "gypsum", "tourmaline",
                        "serpentine", "dolomite", "andesite", "rhyolite", "halite", "basanite",
                        "dacite", "tephra", "scoria", "peridot", "kyanite", "travertine",
-                       "hornfels", "porphyry", "wick"]
+                       "hornfels", "porphyry", "olivine", "azurite", "cinnabar", "fluorite", "malachite", "amber",
+                       "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
     # amendments 3, 20-22, 28, 33b, 33c: the level rule
@@ -225,6 +226,36 @@ def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look
     assert len(worlds) >= 8 and len(rows) == sum(sizes.values()) and got == pytest.approx(want, abs=1e-9)
     assert f"pooled over the rows of all {len(worlds)} worlds checked since the seventh look: {report_v2.fmt(got)}" \
         in (HERE / "CHECKS.md").read_text()
+
+
+def test_the_forgetting_spearman_split_by_what_the_forgetting_set_is():
+    """The split the decision panel quotes beside its predicted forgetting: every row of every world checked since
+    the seventh look, grouped by whether the world's spec (read here as plain YAML, wherever it is kept) gives its
+    student a second skill, scipy's Spearman of the shipped forgetting model with the realised change in each."""
+    from scipy.stats import spearmanr
+
+    from benchmarks.validity.v2.looks import shipped_gain
+    from opsd_diag import prediction
+    worlds = [*("kiln", "mill", "brine", "ember", "cinder"),
+              *(w for w in report_checks.since_look8() if report_checks.status(w) == "checked")]
+
+    def skill(w):
+        spec = REPO / "sample_data" / "worlds" / f"{w}.yaml"
+        spec = spec if spec.is_file() else HERE / "checks" / f"{w}.yaml"
+        return "second_skill" in yaml.safe_load(spec.read_text())["student"]
+    got = report_checks.analysis()["since_look8"]["forgetting_by_set"]
+    for name, want in (("second_skill", True), ("easy_levels", False)):
+        rows = [r for w in worlds if skill(w) is want for r in report_checks.rows_of(w)]
+        rho = spearmanr(shipped_gain(rows, check_world.shipped(), "v2", "d_regression"),
+                        [r["d_regression"]["estimate"] for r in rows]).statistic
+        assert got[name]["spearman"] == pytest.approx(rho, abs=1e-9)
+        assert got[name]["worlds"] == len({r["world"] for r in rows}) == sum(skill(w) is want for w in worlds)
+    assert got["second_skill"]["worlds"] >= 13 and got["easy_levels"]["worlds"] >= 49
+    words = (f"at {report_v2.fmt(got['easy_levels']['spearman'])} pooled where the forgetting set was the task's own "
+             f"easy levels ({got['easy_levels']['worlds']} worlds), {report_v2.fmt(got['second_skill']['spearman'])} "
+             f"where it was a second skill the training never shows ({got['second_skill']['worlds']} worlds)")
+    assert words in (HERE / "CHECKS.md").read_text() and words in prediction.load().checks_forgetting
+    assert prediction.load().checks_forgetting.startswith(f"On the {len(worlds)} worlds checked since the seventh")
 
 
 def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():

@@ -48,6 +48,28 @@ def shipped() -> dict:
     return json.loads(resources.files("opsd_diag").joinpath("data/predictor_v2.json").read_text())
 
 
+def second_skill(world: str) -> bool:
+    """Whether the world's student has a second skill (then its forgetting set, else the task's easy levels), read
+    from its spec where it is kept (``checks/`` for a build not shipped)."""
+    spec = report_v2.REPO / "sample_data" / "worlds" / f"{world}.yaml"
+    return world_mod.load(spec if spec.is_file() else report_look2.CHECKS / f"{world}.yaml").student \
+        .second_skill is not None
+
+
+def forgetting_by_set(rows: list[dict], predicted: np.ndarray) -> dict:
+    """Spearman of a predicted forgetting-set change with the realised one, pooled over ``rows`` split by what each
+    world's forgetting set is: a second skill training never shows (the forgetting users fear) or the task's own
+    easy levels; with the number of worlds in each."""
+    skills = {w: second_skill(w) for w in {r["world"] for r in rows}}
+    y = report_v2.target(rows, "d_regression")
+    out = {}
+    for name, want in (("second_skill", True), ("easy_levels", False)):
+        k = np.array([skills[r["world"]] is want for r in rows]) & np.isfinite(predicted) & np.isfinite(y)
+        out[name] = {"spearman": stats.spearman(predicted[k], y[k]),
+                     "worlds": len({r["world"] for r, kept in zip(rows, k) if kept})}
+    return out
+
+
 def world_rows(world: str, study: Path, lookahead_dir: Path, plans: dict) -> list[dict]:
     """The world's product rows with their realised outcomes and lookahead columns (rediagnosing if needed);
     ``plans``: the study's (``run_worlds.load_study``: the plan's worlds and those its --spec added)."""

@@ -41,18 +41,11 @@ from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_look12 as look12  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.look_record import CHECKS  # noqa: E402
+from benchmarks.validity.v2.check_world import second_skill  # noqa: E402
 from benchmarks.validity.v2.looks import by_tier, model_file, product_gain, shipped_gain  # noqa: E402
-from opsd_diag.zoo.world import load  # noqa: E402
 
 LATER = ["chert", "jasper", "mica", "garnet", "beryl", "topaz", "onyx", "agate", "cairn", "lapis", "zircon", "marble",
          "chalk", "pyrite", "galena", "jade", "gypsum", "tourmaline", "serpentine"]
-
-
-def second_skill(world: str) -> bool:
-    """Whether the world's student has a second skill (its forgetting set), read from its spec where it is kept."""
-    shipped = v2.REPO / "sample_data" / "worlds" / f"{world}.yaml"
-    return load(shipped if shipped.is_file() else CHECKS / f"{world}.yaml").student.second_skill is not None
 
 
 def columns(rows: list[dict]) -> dict[str, np.ndarray]:

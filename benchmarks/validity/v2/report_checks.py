@@ -163,7 +163,9 @@ def analysis() -> dict:
                          "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()
                                          and w not in too_large],
                          "not_shipped_because": too_large,
-                         "forgetting_pooled_all": forgetting, "recommended": picks,
+                         "forgetting_pooled_all": forgetting, "forgetting_by_set": check_world.forgetting_by_set(
+                             every, shipped_gain(every, as_checked(), "v2", "d_regression")),
+                         "recommended": picks,
                          "recommended_size": recommended_size(picks),
                          "verdict": shown and {k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
                          "recommended_mean": whole["recommended_mean"],
@@ -283,7 +285,8 @@ def render(a: dict) -> str:
         fp, n = s8["forgetting_pooled_all"], len(checked) + len(s8["per_world"])
         lines += ["", f"v2's forgetting Spearman pooled over the rows of all {n} worlds checked since the seventh look: "
                       f"{f(fp['v2'])} (v2 without lookahead {f(fp['v2_no_lookahead'])}; the plan's "
-                      f"{len(checked)} alone {f(o['v2']['forgetting_pooled'])}, target >= {t['forgetting']:.2f})."]
+                      f"{len(checked)} alone {f(o['v2']['forgetting_pooled'])}, target >= {t['forgetting']:.2f}). "
+                      + "Split by what the forgetting set is, " + _forgetting_words(s8["forgetting_by_set"])]
     return "\n".join(lines) + "\n"
 
 
@@ -311,8 +314,22 @@ def sentence(a: dict) -> dict:
              f"a mean within-world Spearman with the realised pass@1 change of {report_v2.fmt(ms[PRODUCT])}, G "
              f"alone {report_v2.fmt(ms['accuracy_gap'])}, v2's predicted gain {report_v2.fmt(ms['v2'])}; it "
              f"ordered {right} of {pairs} method pairs right.")
+    by_set = a["since_look8"]["forgetting_by_set"]
     return {"plan": "benchmarks/validity/v2/plan_checks.yaml", "report": "benchmarks/validity/v2/CHECKS.md",
-            "worlds": checked, "summary": _since_sentence(a["since_look8"]) or first}
+            "worlds": checked, "summary": _since_sentence(a["since_look8"]) or first,
+            **({"forgetting": f"On the {sum(d['worlds'] for d in by_set.values())} worlds checked since the seventh "
+                              "look, " + _forgetting_words(by_set)}
+               if by_set["second_skill"]["worlds"] else {})}
+
+
+def _forgetting_words(d: dict) -> str:
+    """What the forgetting column ranks well and what it does not (``forgetting_by_set``): the decision panel says it
+    beside the predicted forgetting."""
+    f, skill, easy = report_v2.fmt, d["second_skill"], d["easy_levels"]
+    return (f"the forgetting column ranked the realised change at {f(easy['spearman'])} pooled where the forgetting set "
+            f"was the task's own easy levels ({easy['worlds']} worlds), {f(skill['spearman'])} where it was a second "
+            f"skill the training never shows ({skill['worlds']} worlds): it follows the predicted gain, so measure a "
+            "skill you fear losing (a training.eval.regression set) rather than read it here.")
 
 
 def _since_sentence(s8: dict) -> str:
