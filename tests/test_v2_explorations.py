@@ -112,6 +112,36 @@ def test_the_forgetting_refit_exploration_recomputes_and_the_verdict_doc_quotes_
         "docs/verdict.md")  # and the Limitations say so
 
 
+def test_the_second_skill_exploration_recomputes_and_the_verdict_doc_quotes_it():
+    """explore_forgetting_skill.txt is what its script prints from the committed rows of its fixed 62 worlds, its
+    split agrees with report_checks' over the same worlds, and docs/verdict.md quotes its figures."""
+    import re
+
+    from benchmarks.validity.v2 import explore_forgetting_skill
+
+    text = _reruns("explore_forgetting_skill")
+    col = {(m[0], m[1].strip()): m[2] for m in re.findall(r"^(a second skill|the task's easy levels) \(\d+\) +"
+                                                            r"(\S.*?) +([+-]\d\.\d\d) +[+-]\d\.\d\d$", text, re.M)}
+    assert len(col) == 18 and len(explore_forgetting_skill.worlds()) == 62 and "1376 rows" in text
+    skill, easy = (lambda c: col[("a second skill", c)]), (lambda c: col[("the task's easy levels", c)])
+    drift = re.search(r"the shipped drift model ranks the realised KL at ([+-]\d\.\d\d)", text).group(1)
+    best = max(float(v) for v in re.findall(r"^  .+? ([+-]\d\.\d\d) pooled", text, re.M))
+    assert (f"The realised KL to the initial student ranks it at {skill('-realised KL (ceiling)')} pooled (13 worlds), "
+            f"the realised Δpass@1 at only {skill('realised d_pass1 (ceiling)')}; on the task's easy levels it is the "
+            f"other way round ({easy('-realised KL (ceiling)')} and {easy('realised d_pass1 (ceiling)')}, 49 worlds). "
+            f"The diagnosis ranks the realised KL at {drift}, so the columns that see distance stay near +0.5 (the "
+            f"predicted drift {skill('-predicted drift')}, mean JSD {skill('-mean JSD')}, teachability "
+            f"{skill('teachability')}, the shipped column {skill('shipped forgetting')}), and refitted on the "
+            f"second-skill worlds leave one world out no model passes {best:+.2f} pooled") in doc_text("docs/verdict.md")
+    from benchmarks.validity.v2.check_world import forgetting_by_set
+    from benchmarks.validity.v2.looks import shipped_gain
+    rows = [r for w in explore_forgetting_skill.worlds() for r in report_checks.rows_of(w)]
+    by_set = forgetting_by_set(rows, shipped_gain(rows, report_checks.as_checked(), "v2", "d_regression"))
+    assert by_set["second_skill"]["worlds"] == 13 and by_set["easy_levels"]["worlds"] == 49  # CHECKS.md's split
+    assert report_v2.fmt(by_set["second_skill"]["spearman"]) == skill("shipped forgetting")
+    assert report_v2.fmt(by_set["easy_levels"]["spearman"]) == easy("shipped forgetting")
+
+
 def test_the_tier_ranking_exploration_recomputes_and_the_verdict_doc_quotes_it():
     """explore_tier_ranking.txt is what its script prints from the committed rows (numbers within 0.011: CPUs round
     differently), and docs/verdict.md quotes its means over the unfitted worlds and ember's line."""
