@@ -66,14 +66,15 @@ def parse(d: dict, source: str) -> Calibration:
         if "range" in m and not (len(m["range"]) == 2 and all(len(b) == n for b in m["range"])
                                  and all(v is None or math.isfinite(float(v)) for b in m["range"] for v in b)):
             raise ValueError(f"model {tier}/{outcome} has a range that is not [[min] * {n}, [max] * {n}]")
+    checks = d.get("checks") or {}  # report_checks.py's record of the file on worlds built after its last look
     return Calibration(source, d["choice"], str(d.get("reason") or ""), float(d["delta"]), d["models"],
                        d.get("lowo") or {}, d.get("accuracy_gap"), d.get("studies") or {}, str(d.get("study") or ""),
                        {k: v for k, v in (d.get("lookahead_settings") or {}).items() if isinstance(v, (int, float))},
                        {k: v for k, v in sorted((d.get("later_looks") or {}).items(),
                                                 key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
                         if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
-                       str((d.get("checks") or {}).get("summary") or ""), _look_number(d.get("method_order", {})),
-                       _early_read(d.get("early_read")), str((d.get("checks") or {}).get("forgetting") or ""))
+                       str(checks.get("summary") or ""), _look_number(d.get("method_order", {})),
+                       _early_read(d.get("early_read")), str(checks.get("forgetting") or ""))
 
 
 def _early_read(e) -> dict | None:

@@ -59,14 +59,16 @@ def second_skill(world: str) -> bool:
 def forgetting_by_set(rows: list[dict], predicted: np.ndarray) -> dict:
     """Spearman of a predicted forgetting-set change with the realised one, pooled over ``rows`` split by what each
     world's forgetting set is: a second skill training never shows (the forgetting users fear) or the task's own
-    easy levels; with the number of worlds in each."""
+    easy levels; with the mean of the per-world coefficients and the number of worlds in each."""
     skills = {w: second_skill(w) for w in {r["world"] for r in rows}}
     y = report_v2.target(rows, "d_regression")
     out = {}
     for name, want in (("second_skill", True), ("easy_levels", False)):
         k = np.array([skills[r["world"]] is want for r in rows]) & np.isfinite(predicted) & np.isfinite(y)
+        kept = [r for r, keep in zip(rows, k) if keep]
         out[name] = {"spearman": stats.spearman(predicted[k], y[k]),
-                     "worlds": len({r["world"] for r, kept in zip(rows, k) if kept})}
+                     "mean_of_worlds": report_v2.per_world(predicted[k], kept, "d_regression")["mean"],
+                     "worlds": len({r["world"] for r in kept})}
     return out
 
 

@@ -41,7 +41,7 @@ from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_look10 as look10  # noqa: E402
 from benchmarks.validity.v2 import report_look12 as look12  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.check_world import second_skill  # noqa: E402
+from benchmarks.validity.v2.check_world import forgetting_by_set  # noqa: E402
 from benchmarks.validity.v2.looks import by_tier, model_file, product_gain, shipped_gain  # noqa: E402
 
 LATER = ["chert", "jasper", "mica", "garnet", "beryl", "topaz", "onyx", "agate", "cairn", "lapis", "zircon", "marble",
@@ -82,14 +82,12 @@ def main() -> int:
         sub = [r for r, keep in zip(rows, k) if keep]
         print(f"{scope}: the realised d_pass1 (a ceiling, not a predictor) {stats.spearman(gain[k], y[k]):+.2f} "
               f"pooled, {v2.per_world(gain[k], sub, 'd_regression')['mean']:+.2f} mean of worlds ({int(k.sum())} rows)")
-    skills = {x: second_skill(x) for x in set(w)}  # one spec read per world, not per row
-    skill = np.array([skills[x] for x in w])
-    for label, keep in (("a second skill", skill), ("the task's easy levels", ~skill)):
-        k = np.isin(w, scopes[0][1]) & np.isfinite(y) & keep
-        sub = [r for r, kept in zip(rows, k) if kept]
-        print(f"{scopes[0][0]}, forgetting set {label} ({len(set(w[k]))} worlds): shipped "
-              f"{stats.spearman(cols['shipped'][k], y[k]):+.2f} pooled, "
-              f"{v2.per_world(cols['shipped'][k], sub, 'd_regression')['mean']:+.2f} mean of worlds")
+    k = np.isin(w, scopes[0][1])
+    by_set = forgetting_by_set([r for r, kept in zip(rows, k) if kept], cols["shipped"][k])
+    for label, key in (("a second skill", "second_skill"), ("the task's easy levels", "easy_levels")):
+        d = by_set[key]
+        print(f"{scopes[0][0]}, forgetting set {label} ({d['worlds']} worlds): shipped {d['spearman']:+.2f} pooled, "
+              f"{d['mean_of_worlds']:+.2f} mean of worlds")
     return 0
 
 

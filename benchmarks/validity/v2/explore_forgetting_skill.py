@@ -28,12 +28,13 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import report_checks as rc  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
-from benchmarks.validity.v2.check_world import second_skill  # noqa: E402
+from benchmarks.validity.v2.check_world import forgetting_by_set, second_skill  # noqa: E402
 from benchmarks.validity.v2.looks import shipped_gain  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def worlds() -> list[str]:
     """The plan's five, then every world checked with the eighth look's ranking up to ``LAST`` and the ninth look's
     added world (report_checks' order)."""
     later = rc.since_look8()
-    planned = [*rc.yaml.safe_load(rc.PLAN.read_text())["worlds"], *later[:later.index(LAST) + 1], later[-1]]
+    planned = [*yaml.safe_load(rc.PLAN.read_text())["worlds"], *later[:later.index(LAST) + 1], later[-1]]
     return [w for w in planned if rc.status(w) == "checked"]
 
 
@@ -70,22 +71,19 @@ def columns(rows: list[dict]) -> dict[str, np.ndarray]:
 def main() -> int:
     names = worlds()
     rows = [r for w in names for r in rc.rows_of(w)]
-    skill = {w: second_skill(w) for w in names}
-    cols, y = columns(rows), v2.target(rows, "d_regression")
-    w = np.array([r["world"] for r in rows])
+    cols = columns(rows)
+    by_set = {name: forgetting_by_set(rows, x) for name, x in cols.items()}  # the shipped column's split is CHECKS.md's
     print(f"Spearman with the realised d_regression, {len(rows)} rows of the {len(names)} worlds checked since the "
           "seventh look")
     print(f"{'forgetting set':28s} {'column':28s} {'pooled':>7s} {'mean of worlds':>15s}")
-    for label, want in (("a second skill", True), ("the task's easy levels", False)):
-        keep = np.array([skill[x] is want for x in w]) & np.isfinite(y)
-        n = len(set(w[keep]))
-        for name, x in cols.items():
-            k = keep & np.isfinite(x)
-            sub = [r for r, kept in zip(rows, k) if kept]
-            print(f"{label + f' ({n})':28s} {name:28s} {stats.spearman(x[k], y[k]):+7.2f} "
-                  f"{v2.per_world(x[k], sub, 'd_regression')['mean']:+15.2f}")
-    skilled = [r for r in rows if skill[r["world"]]]
-    kl, drift = v2.target(skilled, "kl_to_initial"), -columns(skilled)["-predicted drift"]
+    for label, key in (("a second skill", "second_skill"), ("the task's easy levels", "easy_levels")):
+        n = by_set["shipped forgetting"][key]["worlds"]
+        for name, d in by_set.items():
+            print(f"{label + f' ({n})':28s} {name:28s} {d[key]['spearman']:+7.2f} {d[key]['mean_of_worlds']:+15.2f}")
+    skill = {w: second_skill(w) for w in names}
+    k = np.array([skill[r["world"]] for r in rows])
+    skilled = [r for r, kept in zip(rows, k) if kept]
+    kl, drift = v2.target(skilled, "kl_to_initial"), -cols["-predicted drift"][k]
     k = np.isfinite(kl) & np.isfinite(drift)
     print(f"a second skill: the shipped drift model ranks the realised KL at {stats.spearman(drift[k], kl[k]):+.2f} "
           "pooled; refitted there leave one world out (ridge, standardised), the forgetting model ranks the "

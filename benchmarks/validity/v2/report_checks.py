@@ -147,9 +147,9 @@ def analysis() -> dict:
     paired = (stats.paired_mean(*({w: later[w]["models"][m]["spearman"] for w in since}
                             for m in (LATER_PRODUCT, "accuracy_gap")), since, **BOOT) if since else None)
     every = rows + [r for w in since for r in later_rows[w]]  # every world checked since the seventh look
-    forgetting = {tier: stats.spearman(shipped_gain(every, as_checked(), tier, "d_regression"),
-                                       report_v2.target(every, "d_regression")) if since else None
-                  for tier in ("v2", "v2_no_lookahead")}
+    forget = {tier: shipped_gain(every, as_checked(), tier, "d_regression") for tier in ("v2", "v2_no_lookahead")}
+    forgetting = {tier: stats.spearman(x, report_v2.target(every, "d_regression")) if since else None
+                  for tier, x in forget.items()}
     picks = {w: recommended(later_rows[w], as_checked(w)) for w in since}
     whole = summary(later, picks, since)
     shown = scored([v for w in since for v in product_verdicts(later_rows[w], as_checked(w))],
@@ -163,8 +163,7 @@ def analysis() -> dict:
                          "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()
                                          and w not in too_large],
                          "not_shipped_because": too_large,
-                         "forgetting_pooled_all": forgetting, "forgetting_by_set": check_world.forgetting_by_set(
-                             every, shipped_gain(every, as_checked(), "v2", "d_regression")),
+                         "forgetting_pooled_all": forgetting, "forgetting_by_set": check_world.forgetting_by_set(every, forget["v2"]),
                          "recommended": picks,
                          "recommended_size": recommended_size(picks),
                          "verdict": shown and {k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
