@@ -50,6 +50,20 @@ group has at least three rows and at least one group judged; and (b) where at le
 side of +0.02, early_d1 ranks what they realised at Spearman >= +0.50. Otherwise it stays withdrawn and the product's
 early-read code is removed. The figures the read then ships with stay the 30 worlds'.
 
+Fourth look (written and committed with plan_checks.yaml amendment 40b, while barite, the first of amendment 40's five
+worlds, was building: before any study, check or early read of them). The read ships on the third look's single world;
+this look judges it again, with the third look's rule unchanged, on five worlds of five recipes built after it:
+`barite`, `calcite`, `spinel`, `epidote` and `zoisite` (plan_checks.yaml amendment 40), each world's rows with G > 0
+trained for 10 steps (seed 0) and evaluated as the others (``--out STUDY --worlds W`` after its check; ``--keep``
+adds what that folder holds to the kept rows). It is made once every one of the five is checked or excluded by the
+level rule, and only with three rows or more; it is judged on their rows pooled: (a) of the rows read below +0.02 at
+least 60% realised below +0.02, and of the rows read at least +0.02 at least 80% realised at least +0.02, each judged
+where the group has at least three rows and at least one group judged; (b) where at least three rows realised on each
+side of +0.02, early_d1 ranks what they realised at Spearman >= +0.50. If it holds, the read stays as shipped, with the
+30 worlds' figures (the model file's record names this look). If it does not, the read is withdrawn: ``--ship`` writes
+no early_read record, so the Train page, the decision panel and the trainer's log stop showing it, and the docs say
+why.
+
 Reading of its output (explore_early_success.txt; 300 checkpoints evaluated in 708 s in two processes, each world's
 initial evaluation equal to the committed one). First look: the rule fires. Pooled over the 30 worlds' 286 rows the
 step-10 held-out change ranks the realised 40-step change at +0.82 (AUROC 0.93; G +0.04 over the same rows): of 137
@@ -87,6 +101,7 @@ from benchmarks.validity.v2 import explore_coherence as coherence  # noqa: E402
 from benchmarks.validity.v2 import explore_early_read as early  # noqa: E402
 from benchmarks.validity.v2 import explore_lookahead_reach as reach  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
+from benchmarks.validity.v2 import report_checks as checks  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 from benchmarks.validity.v2.explore_recommended_size import SMALL, recommended_rows  # noqa: E402
@@ -100,11 +115,12 @@ EVALUATE = HERE.parent / "evaluate.py"
 LOOK = ("sable", "tawny")
 LOOK2 = ("clinker",)  # the second look (plan_checks.yaml amendment 18)
 LOOK3 = ("ashlar",)  # the third look (plan_checks.yaml amendment 19)
+LOOK4 = ("barite", "calcite", "spinel", "epidote", "zoisite")  # the fourth look (plan_checks.yaml amendment 40b)
 COLUMNS = ("early_d1", "early_kl", "early_dreg")
 
 
 def worlds() -> list[str]:
-    return [*early.worlds(), *LOOK, *LOOK2, *LOOK3]
+    return [*early.worlds(), *LOOK, *LOOK2, *LOOK3, *LOOK4]
 
 
 def measure(out: Path, names: list[str]) -> None:
@@ -187,7 +203,10 @@ def kept_rows(out: Path, names: list[str], keys_of, tag: str = "early") -> dict:
 
 
 def keep(out: Path) -> None:
-    KEPT.write_text(look2.records_json(kept_rows(out, worlds(), keys)) + "\n")
+    """The kept rows, with those of every world ``out`` holds measured put in (a world's study folder holds one)."""
+    kept = json.loads(KEPT.read_text()) if KEPT.is_file() else {}
+    kept.update(kept_rows(out, worlds(), keys))
+    KEPT.write_text(look2.records_json({w: kept[w] for w in worlds() if w in kept}) + "\n")
 
 
 def pooled(rows: list[dict], col: str) -> dict:
@@ -222,10 +241,11 @@ def world_figures(base: list[dict], shipped: dict, columns) -> dict:
 def report() -> dict:
     kept, shipped = json.loads(KEPT.read_text()), model_file(16)
     rows = [{**r, **kept[w]["runs"][f"{r['config']}__{r['method']}__s0"]} for w in kept for r in early.candidates(w)]
-    base = [r for r in rows if r["world"] not in (*LOOK, *LOOK2, *LOOK3)]
+    base = [r for r in rows if r["world"] not in (*LOOK, *LOOK2, *LOOK3, *LOOK4)]
     look = [r for r in rows if r["world"] in LOOK]
     look2 = [r for r in rows if r["world"] in LOOK2]
     look3 = [r for r in rows if r["world"] in LOOK3]
+    look4 = [r for r in rows if r["world"] in LOOK4]
     cols = (*COLUMNS, "accuracy_gap")
     ini = {w: (kept[w]["initial_pass1"], initial(w)["pass@1"]["estimate"]) for w in kept}
     res = {**world_figures(base, shipped, COLUMNS), "look_worlds": [w for w in LOOK if w in kept],
@@ -246,6 +266,13 @@ def report() -> dict:
                    look3_order=order_rule(look3))
         res["look3_holds"] = bool(res["look3_flag"]["holds"] and res["look3_order"]["holds"])
         res["fires"] = first and res["look3_holds"]
+    done = all(w in kept or checks.status(w) == "excluded" for w in LOOK4)
+    if done and len(look4) >= 3:  # the fourth look (docstring): the third look's rule on amendment 40's worlds
+        res.update(look4={c: pooled(look4, c) for c in cols}, look4_table=table(look4),
+                   look4_worlds=[w for w in LOOK4 if w in kept], look4_flag=flag_rule(table(look4)),
+                   look4_order=order_rule(look4))
+        res["look4_holds"] = bool(res["look4_flag"]["holds"] and res["look4_order"]["holds"])
+        res["fires"] = res["fires"] and res["look4_holds"]
     return res
 
 
@@ -280,6 +307,8 @@ def render(res: dict) -> str:
         blocks.append(("the second look: " + ", ".join(res["look2_worlds"]), "look2", "look2_table"))
     if "look3" in res:
         blocks.append(("the third look: " + ", ".join(res["look3_worlds"]), "look3", "look3_table"))
+    if "look4" in res:
+        blocks.append(("the fourth look: " + ", ".join(res["look4_worlds"]), "look4", "look4_table"))
     for label, key, tkey in blocks:
         lines.append(f"  {label}")
         lines += [f"    {c:13s} Spearman {s['spearman']:+.2f}  AUROC {s['auroc']:.2f}  (n = {s['n']}, {s['small']} below)"
@@ -295,6 +324,10 @@ def render(res: dict) -> str:
         f, o = res["look3_flag"], res["look3_order"]
         lines += ["", "the third look's rule (docstring): " + flag_words(f, o) + ": "
                   + ("holds" if res["look3_holds"] else "does not hold")]
+    if "look4" in res:
+        f, o = res["look4_flag"], res["look4_order"]
+        lines += ["the fourth look's rule (docstring): " + flag_words(f, o) + ": "
+                  + ("holds" if res["look4_holds"] else "does not hold")]
     lines += ["", "decision rule (docstring): the early read " + ("ships" if res["fires"] else "does not ship")]
     return "\n".join(lines + recommended_lines(res, COLUMNS))
 
@@ -332,7 +365,11 @@ def figures(res: dict) -> dict:
                           "auroc": round(res["look2"]["early_d1"]["auroc"], 2)}} if "look2" in res else {}),
             **({"look3": {"worlds": res["look3_worlds"], "runs": res["look3"]["early_d1"]["n"],
                           "low": round(res["look3_flag"]["share"]["low"], 2),
-                          "high": round(res["look3_flag"]["share"]["high"], 2)}} if "look3" in res else {})}
+                          "high": round(res["look3_flag"]["share"]["high"], 2)}} if "look3" in res else {}),
+            **({"look4": {"worlds": res["look4_worlds"], "runs": res["look4"]["early_d1"]["n"],
+                          "low": round(res["look4_flag"]["share"]["low"], 2),
+                          "high": round(res["look4_flag"]["share"]["high"], 2),
+                          "spearman": round(res["look4"]["early_d1"]["spearman"], 2)}} if "look4" in res else {})}
 
 
 def ship(check: bool) -> int:
