@@ -120,7 +120,9 @@ COLUMNS = ("early_d1", "early_kl", "early_dreg")
 
 
 def worlds() -> list[str]:
-    return [*early.worlds(), *LOOK, *LOOK2, *LOOK3, *LOOK4]
+    """The worlds of the first three looks (the fourth's are kept beside them; the explorations built on these read
+    only these)."""
+    return [*early.worlds(), *LOOK, *LOOK2, *LOOK3]
 
 
 def measure(out: Path, names: list[str]) -> None:
@@ -205,8 +207,8 @@ def kept_rows(out: Path, names: list[str], keys_of, tag: str = "early") -> dict:
 def keep(out: Path) -> None:
     """The kept rows, with those of every world ``out`` holds measured put in (a world's study folder holds one)."""
     kept = json.loads(KEPT.read_text()) if KEPT.is_file() else {}
-    kept.update(kept_rows(out, worlds(), keys))
-    KEPT.write_text(look2.records_json({w: kept[w] for w in worlds() if w in kept}) + "\n")
+    kept.update(kept_rows(out, [*worlds(), *LOOK4], keys))
+    KEPT.write_text(look2.records_json({w: kept[w] for w in (*worlds(), *LOOK4) if w in kept}) + "\n")
 
 
 def pooled(rows: list[dict], col: str) -> dict:

@@ -48,6 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks.validity import stats  # noqa: E402
+from benchmarks.validity.v2 import explore_early_success as success  # noqa: E402
 from benchmarks.validity.v2 import report_look2 as look2  # noqa: E402
 from benchmarks.validity.v2 import report_look8 as look8  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
@@ -81,7 +82,7 @@ def picks(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, int | 
 def report() -> dict:
     shipped, kept = model_file(16), json.loads(READS.read_text())
     per: dict = {}
-    for w in sorted(kept):
+    for w in sorted(set(kept) - set(success.LOOK4)):  # the worlds it was written on, not the fourth look's
         rows = look2.load_rows({"worlds": [w]})
         read = np.array([kept[w]["runs"].get(f"{r['config']}__{r['method']}__s0", {}).get("early_d1", np.nan)
                          for r in rows])
