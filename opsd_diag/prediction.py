@@ -328,7 +328,7 @@ def early_read_pointer(f: dict) -> str:
 
 def panel(p: Predictions, trainable=None) -> dict[str, str]:
     """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking, record
-    (what the ranking did on worlds built after it, and the early read that sizes a run), tiers, calibration, looks
+    (what the ranking did on worlds built after it, and the early read where the file holds its record), tiers, calibration, looks
     (the history that chose the rule in force); plain text, names as the run holds them."""
     cal, rec = p.calibration, p.recommended(trainable)
     best = rec or (p.rows[0] if p.rows else None)

@@ -144,9 +144,9 @@ def from_verdict() -> None:
                              key="tt_eval_n", help=f"the file holds {n_held} problems" if n_held else None)
     eval_k = e2.number_input("Samples per held-out problem", 1, 1024, int(base_eval.get("num_samples") or 4),
                              key="tt_eval_k", help="pass@1 is their mean; pass@k uses k = min(4, samples)")
-    early = st.checkbox("Early read: evaluate every quarter of the steps too", value=True, key="tt_early",
-                        disabled=not eval_data, help="the held-out pass@1 change after a quarter of the run says "
-                        "whether it is moving (the early read: docs/verdict.md)")
+    early = st.checkbox("Evaluate every quarter of the steps too", value=True, key="tt_early", disabled=not eval_data,
+                        help="held-out pass@1 at the start and after every quarter of the steps: the evaluation "
+                        "curves" + (", and the early read (docs/verdict.md)" if early_read.shipped_figures() else ""))
     eval_steps = -(-int(steps) // 4) if early and eval_data else int((base or {}).get("eval_steps") or 0)
     loss = method.get("loss") if method["method"] == "opsd" else method["method"]
     mask = token_mask_field(run, config, loss)
