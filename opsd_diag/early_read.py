@@ -2,8 +2,8 @@
 steps, beside what the study's runs with such a read realised by their end.
 
 Nothing the diagnosis computes before training says how much a run will gain (docs/verdict.md, Limitations); the
-run's own evaluation after a quarter of its steps does, in the study that measured it
-(``benchmarks/validity/v2/explore_early_success.py``: four looks, each rule fixed before its world existed;
+run's own evaluation after a quarter of its steps did on the worlds that chose it, and not on the five of its fourth
+look (``benchmarks/validity/v2/explore_early_success.py``: four looks, each rule fixed before its world existed;
 docs/verdict.md#the-early-read). Its figures ship in the model file's ``early_read`` record, written by that script,
 never typed, and only while its looks hold: the fourth failed, so the shipped file holds none and nothing here is
 shown. This module only reads a run's evaluation records (``metrics.jsonl``, any of which may be damaged) and words the
