@@ -202,9 +202,9 @@ def kept_rows(out: Path, names: list[str], keys_of, tag: str = "early") -> dict:
 
 def keep(out: Path) -> None:
     """The kept rows, with those of every world ``out`` holds measured put in (a world's study folder holds one)."""
-    kept = json.loads(KEPT.read_text()) if KEPT.is_file() else {}
-    kept.update(kept_rows(out, [*worlds(), *LOOK4], keys))
-    KEPT.write_text(look2.records_json({w: kept[w] for w in (*worlds(), *LOOK4) if w in kept}) + "\n")
+    names, kept = [*worlds(), *LOOK4], json.loads(KEPT.read_text()) if KEPT.is_file() else {}
+    kept.update(kept_rows(out, names, keys))
+    KEPT.write_text(look2.records_json({w: kept[w] for w in names if w in kept}) + "\n")
 
 
 def pooled(rows: list[dict], col: str) -> dict:

@@ -82,7 +82,7 @@ def picks(rows: list[dict], shipped: dict, read: np.ndarray) -> dict[str, int | 
 def report() -> dict:
     shipped, kept = model_file(16), json.loads(READS.read_text())
     per: dict = {}
-    for w in sorted(set(kept) - set(success.LOOK4)):  # the worlds it was written on, not the fourth look's
+    for w in sorted(w for w in success.worlds() if w in kept):  # the worlds it was written on
         rows = look2.load_rows({"worlds": [w]})
         read = np.array([kept[w]["runs"].get(f"{r['config']}__{r['method']}__s0", {}).get("early_d1", np.nan)
                          for r in rows])

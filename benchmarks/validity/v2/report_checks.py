@@ -163,7 +163,8 @@ def analysis() -> dict:
                          "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()
                                          and w not in too_large],
                          "not_shipped_because": too_large,
-                         "forgetting_pooled_all": forgetting, "forgetting_by_set": check_world.forgetting_by_set(every, forget["v2"]),
+                         "forgetting_pooled_all": forgetting,
+                         "forgetting_by_set": check_world.forgetting_by_set(every, forget["v2"]),
                          "recommended": picks,
                          "recommended_size": recommended_size(picks),
                          "verdict": shown and {k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
