@@ -34,7 +34,6 @@ class Calibration:
     sampled_scale: float = 1.0  # g_scaled: the share of G a sampled-token loss counts
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
     method_order_look: int | None = None  # the later look that chose ``method_order`` (its record: later_looks)
-    early_read: dict | None = None  # the study of a run's early read (opsd_diag.early_read; explore_early_success.py)
     checks_forgetting: str = ""  # what the forgetting column ranked well on those worlds, and what not
 
 
@@ -74,24 +73,7 @@ def parse(d: dict, source: str) -> Calibration:
                                                 key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
                         if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
                        str(checks.get("summary") or ""), _look_number(d.get("method_order", {})),
-                       _early_read(d.get("early_read")), str(checks.get("forgetting") or ""))
-
-
-def _early_read(e) -> dict | None:
-    """The ``early_read`` record checked (a ValueError names what is wrong), or None where the file has none."""
-    if e is None:
-        return None
-    whole = lambda v: type(v) is int and v >= 0  # noqa: E731  a bool is no count
-    ok = (isinstance(e, dict) and isinstance(e.get("low"), dict) and isinstance(e.get("high"), dict)
-          and isinstance(e.get("steps"), list) and len(e["steps"]) == 2 and all(whole(v) for v in e["steps"])
-          and all(whole(v) for v in (e.get("runs"), e.get("worlds"), e["low"].get("runs"), e["low"].get("realised_below"),
-                                     e["high"].get("runs"), e["high"].get("realised_at_least")))
-          and all(isinstance(e.get(k), (int, float)) and math.isfinite(e[k]) for k in ("fraction", "threshold", "spearman"))
-          and 0 < e["fraction"] <= 1)
-    if not ok:
-        raise ValueError("early_read is not the record explore_early_success.py writes (fraction in (0, 1], threshold, "
-                         "spearman, steps, runs, worlds, low and high counts)")
-    return e
+                       str(checks.get("forgetting") or ""))
 
 
 def _look_number(order: dict) -> int | None:

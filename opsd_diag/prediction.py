@@ -316,20 +316,9 @@ def outside_text(rows: list[Row]) -> str:
             "`opsd-diag scoreboard --fit` on your own finished runs gives a calibration fitted to them.")
 
 
-def early_read_pointer(f: dict) -> str:
-    """The decision panel's sentence after the checks: the prediction orders the rows; a started run's early read
-    (opsd_diag.early_read, the model file's record) sizes it."""
-    thr = f["threshold"]
-    return (f"How much a run gains shows in its own held-out evaluation after a quarter of its steps (the Train page's "
-            f"early read): in the study, {f['high']['realised_at_least']} "
-            f"of {f['high']['runs']} runs read at least {thr:+.2f} then realised at least that by their end, and "
-            f"{f['low']['realised_below']} of {f['low']['runs']} read below it realised below.")
-
-
 def panel(p: Predictions, trainable=None) -> dict[str, str]:
     """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking, record
-    (what the ranking did on worlds built after it, and the early read where the file holds its record), tiers, calibration, looks
-    (the history that chose the rule in force); plain text, names as the run holds them."""
+    (what the ranking did on worlds built after it), tiers, calibration, looks (the history that chose the rule in force); plain text, names as the run holds them."""
     cal, rec = p.calibration, p.recommended(trainable)
     best = rec or (p.rows[0] if p.rows else None)
     out, history = {}, []
@@ -344,10 +333,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         # how the rows are ranked; then what that ranking did on worlds built after it (the record); the first
         # study's pooled comparison, which a v2 ranking no longer rests on, goes with the looks' history
         out["ranking"] = " ".join([lead, predictor.ORDER_TEXT[cal.method_order].format(scale=cal.sampled_scale)])
-        record = [*([cal.checks] if cal.checks else []),
-                  *([early_read_pointer(cal.early_read)] if cal.early_read else [])]
-        if record:
-            out["record"] = " ".join(record)
+        if cal.checks:
+            out["record"] = cal.checks
         if v2_first:
             history.append(f"Alone, pooled over the first study's worlds, v2 lost to G: {study}.")
         by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"

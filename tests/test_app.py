@@ -736,7 +736,7 @@ def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_pat
     at.number_input(key="tt_steps").set_value(4).run()
     _ok(at)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Held-out samples"] == f"{5 * 10 * 2:,}"  # the start and every quarter (the early read) of 4 steps
+    assert metrics["Held-out samples"] == f"{5 * 10 * 2:,}"  # the start and every quarter of 4 steps
     assert metrics["Estimated evaluation"] == "50 s"  # 100 samples x 0.5 s per sample (12 s over 24 samples)
     assert any("0.50 s per held-out sample" in c.value and str(past.resolve()) in c.value for c in at.caption)
     command = [c.value for c in at.code if "--from-diagnosis" in c.value][0]
@@ -756,45 +756,6 @@ def test_train_form_sets_the_evaluation_and_follows_its_stage(runs_root, tmp_pat
     texts = [p.proto.text for p in at.get("progress")]
     assert any(t.startswith("evaluating the held-out problems at step 0: 100 of 400 problems, about 3 min") for t in
                texts), texts
-
-
-def test_a_followed_run_shows_its_early_read_once_it_has_evaluated_at_a_quarter(runs_root, tmp_path, monkeypatch):
-    """With a model file that holds the early read's record, a run that has evaluated at or after a quarter of its steps
-    shows its held-out pass@1 change since the start with the study's figures; a low read is a warning while it
-    runs. Without the record (a withdrawn read), nothing is shown."""
-    from types import SimpleNamespace
-
-    from opsd_diag import prediction
-    from test_early_read import FIGURES
-
-    root = tmp_path / "runs"
-    run = _training_run(root, "early", "running", None)
-    per = lambda c: [[i, 4, x] for i, x in enumerate(c)]  # noqa: E731
-    recs = [{"kind": "eval", "step": 0, "pass@1": 0.5, "per_problem": per([2, 2, 2, 2])},
-            {"kind": "train", "step": 1, "loss": 1.0},
-            {"kind": "eval", "step": 10, "pass@1": 0.5, "per_problem": per([2, 2, 2, 2])}]
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    job_protocol.write_status(run, "running", kind="training", step=10, max_steps=40, method="opd")  # this process
-    monkeypatch.setattr(prediction, "load", lambda: SimpleNamespace(early_read=None))
-    at = _app(root, None)
-    at.session_state["train_run"] = str(run)
-    at.switch_page("views/train.py").run()
-    _ok(at)
-    assert not [x for x in [*at.warning, *at.info] if "Early read" in x.value]
-    monkeypatch.setattr(prediction, "load", lambda: SimpleNamespace(early_read=FIGURES))
-    at.run()
-    _ok(at)
-    assert [w.value for w in at.warning if w.value.startswith("Early read at step 10 of 40: held-out pass@1 +0.000")]
-    assert "stopping it now saves" in at.warning[0].value and not [i for i in at.info if "Early read" in i.value]
-
-    recs[-1]["per_problem"], recs[-1]["pass@1"] = per([4, 4, 3, 2]), 0.8125
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    job_protocol.write_status(run, "finished", owner=False, kind="training", step=40, max_steps=40, method="opd")
-    at.session_state["train_followers"] = {}  # a fresh follower reads the rewritten file
-    at.run()
-    _ok(at)
-    assert any(i.value.startswith("Early read at step 10 of 40: held-out pass@1 +0.312 [") for i in at.info)
-    assert not [w for w in at.warning if "Early read" in w.value]
 
 
 def test_links_from_an_evidence_node_and_a_disputed_token_to_its_heatmap(runs_root):

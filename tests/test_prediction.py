@@ -16,7 +16,6 @@ from conftest import tiny_config
 
 from opsd_diag import prediction
 from opsd_diag.core import predictor
-from test_early_read import FIGURES
 from opsd_diag.errors import OpsdError
 from opsd_diag.model_file import CHOICES
 from opsd_diag.prediction import LOSS, TIERS
@@ -210,12 +209,7 @@ def test_when_the_study_chose_the_accuracy_gap_the_ranking_is_g(raw, tmp_path):
     assert "v2 lost to G" in text["ranking"] and "Ranked by the accuracy gap G" in text["ranking"]
     assert text["headline"].startswith(f"Recommended by the accuracy gap: self_full trained with {p.rows[0].method}")
     assert p.recommended(lambda c, sig: c != "self_full").config == "teacher"  # G > 0, the only trainable one
-    assert "early read" not in text["ranking"] and "record" not in text  # the synthetic file has no early_read record
-    d = json.loads((tmp_path / "c.json").read_text())
-    d["early_read"] = FIGURES  # a file with the study's record: the panel points to it after the checks
-    (tmp_path / "e.json").write_text(json.dumps(d))
-    record = prediction.panel(prediction.predict(s, {"self_full"}, True, tmp_path / "e.json"))["record"]
-    assert record == prediction.early_read_pointer(d["early_read"]) and "runs read at least +0.02 then realised" in record
+    assert "record" not in text  # the synthetic file has no checks record
     for cfg in r2["configs"].values():
         cfg["teacher_minus_student_accuracy"]["estimate"] = -0.1
     p = prediction.predict(Summary.model_validate(r2), {"self_full"}, True, tmp_path / "c.json")

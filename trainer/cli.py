@@ -45,8 +45,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--eval-data", help="held-out problems (training.eval.data.path), so the run can be scored")
     d.add_argument("--eval-problems", type=int, help="score the first N held-out problems (training.eval.data.limit)")
     d.add_argument("--eval-samples", type=int, help="samples per held-out problem (training.eval.num_samples)")
-    d.add_argument("--eval-steps", type=int, help="evaluate every N steps too (training.eval_steps; a quarter of "
-                   "the steps gives the early read where the model file holds its record)")
+    d.add_argument("--eval-steps", type=int, help="evaluate every N steps too (training.eval_steps: the "
+                   "evaluation curves' points)")
     d.add_argument("--token-mask", choices=list(CANDIDATES), help="training.token_mask: one of the masks the "
                    "diagnosis' lever recommendation looks ahead on (docs/training.md)")
     d.add_argument("--reveal", type=float, metavar="SHARE", help="training.context_schedule {kind: fixed, start: "

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from opsd_diag import early_read, jobs
+from opsd_diag import jobs
 from opsd_diag.errors import NonFiniteLogits, OpsdError
 from trainer import checkpoint, probes, rundir, sharded
 from opsd_diag.config.training import TrainConfig, trackers
@@ -224,20 +224,6 @@ def _eval(acc, st: Setup, step: int, metrics: rundir.MetricsLog | None, wrapped=
         numbers = {k: v for k, v in res.items() if isinstance(v, (int, float))}  # per_problem is a list
         acc.log({f"eval/{k}": v for k, v in numbers.items()}, step=step)
         log.info("eval step %d: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in numbers.items()))
-        _log_early_read(metrics.path, step, st.tc.spec.max_steps, st.tc.spec.eval_steps)
-
-
-def _log_early_read(path: Path, step: int, max_steps: int, eval_steps: int) -> None:
-    """At the evaluation that is the run's early read (opsd_diag.early_read), log it, so a run followed from a
-    terminal says what the app's Train page says. The metrics file is read only at that evaluation: the first at or
-    after the read's fraction of the steps, before the last."""
-    figures = early_read.shipped_figures() if step > 0 else None
-    first = math.ceil(figures["fraction"] * max_steps) if figures else 0
-    if not figures or not first <= step < max_steps or (eval_steps and step - eval_steps >= first):
-        return
-    r = early_read.read(jobs.read_jsonl(path)[0], max_steps, figures)
-    if r is not None and r["step"] == step:
-        log.info("early read: %s", r["text"])
 
 
 def run(tc: TrainConfig, run_dir: Path, *, resume: bool, argv: list[str], prediction: dict | None = None) -> str:

@@ -14,7 +14,7 @@ import streamlit as st
 
 from app import common, estimate, launch, training_figures, workbench
 from app import jobs as app_jobs
-from opsd_diag import early_read, jobs, scoreboard
+from opsd_diag import jobs, scoreboard
 from opsd_diag.errors import OpsdError
 from opsd_diag.config.levers import CANDIDATES, named_mask
 from opsd_diag.config.spec import DataSpec
@@ -146,7 +146,7 @@ def from_verdict() -> None:
                              key="tt_eval_k", help="pass@1 is their mean; pass@k uses k = min(4, samples)")
     early = st.checkbox("Evaluate every quarter of the steps too", value=True, key="tt_early", disabled=not eval_data,
                         help="held-out pass@1 at the start and after every quarter of the steps: the evaluation "
-                        "curves" + (", and the early read (docs/verdict.md)" if early_read.shipped_figures() else ""))
+                        "curves")
     eval_steps = -(-int(steps) // 4) if early and eval_data else int((base or {}).get("eval_steps") or 0)
     loss = method.get("loss") if method["method"] == "opsd" else method["method"]
     mask = token_mask_field(run, config, loss)
@@ -238,15 +238,6 @@ smoothing = c1.slider("Smoothing", 0.0, 0.99, 0.6, key="train_smooth", help="exp
 log_y = c2.checkbox("Log scale", key="train_log")
 
 
-def early_read_note(records: list, max_steps: int, running: bool) -> None:
-    """Once the run has evaluated at or after a quarter of its steps: that change and what the study's runs with such
-    a read realised (opsd_diag.early_read); a low read is a warning, a running run may be worth stopping."""
-    figures = early_read.shipped_figures()
-    r = early_read.read(records, max_steps, figures, running) if figures else None
-    if r is not None:
-        (st.warning if r["low"] else st.info)(r["text"])
-
-
 def follow(run_dir: str) -> None:
     # Status, Stop and Resume live inside the fragment, so they change with the run without a reload.
     status = jobs.status(run_dir)
@@ -286,7 +277,6 @@ def follow(run_dir: str) -> None:
         st.plotly_chart(training_figures.train_figure(frame, smoothing=smoothing, log_y=log_y), key=f"train-{run_dir}")
     if (frame["kind"] == "eval").any() if "kind" in frame else False:
         st.plotly_chart(training_figures.eval_figure(frame, scoreboard.read_prediction(run_dir)), key=f"eval-{run_dir}")
-        early_read_note(follower.records, total, state in jobs.ACTIVE)
     with st.expander("Log", expanded=state in ("failed", "died")):
         st.code(jobs.log_tail(run_dir) or "(no output yet)")
 

@@ -348,7 +348,7 @@ def recommended_lines(res: dict, columns) -> list[str]:
 
 
 def figures(res: dict) -> dict:
-    """The model file's ``early_read`` record (what opsd_diag.early_read words), from ``report()``."""
+    """The model file's ``early_read`` record (what the product worded while the read shipped), from ``report()``."""
     p, t, q = res["pooled"]["early_d1"], res["table"], res["look"]["early_d1"]
     total = {reach.plan_of(w)["training"]["max_steps"] for w in res["worlds"]}
     assert len(total) == 1, f"the worlds train for {sorted(total)} steps: one early-read fraction cannot cover them"
