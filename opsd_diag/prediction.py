@@ -318,7 +318,8 @@ def outside_text(rows: list[Row]) -> str:
 
 def panel(p: Predictions, trainable=None) -> dict[str, str]:
     """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking, record
-    (what the ranking did on worlds built after it), tiers, calibration, looks (the history that chose the rule in force); plain text, names as the run holds them."""
+    (what the ranking did on worlds built after it), tiers, calibration, looks (the history that chose the rule in
+    force); plain text, names as the run holds them."""
     cal, rec = p.calibration, p.recommended(trainable)
     best = rec or (p.rows[0] if p.rows else None)
     out, history = {}, []

@@ -225,7 +225,8 @@ def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look
     want = spearmanr(shipped_gain(rows, check_world.shipped(), "v2", "d_regression"),
                      [r["d_regression"]["estimate"] for r in rows]).statistic
     got = report_checks.analysis()["since_look8"]["forgetting_pooled_all"]["v2"]
-    sizes = {w: 28 if w in ("sorrel", "basalt", "barite", "prehnite") else 22 for w in worlds}  # a recipe with a rule adds its six rows
+    # a recipe with a rule adds its six rows
+    sizes = {w: 28 if w in ("sorrel", "basalt", "barite", "prehnite") else 22 for w in worlds}
     assert len(worlds) >= 8 and len(rows) == sum(sizes.values()) and got == pytest.approx(want, abs=1e-9)
     assert f"pooled over the rows of all {len(worlds)} worlds checked since the seventh look: {report_v2.fmt(got)}" \
         in (HERE / "CHECKS.md").read_text()

@@ -324,10 +324,11 @@ def render(res: dict) -> str:
                   + ("holds" if res["look3_holds"] else "does not hold")]
     if "look4" in res:
         f, o = res["look4_flag"], res["look4_order"]
+        low = ", ".join(f"{r['world']} {r['config']}/{r['method']} {r['early_d1']:+.3f} -> {r['d_pass1']['estimate']:+.3f}"
+                        for r in res["look4_low"])
         lines += ["the fourth look's rule (docstring): " + flag_words(f, o) + ": "
-                  + ("holds" if res["look4_holds"] else "does not hold"), f"  its rows read below {SMALL:+.2f} "
-                  "(read -> realised): " + ", ".join(f"{r['world']} {r['config']}/{r['method']} {r['early_d1']:+.3f} -> "
-                                                     f"{r['d_pass1']['estimate']:+.3f}" for r in res["look4_low"])]
+                  + ("holds" if res["look4_holds"] else "does not hold"),
+                  f"  its rows read below {SMALL:+.2f} (read -> realised): " + low]
     lines += ["", "decision rule (docstring): the early read " + ("ships" if res["fires"] else "does not ship")]
     return "\n".join(lines + recommended_lines(res, COLUMNS))
 
