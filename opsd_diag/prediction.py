@@ -354,9 +354,9 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                                f": the best, {best.config} with {best.method}, is predicted {best.interval()} "
                                f"({best.verdict}); helps needs the whole 95% interval above +{cal.delta:g}"
                                if best else ""))
-    if n := len(cal.later_looks):
-        history.append(f"{n} later pre-registered look{'s' * (n != 1)}, each judged on a world built after its plan: "
-                       + "; ".join(v["summary"] for v in cal.later_looks.values()) + ".")
+    if n := len(cal.later_looks):  # one line a look: a reader scans the history, a terminal prints it as a list
+        history.append(f"{n} later pre-registered look{'s' * (n != 1)}, each judged on a world built after its plan:"
+                       + "".join(f"\n- {v['summary']}." for v in cal.later_looks.values()))
     if history:  # how the rule in force was chosen: the app folds it away, the reports print it last
         out["looks"] = " ".join(history)
     if best is not None:

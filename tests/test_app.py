@@ -847,9 +847,9 @@ def test_overview_ranks_by_g_when_the_study_chose_it(runs_root, tmp_path, monkey
     assert "Ranked by the accuracy gap G" in text and not any("v2 lost to G" in c.value for c in at.caption)
     # the looks that chose the rule are folded away, in look order, not in the panel's running text
     box = next(e for e in at.expander if e.label == "How the rule in force was chosen")
-    assert [c.value for c in box.caption] == [common_md(
-        "2 later pre-registered looks, each judged on a world built after its plan: look 2 (a rule): on the new world "
-        "w +0.1: G stays; look 10 (another): on the new world v +0.2: G stays.")]
+    assert [c.value for c in box.caption] == [common_md(line) for line in (
+        "2 later pre-registered looks, each judged on a world built after its plan:",
+        "- look 2 (a rule): on the new world w +0.1: G stays.", "- look 10 (another): on the new world v +0.2: G stays.")]
     assert not any("look 2 (a rule)" in m.value for m in at.markdown)
     table = next(d.value for d in at.dataframe if "predicted_gain" in d.value.columns)
     gaps = table["accuracy_gap"].tolist()

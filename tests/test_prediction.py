@@ -462,11 +462,13 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
     assert cli.main(["report", str(tiny_run), "--calibration", str(cal)]) == 0
     out = capsys.readouterr().out
     assert "v2 lost to G" in out and f"Calibration: {cal}" in out
-    looks_line = "1 later pre-registered look, each judged on a world built after its plan: look 2 (a rule)"
-    assert out.index(f"Calibration: {cal}") < out.index(looks_line)  # the history comes after the decision
+    looks_line = "1 later pre-registered look, each judged on a world built after its plan:\n- look 2 (a rule): on"
+    assert out.index(f"Calibration: {cal}") < out.index("how the rule in force was chosen:") < out.index(looks_line)
+    assert "\n- look 2 (a rule): on the new world w +0.1: G stays.\n" in out  # the history last, a look a line
     monkeypatch.setattr("opsd_diag.prediction._shipped_text", lambda: cal.read_text())
     html = Run.load(tiny_run).report_html(n_heatmaps=0)
-    assert "<details><summary>How the rule in force was chosen</summary><p>" + h.escape(looks_line) in html
+    assert ("<details><summary>How the rule in force was chosen</summary><p>"
+            + "<br>".join(map(h.escape, looks_line.split("\n")))) in html
 
 
 def test_the_decision_quotes_the_studies_from_the_package_file(shipped):

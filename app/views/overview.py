@@ -70,7 +70,8 @@ def prediction_panel(p: prediction.Predictions) -> None:
             st.caption(common.md(text[k]))
         if "looks" in text:
             with st.expander("How the rule in force was chosen"):
-                st.caption(common.md(text["looks"]))
+                for line in text["looks"].splitlines():
+                    st.caption(common.md(line))
         lever_lines()
 
 

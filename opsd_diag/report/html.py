@@ -29,7 +29,8 @@ def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], he
         text = prediction.panel(predictions)
         parts += ["<h2>Decision (predictor v2)</h2>", f"<p><b>{e(text['headline'])}</b></p>",
                   *(f"<p>{e(text[k])}</p>" for k in prediction.PANEL_TEXT if k in text),
-                  *([f"<details><summary>How the rule in force was chosen</summary><p>{e(text['looks'])}</p></details>"]
+                  *(["<details><summary>How the rule in force was chosen</summary><p>"
+                     + "<br>".join(map(e, text["looks"].splitlines())) + "</p></details>"]
                     if "looks" in text else []),
                   predictions.frame().drop(columns="calibration").to_html(
                       index=False, float_format=lambda v: f"{v:+.4f}", na_rep="n/a")]

@@ -55,7 +55,9 @@ def prediction_text(p: prediction.Predictions) -> str:
     """The decision panel's text and the ranked (config, method) table, as ``opsd-diag report`` prints them."""
     text = prediction.panel(p)
     lines = ["\ndecision (predictor v2):", text["headline"] + "."]
-    lines += [text[k] for k in (*prediction.PANEL_TEXT, "looks") if k in text]
+    lines += [text[k] for k in prediction.PANEL_TEXT if k in text]
+    if "looks" in text:  # the history last, under the heading the app and the HTML report fold it under
+        lines += ["\nhow the rule in force was chosen:", text["looks"]]
     frame = p.frame().drop(columns=["calibration", "why", "imputed", "outside_range"])  # the panel lines say them
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         table = frame.to_string(index=False, float_format=lambda v: f"{v:+.4f}")
