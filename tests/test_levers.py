@@ -398,8 +398,10 @@ def test_a_position_window_samples_only_to_its_end_and_trains_as_on_whole_rollou
     for c, w in zip(cut, whole):
         assert c["completion_length"] <= 3 < w["completion_length"]  # sampling stopped at the window's end
         assert c["kept_tokens"] == w["kept_tokens"]  # the same tokens trained: the rollouts' first three
-        assert c["loss"] == pytest.approx(w["loss"], rel=1e-6, abs=1e-9)
-        assert c["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-6)
+        # float32 on batches of other lengths: a CPU's kernels may sum in another order, so the second step agrees to
+        # float32 rounding (2.5e-6 relative seen on one Xeon), not bit for bit; other tokens would move the loss itself
+        assert c["loss"] == pytest.approx(w["loss"], rel=1e-5, abs=1e-9)
+        assert c["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-5)
     assert MaskSettings(kind="position", entropy_quantiles=(0.0, 1.0), advantage_top=1.0, teacher_confidence=0.0,
                         positions=(0, 3), rollouts="correct").sampled_length(64) == 64  # an outcome needs it all
 
