@@ -21,7 +21,7 @@ from opsd_diag.errors import OpsdError, printable
 from opsd_diag.io import views
 from opsd_diag.config.spec import DataSpec, ModelSpec
 from opsd_diag.io.data import load_problems
-from opsd_diag.config.yamlfile import read_mapping
+from opsd_diag.config.yamlfile import read_bytes, read_mapping
 from opsd_diag.report.export import table_bytes
 from opsd_diag.report.terminal import render_rollout
 
@@ -129,6 +129,18 @@ def test_json_lines_split_at_newlines_only(tmp_path):
                     encoding="utf-8")
     problems = load_problems(DataSpec(path=str(path)))
     assert [p["prompt"] for p in problems] == [prompt, "b"]
+
+
+def test_a_missing_relative_path_names_the_directory_it_was_read_from(tmp_path, monkeypatch):
+    """A config's relative paths are read from the current directory: run from elsewhere, the error says where."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OpsdError) as e:
+        read_bytes("problems/dev.jsonl", "data", "set data.path")
+    assert str(e.value) == (f"data file problems/dev.jsonl not found: set data.path "
+                            f"(a relative path is read from the current directory, {tmp_path})")
+    with pytest.raises(OpsdError) as e:
+        read_bytes(tmp_path / "dev.jsonl", "data", "set data.path")
+    assert str(e.value) == f"data file {tmp_path / 'dev.jsonl'} not found: set data.path"
 
 
 def test_config_values_that_are_accepted(tmp_path):

@@ -75,12 +75,14 @@ def _expanded_size(node, memo: dict) -> int:
 def read_bytes(path: str | Path, what: str, fix: str = "check the path") -> bytes:
     """A file a user names as input (a config, a problem set): a regular file, links followed, opened without
     ever waiting on a named pipe (a FIFO would block the read forever); else one OpsdError saying what stands
-    there (nothing, a folder, a FIFO, a device, a loop of links) and ``fix``."""
+    there (nothing, a folder, a FIFO, a device, a loop of links) and ``fix``; a relative path that is missing names
+    the directory it was read from (a config run from elsewhere than its own folder)."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
-        raise OpsdError(f"{what} file {path} not found: {fix}") from None
+        where = "" if path.is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
+        raise OpsdError(f"{what} file {path} not found: {fix}{where}") from None
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path
         why = ("goes through a loop of symbolic links" if getattr(e, "errno", None) == errno.ELOOP else
                f"cannot be opened ({getattr(e, 'strerror', None) or e})")
