@@ -4,6 +4,7 @@ job protocol's lock and stop, and the app never running code because a run was o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -248,6 +249,60 @@ def test_stop_needs_the_lock_or_the_launch_not_just_a_matching_status_file(tmp_p
     while jobs.alive(job.pid, None) and time.time() < deadline:
         time.sleep(0.05)
     assert not jobs.alive(job.pid, None)
+
+
+def _spawned_workers(parent: int) -> list[int]:
+    """The multiprocessing workers ``parent`` spawned (Linux /proc; not its resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if ppid == parent and b"multiprocessing.spawn" in cmd:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm-to-the-build", "ctrl-c-to-the-group"])
+def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, ctrl_c):
+    """SIGTERM to ``opsd-diag zoo build`` (a stop from a job manager, or ``timeout``), or Ctrl-C to its whole process
+    group, ends the two training workers at once instead of waiting out minutes of training: the build exits 130
+    with its one-line message and leaves neither models nor its staging folder nor a worker behind."""
+    import signal
+
+    out, workers = tmp_path / "models", []
+    proc = subprocess.Popen([sys.executable, "-m", "opsd_diag.cli", "zoo", "build", "--world",
+                             str(REPO / "sample_data" / "worlds" / "kiln.yaml"), "--out", str(out),
+                             "--problems-dir", str(tmp_path / "problems")],
+                            env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group: Ctrl-C reaches the build and its workers only
+    try:
+        deadline = time.time() + 120
+        while len(workers) < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+            workers = _spawned_workers(proc.pid)
+        assert len(workers) == 2, "the full build never started its two training workers"
+        time.sleep(3)  # both chains are training (kiln's take minutes)
+        if ctrl_c:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]  # before the fix: until both chains had finished training
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:  # a failed check leaves no training behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "opsd-diag: interrupted; run zoo build again" in err and "Traceback" not in err, err
+    assert not out.exists() and not list(tmp_path.glob(".zoo-build-*"))
+    deadline = time.time() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.time() < deadline:
+        time.sleep(0.1)  # a terminated worker is reaped by the build's own shutdown
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a training worker outlived the build"
 
 
 def test_a_stop_while_loading_reads_stopped_not_died(world, tmp_path, monkeypatch, capsys):

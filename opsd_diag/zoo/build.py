@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import signal
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -154,6 +155,25 @@ def train(model, tok, sample, steps: int, size: BuildSize, seed: int, log) -> fl
 
 # ---------------------------------------------------------------- the build
 
+def _leave_ctrl_c_to_the_build() -> None:
+    """A worker ignores Ctrl-C (sent to the whole process group): the build stops every worker at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _train_in_workers(chains: list[tuple]) -> list[dict[str, float]]:
+    """``_train_chain`` of each chain in its own spawned process. A stop (Ctrl-C, or SIGTERM, which the CLI turns into
+    KeyboardInterrupt) ends the workers at once: the executor's shutdown alone would wait out minutes of training."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_leave_ctrl_c_to_the_build) as ex:
+        futures = [ex.submit(_train_chain, *chain) for chain in chains]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for process in list(ex._processes.values()):  # no public way to end a running worker before Python 3.14
+                process.terminate()
+            raise
+
+
 def _train_chain(roles: tuple[str, ...], stage: Path, size: str, seed: int, pool: dict,
                  world: World = CHAINS) -> dict[str, float]:
     """Train ``roles`` in order (each starts from the previous one) and save them under ``stage``."""
@@ -253,9 +273,7 @@ def build(out_dir: Path, problems_dir: Path | None = None, size: str = "full", s
         chains = [(("base", "teacher"), stage, size, seed, by_level, world),
                   (student_roles, stage, size, seed, by_level, world)]
         if size == "full":
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as ex:
-                results = list(ex.map(_train_chain, *zip(*chains)))
+            results = _train_in_workers(chains)
         else:
             results = [_train_chain(*c) for c in chains]
         for losses in results:
