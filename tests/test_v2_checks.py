@@ -98,8 +98,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     beryl, topaz, onyx, agate, cairn, lapis, zircon, marble, chalk, pyrite and galena (amendments 4 to 32) and wick
     (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model file's
     checks sentence quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss, gabbro
-    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar and scapolite (amendments 33b, 33c, 45b) were
-    excluded by the level rule and are reported as such."""
+    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar, scapolite and wulfenite (amendments 33b, 33c, 45b,
+    47b) were excluded by the level rule and are reported as such."""
     import numpy as np
 
     from opsd_diag import prediction
@@ -118,10 +118,11 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "zincite", "scapolite", "cordierite", "petalite", "danburite", "vanadinite", "wulfenite", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
-    # amendments 3, 20-22, 28, 33b, 33c, 45b: the level rule
-    assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal", "obsidian", "feldspar", "scapolite"]
-    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar and scapolite were excluded by the plan's level "
-            "rule") in (
+    # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b: the level rule
+    assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal", "obsidian", "feldspar", "scapolite",
+                              "wulfenite"]
+    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar, scapolite and wulfenite were excluded by the "
+            "plan's level rule") in (
         HERE / "CHECKS.md").read_text()
     for w in s8["excluded"]:
         assert report_checks.status(w) == "excluded"
@@ -131,13 +132,14 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
         assert (HERE / "checks" / f"{w}.yaml").is_file() and not (REPO / "sample_data" / "worlds" / w).exists()
     assert s8["not_shipped"] == ["marl", "sorrel", "shale", "basalt", "sedge", "clinker", "chert", "beryl",
                                  "agate", "travertine", "hornfels", "azurite", "barite",
-                                 "apatite", "titanite", "tremolite", "idocrase", "axinite", "petalite"]  # 5b .. 31b, 37b-45c
+                                 "apatite", "titanite", "tremolite", "idocrase", "axinite", "petalite",
+                                 "vanadinite"]  # 5b .. 31b, 37b-46b
     assert list(s8["not_shipped_because"]) == ["cobble", "rutile", "zincite"]  # 10b, 42b, 44b: met the spec, too large
     assert "cobble (`checks/cobble.yaml`): its build met its spec, but its weights" in (HERE / "CHECKS.md").read_text()
     assert all((HERE / "checks" / f"{w}.yaml").is_file() and not (REPO / "sample_data" / "worlds" / w).exists()
                for w in [*s8["not_shipped"], *s8["not_shipped_because"]])
     assert ("The builds of marl, sorrel, shale, basalt, sedge, clinker, chert, beryl, agate, travertine, hornfels, "
-            "azurite, barite, apatite, titanite, tremolite, idocrase, axinite and petalite "
+            "azurite, barite, apatite, titanite, tremolite, idocrase, axinite, petalite and vanadinite "
             "missed their own specs' expectations") in (
         HERE / "CHECKS.md").read_text()
     product = [report_checks.world_figures(w)["models"]["product (v2_config)"]["spearman"] for w in checked]
@@ -227,8 +229,8 @@ def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look
                      [r["d_regression"]["estimate"] for r in rows]).statistic
     got = report_checks.analysis()["since_look8"]["forgetting_pooled_all"]["v2"]
     # a recipe with a rule adds its six rows
-    sizes = {w: 28 if w in ("sorrel", "basalt", "barite", "prehnite", "tremolite", "axinite", "danburite") else 22
-             for w in worlds}
+    rules = ("sorrel", "basalt", "barite", "prehnite", "tremolite", "axinite", "danburite", "vanadinite")
+    sizes = {w: 28 if w in rules else 22 for w in worlds}
     assert len(worlds) >= 8 and len(rows) == sum(sizes.values()) and got == pytest.approx(want, abs=1e-9)
     assert f"pooled over the rows of all {len(worlds)} worlds checked since the seventh look: {report_v2.fmt(got)}" \
         in (HERE / "CHECKS.md").read_text()
@@ -287,7 +289,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])} "
             f"(paired {s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, "
             f"{s8['paired_vs_g']['hi']:+.3f}]), method pairs {right} of {pairs}")
-    assert len(per) == 80 and mean in readme
+    assert len(per) == 81 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)};" in verdict
     d = s8["paired_vs_g"]  # the paired difference against G, recomputed from the per-world figures above
@@ -348,9 +350,9 @@ def test_committed_world_records_are_written_row_by_row_and_read_back_unchanged(
 
 def test_the_verdict_column_on_the_worlds_built_after_the_ranking_shipped():
     """The share of `unclear` verdicts, the decisive calls and the coverage and median width of the 95% intervals that
-    CHECKS.md and the decision panel's checks sentence give for the worlds built after the ranking shipped: the interval rule recomputed by a loop over every row (its tier v2
-    with a lookahead result, else v2_no_lookahead; a missing feature at the model's mean), against each row's realised
-    class (its Δpass@1 interval above or below 0)."""
+    CHECKS.md and the decision panel's checks sentence give for the worlds built after the ranking shipped: the
+    interval rule recomputed by a loop over every row (its tier v2 with a lookahead result, else v2_no_lookahead; a
+    missing feature at the model's mean), against each row's realised class (its Δpass@1 interval above or below 0)."""
     import math
 
     from benchmarks.validity.v2 import report_v2 as v2
