@@ -28,6 +28,8 @@ if __package__ in (None, ""):
 
 from benchmarks.validity import stats  # noqa: E402
 from benchmarks.validity.v2 import check_world, looks, report_look2, report_v2  # noqa: E402
+from benchmarks.validity.v2.checks_words import (  # noqa: E402
+    forgetting_words, in_force_words, listed, product_key, since_sentence, size_words, verdict_words)
 from benchmarks.validity.v2.looks import product_gain, product_order, product_verdicts, shipped_gain  # noqa: E402
 from benchmarks.validity.v2.report_look4 import scored  # noqa: E402
 
@@ -36,7 +38,7 @@ PLAN = HERE / "plan_checks.yaml"
 OUT = HERE / "CHECKS.md"
 SHIPPED = report_v2.SHIPPED
 ORDER = yaml.safe_load(PLAN.read_text())["product_order"]  # the file's ranking rule when these worlds were checked
-PRODUCT = f"product ({ORDER})"
+PRODUCT = product_key(ORDER)
 MODELS = (PRODUCT, "accuracy_gap", "v2", "v2_no_lookahead")
 BOOT = {"n_boot": 2000, "seed": 0}  # the bootstrap over worlds of the paired difference against G
 TARGETS = {"spearman": 0.80, "method_order": 0.90, "decisive": 0.85, "unclear": 0.40, "forgetting": 0.70}
@@ -46,11 +48,6 @@ def rows_of(world: str) -> list[dict]:
     """A checked world's product rows with their lookahead columns, from its committed rows in ``checks/``."""
     return check_world.with_lookahead(world, report_look2.world_rows(world),
                                       json.loads(report_look2.lookahead_file(world).read_text())["rows"])
-
-
-def _listed(names: list[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 @functools.cache
@@ -69,7 +66,7 @@ def since_look8() -> list[str]:
 
 
 LATER = json.loads((HERE / "look8_analysis.json").read_text())["ship"]["choice"]  # the ranking the eighth look shipped
-LATER_PRODUCT = f"product ({LATER})"
+LATER_PRODUCT = product_key(LATER)
 
 
 def as_checked(world: str | None = None) -> dict:
@@ -150,15 +147,16 @@ def analysis() -> dict:
     forget = {tier: shipped_gain(every, as_checked(), tier, "d_regression") for tier in ("v2", "v2_no_lookahead")}
     forgetting = {tier: stats.spearman(x, report_v2.target(every, "d_regression")) if since else None
                   for tier, x in forget.items()}
-    picks = {w: recommended(later_rows[w], as_checked(w)) for w in since}
+    ships = {w: as_checked(w) for w in since}  # the model file as each world was checked with it
+    picks = {w: recommended(later_rows[w], ships[w]) for w in since}
     whole = summary(later, picks, since)
-    shown = scored([v for w in since for v in product_verdicts(later_rows[w], as_checked(w))],
+    shown = scored([v for w in since for v in product_verdicts(later_rows[w], ships[w])],
                    [r for w in since for r in later_rows[w]]) if since else None  # the verdict column, as shown
-    spans = intervals_shown(later_rows)
+    spans = intervals_shown(later_rows, ships)
     too_large = shipping_notes()  # met their specs, not shipped for another reason
     return json.loads(json.dumps(report_v2.stats_jsonable(
         {"worlds": states, "per_world": per, "over": over,
-         "since_look8": {"per_world": later, "mean_spearman": whole["mean_spearman"],
+         "since_look8": {"ranking": LATER, "per_world": later, "mean_spearman": whole["mean_spearman"],
                          "method_order": whole["method_order"],
                          "paired_vs_g": paired, "excluded": [w for w, st in states_later.items() if st == "excluded"],
                          "not_shipped": [w for w in since if (report_look2.CHECKS / f"{w}.yaml").is_file()
@@ -169,18 +167,18 @@ def analysis() -> dict:
                          "recommended": picks,
                          "recommended_size": recommended_size(picks),
                          "verdict": shown and {**{k: shown[k] for k in ("n_correct", "n_decisive", "unclear_share")},
-                                               **spans},
+                                               **spans, "delta": check_world.shipped()["delta"]},
                          "recommended_mean": whole["recommended_mean"],
                          "in_force": in_force(later, picks)}})))
 
 
-def intervals_shown(rows_by_world: dict[str, list[dict]]) -> dict:
-    """The 95% intervals the product showed on these worlds' rows (each with the model file as it then stood): the
-    share that held the realised Δpass@1 (the issue asks 85-98%) and their median width, which is why the verdict
-    (the interval against +-delta) is so rarely decisive."""
+def intervals_shown(rows_by_world: dict[str, list[dict]], ships: dict[str, dict]) -> dict:
+    """The 95% intervals the product showed on these worlds' rows (each with its model file in ``ships``, as it then
+    stood): the share that held the realised Δpass@1 (the issue asks 85-98%) and their median width, which is why the
+    verdict (the interval against +-delta) is so rarely decisive."""
     inside, width = [], []
     for w, rows in rows_by_world.items():
-        _, lo, hi = looks.tier_interval(as_checked(w)["models"], rows)
+        _, lo, hi = looks.tier_interval(ships[w]["models"], rows)
         y = report_v2.target(rows, "d_pass1")
         keep = np.isfinite(y) & np.isfinite(lo) & np.isfinite(hi)
         inside += list(((y >= lo) & (y <= hi))[keep])
@@ -261,10 +259,10 @@ def render(a: dict) -> str:
         lines += ["", f"## The ranking the eighth look shipped ({LATER}), on worlds built after it", "",
                   "Checked with the model file as it then stood (amendments 2 onwards of the plan; the ninth look's added "
                   "world, `plan_look9.yaml`)." + (
-                      f" {_listed(s8['excluded'])} {'was' if len(s8['excluded']) == 1 else 'were'} excluded by the "
+                      f" {listed(s8['excluded'])} {'was' if len(s8['excluded']) == 1 else 'were'} excluded by the "
                       "plan's level rule (" + ", ".join(f"`check_{w}.txt`" for w in s8["excluded"])
                       + "): nothing to check." if s8["excluded"] else "") + (
-                      " The builds of " + _listed(s8["not_shipped"]) + " missed their own specs' expectations ("
+                      " The builds of " + listed(s8["not_shipped"]) + " missed their own specs' expectations ("
                       + ", ".join(f"`checks/{w}.yaml`" for w in s8["not_shipped"]) + "): each is checked all the "
                       "same, the plan's only exclusion being the level rule, and no such build is shipped."
                       if s8.get("not_shipped") else "") + "".join(
@@ -282,7 +280,7 @@ def render(a: dict) -> str:
         lines += ["", f"The product ranking minus G alone, mean over the {d['n']} worlds: {d['estimate']:+.3f} "
                       f"[{d['lo']:+.3f}, {d['hi']:+.3f}] (95%, bootstrap over worlds, {BOOT['n_boot']} draws), above in "
                       f"{d['above']}, below in {d['below']}; the issue asks this difference above 0 at 95%: "
-                      f"{'it is' if d['lo'] > 0 else 'it is not'}."] + _in_force_words(s8["in_force"])
+                      f"{'it is' if d['lo'] > 0 else 'it is not'}."] + in_force_words(s8["in_force"], LATER)
         rec = s8["recommended"]
         lines += ["", "What the product decides there: the row it recommends (the best-ranked with G > 0), its realised "
                   "Δpass@1 and its place among the world's rows (1: the best realised), beside the row the ranking by "
@@ -297,26 +295,14 @@ def render(a: dict) -> str:
         lines.append("| mean | | " + " | ".join(f"{s8['recommended_mean'][k]:+.3f}" for k in ("product", "by_g", "best"))
                      + " |")
         lines += ["", "Across these worlds, the recommended row's predicted Δpass@1 (the decision panel's headline number) "
-                      f"against what it realised: Spearman {f(s8['recommended_size'])}. " + _size_words(s8)
-                  + _verdict_words(s8)]
+                      f"against what it realised: Spearman {f(s8['recommended_size'])}. " + size_words(s8)
+                  + verdict_words(s8)]
         fp, n = s8["forgetting_pooled_all"], len(checked) + len(s8["per_world"])
         lines += ["", f"v2's forgetting Spearman pooled over the rows of all {n} worlds checked since the seventh look: "
                       f"{f(fp['v2'])} (v2 without lookahead {f(fp['v2_no_lookahead'])}; the plan's "
                       f"{len(checked)} alone {f(o['v2']['forgetting_pooled'])}, target >= {t['forgetting']:.2f}). "
-                      + "Split by what the forgetting set is, " + _forgetting_words(s8["forgetting_by_set"])]
+                      + "Split by what the forgetting set is, " + forgetting_words(s8["forgetting_by_set"])]
     return "\n".join(lines) + "\n"
-
-
-def _in_force_words(d: dict) -> list[str]:
-    """The subtotal of the worlds checked with the model file as it stands (``in_force``)."""
-    if not d["worlds"]:
-        return []
-    f, ms, rec = report_v2.fmt, d["mean_spearman"], d["recommended_mean"]
-    return ["", f"Of these, the {len(d['worlds'])} checked with the model file as it now stands ({_listed(d['worlds'])}"
-                f"; last changed by look {d['since_look']}): the product ranking {f(ms[LATER_PRODUCT])}, G alone "
-                f"{f(ms['accuracy_gap'])}, {d['method_order'][0]} of {d['method_order'][1]} method pairs right, the "
-                "recommended row " + (f"{rec['product']:+.3f} on average (the best row {rec['best']:+.3f})."
-                                      if rec["product"] is not None else "none (no G > 0).")]
 
 
 def sentence(a: dict) -> dict:
@@ -333,64 +319,10 @@ def sentence(a: dict) -> dict:
              f"ordered {right} of {pairs} method pairs right.")
     by_set = a["since_look8"]["forgetting_by_set"]
     return {"plan": "benchmarks/validity/v2/plan_checks.yaml", "report": "benchmarks/validity/v2/CHECKS.md",
-            "worlds": checked, "summary": _since_sentence(a["since_look8"]) or first,
+            "worlds": checked, "summary": since_sentence(a["since_look8"]) or first,
             **({"forgetting": f"On the {sum(d['worlds'] for d in by_set.values())} worlds checked since the seventh "
-                              "look, " + _forgetting_words(by_set)}
+                              "look, " + forgetting_words(by_set)}
                if by_set["second_skill"]["worlds"] else {})}
-
-
-def _forgetting_words(d: dict) -> str:
-    """What the forgetting column ranks well and what it does not (``forgetting_by_set``): the decision panel says it
-    beside the predicted forgetting."""
-    f, skill, easy = report_v2.fmt, d["second_skill"], d["easy_levels"]
-    return (f"the forgetting column ranked the realised change at {f(easy['spearman'])} pooled where the forgetting set "
-            f"was the task's own easy levels ({easy['worlds']} worlds), {f(skill['spearman'])} where it was a second "
-            f"skill the training never shows ({skill['worlds']} worlds): it follows the predicted gain, so measure a "
-            "skill you fear losing (a training.eval.regression set) rather than read it here.")
-
-
-def _since_sentence(s8: dict) -> str:
-    if not s8["per_world"]:
-        return ""
-    ms, f, worlds = s8["mean_spearman"], report_v2.fmt, list(s8["per_world"])
-    return (f"The ranking in force ({LATER}), checked on the {len(worlds)} world{'s' * (len(worlds) != 1)} built "
-            f"after it shipped, with no refit, each with the model file as it then stood (before the sixteenth look, "
-            f"the first look's gain model; benchmarks/validity/v2/CHECKS.md): a mean within-world Spearman with the "
-            f"realised pass@1 change of {f(ms[LATER_PRODUCT])}, G alone {f(ms['accuracy_gap'])} (the difference "
-            f"{s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, {s8['paired_vs_g']['hi']:+.3f}], 95% "
-            "over worlds); it ordered "
-            f"{s8['method_order'][0]} of {s8['method_order'][1]} method pairs right, and the row it recommends "
-            f"(best-ranked with G > 0) realised {s8['recommended_mean']['product']:+.3f} on average (the best row "
-            f"{s8['recommended_mean']['best']:+.3f}, the ranking by G's {s8['recommended_mean']['by_g']:+.3f}). "
-            f"Across those worlds the recommended row's predicted gain against what it realised: Spearman "
-            f"{f(s8['recommended_size'])}. " + _size_words(s8) + _verdict_words(s8)
-            + _in_force_sentence(s8["in_force"]))
-
-
-def _in_force_sentence(d: dict) -> str:
-    """The model file's own record: the worlds checked with it as it stands."""
-    if not d["worlds"]:
-        return ""
-    n, ms = len(d["worlds"]), d["mean_spearman"]
-    return (f" With the model file as it stands (since look {d['since_look']}), on the {n} world{'s' * (n != 1)} "
-            f"checked with it: {report_v2.fmt(ms[LATER_PRODUCT])}, G alone {report_v2.fmt(ms['accuracy_gap'])}.")
-
-
-def _verdict_words(s8: dict) -> str:
-    """How often the verdict column decided on those worlds: the ranking, not the verdict, is the decision."""
-    v, delta = s8["verdict"], check_world.shipped()["delta"]
-    return (f" The verdict was unclear on {v['unclear_share']:.0%} of their rows (right on {v['n_correct']} of its "
-            f"{v['n_decisive']} decisive calls): there the ranking decides, not the verdict. Its 95% intervals held "
-            f"the realised change on {v['coverage']:.0%} of the rows (the issue asks 85% to 98%), but at a median width "
-            f"of {v['median_width']:.2f} they rarely lie wholly above +{delta:.2f} or below -{delta:.2f}, as a decisive "
-            "call needs.")
-
-
-def _size_words(s8: dict) -> str:
-    """What the across-world Spearman of the recommended row's prediction means for a reader of the headline."""
-    r = s8["recommended_size"]
-    return ("The prediction tracked how much the recommendation helped." if r is not None and r >= 0.5 else
-            "The prediction orders the rows of a diagnosis; it did not say how much the recommendation would help.")
 
 
 def main(argv: list[str] | None = None) -> int:
