@@ -266,6 +266,22 @@ def test_the_forgetting_spearman_split_by_what_the_forgetting_set_is():
     assert prediction.load().checks_forgetting.startswith(f"On the {len(worlds)} worlds checked since the seventh")
 
 
+def test_the_docs_quote_every_world_built_after_the_ranking_shipped_as_its_rows_give_it():
+    """docs/verdict.md names each of the worlds checked since the ranking shipped with its product ranking and G alone
+    as recomputed from its committed rows, within a few lines of its name (the session helper that writes those
+    passages is no source of truth: the rows are)."""
+    import re
+
+    fmt = report_v2.fmt
+    s8 = report_checks.analysis()["since_look8"]
+    verdict = doc_text("docs/verdict.md")
+    for w, d in s8["per_world"].items():
+        x, g = fmt(d["models"][report_checks.LATER_PRODUCT]["spearman"]), fmt(d["models"]["accuracy_gap"]["spearman"])
+        forms = (f"{x} (G alone {g})", f"{x} ({g})", f"{x}, G alone {g}")
+        near = [verdict[m.start():m.start() + 400] for m in re.finditer(re.escape(f"`{w}`"), verdict)]
+        assert any(form in text for text in near for form in forms), w
+
+
 def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     """docs/verdict.md's flint, hearth, loam, marl, sorrel, pumice, shale and basalt figures and the mean over the ten
     worlds, the README's
