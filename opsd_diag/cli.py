@@ -72,7 +72,7 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
         lines.append(f"ideal-gradient predictor: {printable(str(s.ideal.reason))}")  # one line, whatever it holds
     pred = run.predictions(calibration)
     if pred is not None:
-        from opsd_diag.report.terminal import prediction_text
+        from opsd_diag.report.terminal import decision_line, prediction_text
         lines.append(prediction_text(pred))
     from opsd_diag.levers import text as lever_lines
     lines += [printable(x) for x in lever_lines(s.levers)]
@@ -87,6 +87,8 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
     if s.ranking:
         from opsd_diag import decision
         lines.append(decision.text(decision.decide(s)))
+    if pred is not None:
+        lines.append(decision_line(pred))
     print(printable("\n".join(lines), keep_newlines=True))
 
 

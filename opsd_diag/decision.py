@@ -176,16 +176,16 @@ def validity_text(v: dict | None, verdict: str | None) -> str:
 
 
 def text(d: Decision) -> str:
-    """The v1 rule's call as ``opsd-diag report`` prints it (the app's panel in words): the recommended row, the
-    runner-up and whether the two separate, what the cheap baselines pick, and what the validity studies found.
-    Every row may be recommended here; the app recommends only rows a training method can train."""
+    """The v1 rule's call as ``opsd-diag report`` prints it, under predictor v2's decision (the app's folded panel
+    in words): the row it picks, the runner-up and whether the two separate, what the cheap baselines pick, and
+    what the validity studies found. Called its pick, not a recommendation: the report recommends one row, v2's."""
     rec = d.recommended
     lines = ["\ndecision (v1 rule, secondary evidence):"]
     if rec is None:
         counts = {v: sum(r.verdict == v for r in d.rows) for v in ("unclear", "hurts")}
         lines.append(f"no (config, signal) is predicted to help: {counts['unclear']} unclear, {counts['hurts']} hurts")
     else:
-        lines.append(f"recommended: {rec.config} / {rec.signal}, helps, score {rec.interval()}")
+        lines.append(f"the v1 rule's pick: {rec.config} / {rec.signal}, helps, score {rec.interval()}")
         r = d.runner_up
         sep = {True: "separable (the 95% intervals do not overlap)", False: "not separable (the 95% intervals overlap)",
                None: "separability unknown (an interval is missing)"}[d.separable]

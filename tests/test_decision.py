@@ -116,13 +116,13 @@ def test_the_package_file_carries_the_committed_studies():
 
 
 def test_the_cli_text_says_what_the_apps_panel_says():
-    """decision.text (``opsd-diag report``): the recommendation with its interval, the runner-up and separability,
-    the baselines' picks, and each study's sentences; without a helps row, the verdict counts."""
+    """decision.text (``opsd-diag report``): the v1 rule's pick (not called a recommendation: the report's one
+    recommendation is v2's) with its interval, the runner-up and separability, the baselines' picks, and each study's sentences; without a helps row, the verdict counts."""
     s = _summary({("teacher", "jsd"): "helps"})
     d = decision.decide(s)
     lines = decision.text(d).splitlines()[1:]  # after the blank line that separates it in the report
     assert lines[0] == "decision (v1 rule, secondary evidence):"
-    assert lines[1] == f"recommended: teacher / jsd, helps, score {d.recommended.interval()}"
+    assert lines[1] == f"the v1 rule's pick: teacher / jsd, helps, score {d.recommended.interval()}"
     r = d.runner_up
     assert lines[2].startswith(f"runner-up (best of another config): {r.config} / {r.signal}, {r.verdict}, "
                                f"score {r.interval()}: ")

@@ -457,6 +457,10 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
     out = capsys.readouterr().out
     assert "decision (predictor v2):" in out and text["headline"] in out and "Calibration: shipped" in out
     assert out.index("decision (predictor v2)") < out.index("v1 verdicts, ranked")
+    assert out.rstrip("\n").splitlines()[-1] == (  # a terminal shows the end: v2's call, not the v1 rule's
+        f"in short: {text['headline']}. Why, and how sure: 'decision (predictor v2)' above; the v1 rule's pick is "
+        "secondary evidence.")
+    assert "recommended:" not in out  # one recommendation: the v1 rule's row is its pick
     looks = {"look2": {"summary": "look 2 (a rule): on the new world w +0.1: G stays"}}
     cal = write(tmp_path / "g.json", choice="accuracy_gap", later_looks=looks)
     assert cli.main(["report", str(tiny_run), "--calibration", str(cal)]) == 0

@@ -51,6 +51,12 @@ def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "
     return f"{printable(head)}\n\n{body}\n\n{printable(table, keep_newlines=True)}"
 
 
+def decision_line(p: prediction.Predictions) -> str:
+    """The report's last line: v2's recommendation again, below the secondary evidence a terminal shows last."""
+    return (f"\nin short: {prediction.panel(p)['headline']}. Why, and how sure: 'decision (predictor v2)' above; the v1 "
+            "rule's pick is secondary evidence.")
+
+
 def prediction_text(p: prediction.Predictions) -> str:
     """The decision panel's text and the ranked (config, method) table, as ``opsd-diag report`` prints them."""
     text = prediction.panel(p)
