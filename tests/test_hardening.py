@@ -265,11 +265,21 @@ def _spawned_workers(parent: int) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("ctrl_c", [False, True], ids=["sigterm-to-the-build", "ctrl-c-to-the-group"])
-def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, ctrl_c):
+def _running(pid: int) -> bool:
+    """The process exists and is no zombie (a killed worker's parent may not have reaped it yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("stop", ["term", "int", "kill"],
+                         ids=["sigterm-to-the-build", "ctrl-c-to-the-group", "sigkill-to-the-build"])
+def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
     """SIGTERM to ``opsd-diag zoo build`` (a stop from a job manager, or ``timeout``), or Ctrl-C to its whole process
     group, ends the two training workers at once instead of waiting out minutes of training: the build exits 130
-    with its one-line message and leaves neither models nor its staging folder nor a worker behind."""
+    with its one-line message and leaves neither models nor its staging folder nor a worker behind. A build killed
+    outright (SIGKILL, the OOM killer) cannot clean up, but its workers end with it instead of training on."""
     import signal
 
     out, workers = tmp_path / "models", []
@@ -285,24 +295,29 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, ctrl_c):
             workers = _spawned_workers(proc.pid)
         assert len(workers) == 2, "the full build never started its two training workers"
         time.sleep(3)  # both chains are training (kiln's take minutes)
-        if ctrl_c:
+        if stop == "int":
             os.killpg(proc.pid, signal.SIGINT)
         else:
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM if stop == "term" else signal.SIGKILL)
         err = proc.communicate(timeout=60)[1]  # before the fix: until both chains had finished training
+        deadline = time.time() + 10
+        while any(map(_running, workers)) and time.time() < deadline:
+            time.sleep(0.1)  # a terminated worker is reaped by the build's own shutdown, an orphan by init
+        alive = [pid for pid in workers if _running(pid)]
     finally:
         if proc.poll() is None:
             proc.kill()
         for pid in workers:  # a failed check leaves no training behind
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+    assert not alive, "a training worker outlived the build"
+    assert not out.exists()
+    if stop == "kill":
+        assert proc.returncode == -signal.SIGKILL
+        return
     assert proc.returncode == 130, err
     assert "opsd-diag: interrupted; run zoo build again" in err and "Traceback" not in err, err
-    assert not out.exists() and not list(tmp_path.glob(".zoo-build-*"))
-    deadline = time.time() + 10
-    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.time() < deadline:
-        time.sleep(0.1)  # a terminated worker is reaped by the build's own shutdown
-    assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a training worker outlived the build"
+    assert not list(tmp_path.glob(".zoo-build-*"))
 
 
 def test_a_stop_while_loading_reads_stopped_not_died(world, tmp_path, monkeypatch, capsys):
