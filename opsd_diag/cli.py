@@ -1,4 +1,5 @@
-"""``opsd-diag``: run a diagnosis, report it, show one rollout, export a heatmap, build the toy zoo.
+"""``opsd-diag``: run a diagnosis, report it, show one rollout, export a heatmap, rerun its predictor, score
+predictions against training runs, build the toy zoo.
 
 User errors print one line on stderr and exit with status 2 (no traceback).
 """
@@ -240,7 +241,7 @@ def _cmd_zoo_build(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="opsd-diag", description=__doc__.splitlines()[0].replace("``", ""))
+    p = Parser(prog="opsd-diag", description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="sample, score and aggregate a diagnosis config into a run directory")
@@ -251,7 +252,8 @@ def parser() -> argparse.ArgumentParser:
                                       "rollouts.path; formats: docs/design.md#rollouts-from-a-file)")
     r.set_defaults(func=_cmd_run)
 
-    rep = sub.add_parser("report", help="summary table per teacher config of a finished run")
+    rep = sub.add_parser("report", help="a finished run's summary per teacher config, failure checks and decision "
+                                        "(predictor v2; the v1 rule's call after it)")
     rep.add_argument("run_dir")
     rep.add_argument("--calibration", help="a predictor v2 model file to apply instead of the shipped one "
                                            "(the format of opsd_diag/data/predictor_v2.json)")
