@@ -85,6 +85,33 @@ def test_from_diagnosis_user_errors(diagnosis, tmp_path, capsys, args, needle):
     assert len(err) == 1 and needle in err[0] and not (tmp_path / "x").exists()
 
 
+def test_from_diagnosis_without_a_choice_trains_the_recommendation(diagnosis, tmp_path, capsys, monkeypatch):
+    """Without --config and --signal, opsd-train trains the row the report and the app's Train it recommend
+    (predictor v2's best-ranked trainable row its ranking supports) and says which; a diagnosis that recommends
+    nothing (the tiny random zoo: no config has G > 0) is one line naming the fix, and no run directory."""
+    from opsd_diag.prediction import Predictions
+    from trainer.from_diagnosis import why_not
+
+    root, _ = diagnosis
+    run = Run.load(root / "diag")
+    argv = ["--from-diagnosis", str(root / "diag"), "--max-steps", "1", "--batch-size", "2", "--out"]
+    assert run.predictions().recommended() is None
+    assert cli.main([*argv, str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "recommends nothing to train" in err[0] and "--config NAME --signal SIGNAL" in err[0]
+    assert not (tmp_path / "none").exists()
+
+    rec, asked = run.predictions().row("self_full", "opsd_jsd"), []  # as if the ranking supported this row
+    monkeypatch.setattr(Predictions, "recommended", lambda self, trainable=None: asked.append(trainable) or rec)
+    assert cli.main([*argv, str(tmp_path / "rec")]) == 0
+    assert "training the diagnosis' recommendation: config self_full, signal jsd" in capsys.readouterr().err
+    p = json.loads((tmp_path / "rec" / "prediction.json").read_text())
+    assert (p["config"], p["signal"], p["v2"]["method"]) == ("self_full", "jsd", "opsd_jsd")
+    trainable = asked[-1]  # the app's Train it rule: a row no method trains is never the recommendation
+    assert trainable("teacher", "a_d2") and not trainable("self_full", "a_d2")
+    assert why_not(run.config, "self_full", "a_d2") is not None
+
+
 def test_every_signal_maps_to_the_method_that_trains_on_it(diagnosis):
     cfg = Run.load(diagnosis[0] / "diag").config
     assert method_for(cfg, "teacher", "a_d2") == {"teacher": "teacher", "method": "opd2"}

@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     d = p.add_argument_group("train what a finished diagnosis predicted (instead of CONFIG)")
     d.add_argument("--from-diagnosis", metavar="RUN_DIR", help="a finished diagnosis run directory")
-    d.add_argument("--config", help="one of its teacher configs")
+    d.add_argument("--config", help="one of its teacher configs (without --config and --signal: the row the "
+                                    "diagnosis recommends)")
     d.add_argument("--signal", help="the diagnosed signal to train on (r_opd, jsd, rev_kl, fwd_kl, a_d2, a_ex)")
     d.add_argument("--trust-remote-code", action="store_true",
                    help="let the diagnosis' models run their own code (off: a run directory never enables it)")
@@ -88,18 +89,22 @@ def _load(args):
             raise OpsdError("--config and --signal choose what to train from a diagnosis: use them with "
                             "--from-diagnosis RUN_DIR (a config file names its method in its training section)")
         return config.load(args.config_file, **overrides), None, args.config_file
-    if args.config_file is not None or not (args.config and args.signal):
-        raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL, and no config file")
-    from trainer.from_diagnosis import from_diagnosis
+    if args.config_file is not None or bool(args.config) != bool(args.signal):
+        raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL together, or neither (then it trains "
+                        "the diagnosis' recommendation), and no config file")
+    from trainer.from_diagnosis import from_diagnosis, recommended
 
-    cfg, predicted, note = from_diagnosis(args.from_diagnosis, args.config, args.signal,
+    name, signal = (args.config, args.signal) if args.config else recommended(args.from_diagnosis)
+    if not args.config and _is_main():
+        print(f"opsd-train: training the diagnosis' recommendation: config {name}, signal {signal}", file=sys.stderr)
+    cfg, predicted, note = from_diagnosis(args.from_diagnosis, name, signal,
                                           trust_remote_code=args.trust_remote_code, **overrides)
     source = f"training from {args.from_diagnosis}"
     tc = config.resolve_training(cfg, source)
     config.check_environment(tc.spec, source)
     if note and _is_main():
         print(f"opsd-train: {note}", file=sys.stderr)
-    return tc, predicted, f"{args.config}-{args.signal}"
+    return tc, predicted, f"{name}-{signal}"
 
 
 def _is_main() -> bool:

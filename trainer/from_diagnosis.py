@@ -108,6 +108,18 @@ def from_diagnosis(run_dir: str | Path, config: str, signal: str, *, trust_remot
     return cfg, prediction(run, config, signal), run.config_for_models(trust_remote_code)[1]
 
 
+def recommended(run_dir: str | Path) -> tuple[str, str]:
+    """(config, signal) of the finished run's recommendation, the row its report and the app's **Train it** give:
+    predictor v2's best-ranked trainable row that its ranking supports."""
+    run = Run.load(run_dir)
+    p = run.predictions()
+    rec = p.recommended(lambda config, signal: why_not(run.config, config, signal) is None) if p else None
+    if rec is None:
+        raise OpsdError(f"the diagnosis {run_dir} recommends nothing to train (see opsd-diag report {run_dir}): "
+                        "choose what to train with --config NAME --signal SIGNAL")
+    return rec.config, rec.signal
+
+
 def check_scored(run: Run, cfg: DiagnosisConfig, config: str) -> None:
     """The teacher the manifest names for ``config`` is one the diagnosis scored: the config has a summary, and
     its model is of the family its tables were scored with (``engine.cross.check_scored``). A manifest edited to
