@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -110,6 +111,42 @@ def test_from_diagnosis_without_a_choice_trains_the_recommendation(diagnosis, tm
     trainable = asked[-1]  # the app's Train it rule: a row no method trains is never the recommendation
     assert trainable("teacher", "a_d2") and not trainable("self_full", "a_d2")
     assert why_not(run.config, "self_full", "a_d2") is not None
+
+
+def test_a_run_reads_its_relative_paths_where_the_diagnosis_ran(ci_zoo, tmp_path, monkeypatch):
+    """A diagnosis run with relative data and model paths trains again from another directory (the app's Train, a
+    script elsewhere): its manifest records where it ran (``cwd``), and a relative path missing here is read
+    there; a hub name or ``self`` is kept as written. Before, every relative path was read from here and failed."""
+    import os
+
+    from opsd_diag.engine.diagnose import run_diagnosis
+    from opsd_diag.run import _rebased
+    from opsd_diag.zoo import task
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere" / "deeper"
+    project.mkdir()
+    elsewhere.mkdir(parents=True)
+    write_jsonl(project / "problems.jsonl", task.generate(4, 11))
+    rel = os.path.relpath(ci_zoo, project)  # ../../zoo0/models: no such folder from elsewhere/deeper
+    monkeypatch.chdir(project)
+    run_diagnosis(from_dict(tiny_config(Path(rel), Path("problems.jsonl"), sampling={"max_completion_length": 6})),
+                  project / "diag", show_progress=False)
+    monkeypatch.chdir(elsewhere)
+    run = Run.load(project / "diag")
+    assert run.manifest["cwd"] == str(project)
+    cfg, _ = run.config_for_models()
+    assert cfg.data.path == str(project / "problems.jsonl")
+    assert cfg.student.model == os.path.join(project, rel, "student") and cfg.teachers[1].model == "self"
+    assert run.tokenizer() is not None  # the app decodes top-k ids with it
+    assert cli.main(["--from-diagnosis", str(project / "diag"), "--config", "teacher", "--signal", "r_opd",
+                     "--max-steps", "1", "--batch-size", "2", "--out", str(elsewhere / "t")]) == 0
+    trained = yaml.safe_load((elsewhere / "t" / "config.yaml").read_text())
+    assert trained["data"]["path"] == str(project / "problems.jsonl")
+    stored = {"data": {"path": "problems.jsonl"}, "teachers": [{"model": "Qwen/Qwen3-8B"}]}
+    for cwd in (None, "project", 7):  # an old run, or a damaged manifest: read from here, as before
+        assert _rebased(stored, cwd) == stored
+    assert _rebased(stored, str(project)) == {"data": {"path": str(project / "problems.jsonl")},
+                                             "teachers": [{"model": "Qwen/Qwen3-8B"}]}
 
 
 def test_every_signal_maps_to_the_method_that_trains_on_it(diagnosis):

@@ -3,6 +3,7 @@ the prompts as each model saw them, and what later readers check its tables agai
 
 from __future__ import annotations
 
+import os
 import platform
 
 import torch
@@ -27,4 +28,5 @@ def manifest(prep, status: str, **extra) -> dict:
             "n_problems": len(prep.problems), "n_shards": prep.n_shards, "shard_size": cfg.shard_size,
             "model_fingerprints": prep.fingerprints, "stop_ids": prep.stop_ids,
             "rendered_prompts": {"problem_id": prep.problems[0]["id"], **prep.rendered}, "template_notes": prep.notes,
-            "vocab_size": int(prep.student.get_output_embeddings().weight.shape[0]), "stamps": list(STAMPS), **extra}
+            "vocab_size": int(prep.student.get_output_embeddings().weight.shape[0]), "stamps": list(STAMPS),
+            "cwd": os.getcwd(), **extra}  # where the config's relative paths were read (Run.config_for_models)
