@@ -98,8 +98,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     beryl, topaz, onyx, agate, cairn, lapis, zircon, marble, chalk, pyrite and galena (amendments 4 to 32) and wick
     (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model file's
     checks sentence quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss, gabbro
-    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar, scapolite and wulfenite (amendments 33b, 33c, 45b,
-    47b) were excluded by the level rule and are reported as such."""
+    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar, scapolite, wulfenite and rhodonite (amendments 33b,
+    33c, 45b, 47b, 48b) were excluded by the level rule and are reported as such."""
     import numpy as np
 
     from opsd_diag import prediction
@@ -119,12 +119,11 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "sodalite", "rhodonite", "sphalerite", "anglesite", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
-    # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b: the level rule
+    # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b, 48b: the level rule
     assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal", "obsidian", "feldspar", "scapolite",
-                              "wulfenite"]
-    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar, scapolite and wulfenite were excluded by the "
-            "plan's level rule") in (
-        HERE / "CHECKS.md").read_text()
+                              "wulfenite", "rhodonite"]
+    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar, scapolite, wulfenite and rhodonite were "
+            "excluded by the plan's level rule") in (HERE / "CHECKS.md").read_text()
     for w in s8["excluded"]:
         assert report_checks.status(w) == "excluded"
         assert f"{w}: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
@@ -306,7 +305,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])} "
             f"(paired {s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, "
             f"{s8['paired_vs_g']['hi']:+.3f}]), method pairs {right} of {pairs}")
-    assert len(per) == 81 and mean in readme
+    assert len(per) == 82 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)};" in verdict
     d = s8["paired_vs_g"]  # the paired difference against G, recomputed from the per-world figures above
