@@ -230,7 +230,8 @@ def test_the_forgetting_spearman_over_every_world_checked_since_the_seventh_look
                      [r["d_regression"]["estimate"] for r in rows]).statistic
     got = report_checks.analysis()["since_look8"]["forgetting_pooled_all"]["v2"]
     # a recipe with a rule adds its six rows
-    rules = ("sorrel", "basalt", "barite", "prehnite", "tremolite", "axinite", "danburite", "vanadinite")
+    rules = ("sorrel", "basalt", "barite", "prehnite", "tremolite", "axinite", "danburite", "vanadinite", "scheelite",
+             "smithsonite")
     sizes = {w: 28 if w in rules else 22 for w in worlds}
     assert len(worlds) >= 8 and len(rows) == sum(sizes.values()) and got == pytest.approx(want, abs=1e-9)
     assert f"pooled over the rows of all {len(worlds)} worlds checked since the seventh look: {report_v2.fmt(got)}" \
