@@ -16,7 +16,6 @@ the run directory goes through ``io.store``, which turns a missing or corrupt fi
 
 from __future__ import annotations
 
-import os
 import threading
 from functools import cached_property
 from pathlib import Path
@@ -28,9 +27,9 @@ from pydantic import ValidationError
 
 from opsd_diag.core.aggregate import entropy_bins
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import safe, store, trust
+from opsd_diag.io import rebase, safe, store, trust
 from opsd_diag import checks, features, levers, prediction, schedule_points
-from opsd_diag.config.spec import PATH_KEYS, DiagnosisConfig, from_dict
+from opsd_diag.config.spec import DiagnosisConfig, from_dict
 from opsd_diag.report import evidence, export, figures, heatmap, html, tables, token_figure
 from opsd_diag.schema import SIGNAL_COLUMNS
 from opsd_diag.summary import Summary
@@ -84,13 +83,13 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
 
     def _stored_config(self) -> dict:
         """The manifest's config, refused in one line when it is not an object (a damaged manifest), its relative
-        paths read where the diagnosis read them (``_rebased``)."""
+        paths read where the diagnosis read them (``io.rebase``)."""
         stored = self.manifest.get("config")
         if not isinstance(stored, dict):
             what = "missing" if stored is None else f"{type(stored).__name__}, not an object"
             raise OpsdError(f"{self.path / 'manifest.json'}: its config is {what} (damaged or edited by hand): "
                             "rerun the diagnosis into a new --out")
-        return _rebased(stored, self.manifest.get("cwd"))
+        return rebase.rebased(stored, self.manifest.get("cwd"))
 
     @property
     def configs(self) -> list[str]:
@@ -330,7 +329,7 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
         """
         from opsd_diag.io.models import load_tokenizer
 
-        spec = _section(_rebased(_section(self.manifest, "config"), self.manifest.get("cwd")), "student")
+        spec = _section(rebase.rebased(_section(self.manifest, "config"), self.manifest.get("cwd")), "student")
         try:
             return load_tokenizer(str(spec.get("model") or ""), spec.get("revision"), False, False)
         except (OpsdError, TypeError):
@@ -385,29 +384,6 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
         for name, data in files.items():
             safe.write_file(out_dir / name, data)
         return [out_dir / name for name in files]
-
-
-def _rebased(stored: dict, cwd) -> dict:
-    """``stored`` with each relative path (a ``PATH_KEYS`` value) that the current directory lacks and ``cwd``, the
-    directory the diagnosis read it from (its manifest's ``cwd``), holds made absolute there: a run directory
-    predicts and trains again from any directory. A hub name or ``self`` is no file there: kept as written."""
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
-        return stored
-
-    def walk(value, key=None):
-        if isinstance(value, dict):
-            return {k: walk(v, k) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v, key) for v in value]
-        if key in PATH_KEYS and isinstance(value, str) and value and not os.path.isabs(value) \
-                and not value.startswith("~"):
-            try:
-                if not os.path.exists(value) and os.path.exists(there := os.path.join(cwd, value)):
-                    return there
-            except (OSError, ValueError):  # a name no file system takes: the config's own check says so
-                pass
-        return value
-    return walk(stored)
 
 
 def _section(obj: dict, key: str) -> dict:

@@ -120,7 +120,7 @@ def test_a_run_reads_its_relative_paths_where_the_diagnosis_ran(ci_zoo, tmp_path
     import os
 
     from opsd_diag.engine.diagnose import run_diagnosis
-    from opsd_diag.run import _rebased
+    from opsd_diag.io.rebase import rebased
     from opsd_diag.zoo import task
 
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere" / "deeper"
@@ -144,8 +144,8 @@ def test_a_run_reads_its_relative_paths_where_the_diagnosis_ran(ci_zoo, tmp_path
     assert trained["data"]["path"] == str(project / "problems.jsonl")
     stored = {"data": {"path": "problems.jsonl"}, "teachers": [{"model": "Qwen/Qwen3-8B"}]}
     for cwd in (None, "project", 7):  # an old run, or a damaged manifest: read from here, as before
-        assert _rebased(stored, cwd) == stored
-    assert _rebased(stored, str(project)) == {"data": {"path": str(project / "problems.jsonl")},
+        assert rebased(stored, cwd) == stored
+    assert rebased(stored, str(project)) == {"data": {"path": str(project / "problems.jsonl")},
                                              "teachers": [{"model": "Qwen/Qwen3-8B"}]}
 
 

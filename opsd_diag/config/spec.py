@@ -29,13 +29,12 @@ from opsd_diag.config.yamlfile import read_mapping
 from opsd_diag.config.settings import LossSettings, SamplingSettings, ScoreSettings
 
 METHODS = ("opd", "jsd", "opsd", "opd2", "exopd", "sft", "uld")
-PATH_KEYS = ("model", "adapter", "path")  # the keys that name a file or folder, in any section
 
 
 class Strict(BaseModel):
     """Unknown keys, non-finite floats and values of another type are errors; assignments are validated too."""
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
-    _paths = field_validator(*PATH_KEYS, check_fields=False)(safe.path_field)  # every path named
+    _paths = field_validator(*safe.PATH_KEYS, check_fields=False)(safe.path_field)  # every path named
 
 
 def _centering(v: str) -> str:

@@ -90,6 +90,9 @@ def check_name(path, what: str = "path") -> str:
     return s
 
 
+PATH_KEYS = ("model", "adapter", "path")  # the config keys that name a file or folder, in any section
+
+
 def path_field(v):
     """``check_name`` as the validator of every path field of a config (problem sets, model and adapter
     folders): a NUL or an over-long name is that key's error, not a traceback where the file is opened."""
