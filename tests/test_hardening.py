@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -265,6 +266,15 @@ def _spawned_workers(parent: int) -> list[int]:
     return found
 
 
+def _ignores_ctrl_c(pid: int) -> bool:
+    """The worker has run the build's initializer (SIGINT ignored: bit 1 of SigIgn in /proc/PID/status)."""
+    try:
+        mask = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("SigIgn:"))
+        return bool(int(mask.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+
+
 def _running(pid: int) -> bool:
     """The process exists and is no zombie (a killed worker's parent may not have reaped it yet)."""
     try:
@@ -280,7 +290,6 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
     group, ends the two training workers at once instead of waiting out minutes of training: the build exits 130
     with its one-line message and leaves neither models nor its staging folder nor a worker behind. A build killed
     outright (SIGKILL, the OOM killer) cannot clean up, but its workers end with it instead of training on."""
-    import signal
 
     out, workers = tmp_path / "models", []
     proc = subprocess.Popen([sys.executable, "-m", "opsd_diag.cli", "zoo", "build", "--world",
@@ -294,6 +303,8 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
             time.sleep(0.2)
             workers = _spawned_workers(proc.pid)
         assert len(workers) == 2, "the full build never started its two training workers"
+        while not all(map(_ignores_ctrl_c, workers)) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)  # started: imports done (seconds on a busy CI machine), the build's initializer run
         time.sleep(3)  # both chains are training (kiln's take minutes)
         if stop == "int":
             os.killpg(proc.pid, signal.SIGINT)
@@ -324,7 +335,6 @@ def test_a_stop_while_loading_reads_stopped_not_died(world, tmp_path, monkeypatc
     """SIGTERM raises KeyboardInterrupt from the CLI's first moment (and the old handler comes back); a stop
     that lands while the models load leaves ``stopped`` with a plain message, for both CLIs; a process the
     stop ended before any handler (interpreter start-up) reads ``stopped`` too, by its STOP file."""
-    import signal
 
     from opsd_diag import cli as diag_cli
     from opsd_diag.argparser import stop_as_interrupt
