@@ -283,13 +283,11 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("stop", ["term", "int", "kill"],
-                         ids=["sigterm-to-the-build", "ctrl-c-to-the-group", "sigkill-to-the-build"])
+@pytest.mark.parametrize("stop", ["term", "int"], ids=["sigterm-to-the-build", "ctrl-c-to-the-group"])
 def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
     """SIGTERM to ``opsd-diag zoo build`` (a stop from a job manager, or ``timeout``), or Ctrl-C to its whole process
     group, ends the two training workers at once instead of waiting out minutes of training: the build exits 130
-    with its one-line message and leaves neither models nor its staging folder nor a worker behind. A build killed
-    outright (SIGKILL, the OOM killer) cannot clean up, but its workers end with it instead of training on."""
+    with its one-line message and leaves neither models nor its staging folder nor a worker behind."""
 
     out, workers = tmp_path / "models", []
     proc = subprocess.Popen([sys.executable, "-m", "opsd_diag.cli", "zoo", "build", "--world",
@@ -309,7 +307,7 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
         if stop == "int":
             os.killpg(proc.pid, signal.SIGINT)
         else:
-            proc.send_signal(signal.SIGTERM if stop == "term" else signal.SIGKILL)
+            proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=60)[1]  # before the fix: until both chains had finished training
         deadline = time.time() + 10
         while any(map(_running, workers)) and time.time() < deadline:
@@ -323,9 +321,6 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
                 os.kill(pid, signal.SIGKILL)
     assert not alive, "a training worker outlived the build"
     assert not out.exists()
-    if stop == "kill":
-        assert proc.returncode == -signal.SIGKILL
-        return
     assert proc.returncode == 130, err
     assert "opsd-diag: interrupted; run zoo build again" in err and "Traceback" not in err, err
     assert not list(tmp_path.glob(".zoo-build-*"))

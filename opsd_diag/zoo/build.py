@@ -11,7 +11,6 @@ folder, a link, or the shipped data at another size) is checked first, by ``guar
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import multiprocessing
@@ -19,7 +18,6 @@ import os
 import random
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -157,22 +155,16 @@ def train(model, tok, sample, steps: int, size: BuildSize, seed: int, log) -> fl
 
 # ---------------------------------------------------------------- the build
 
-def _bind_worker_to_the_build(build_pid: int) -> None:
-    """A worker ignores Ctrl-C (sent to the whole process group): the build stops every worker at once. On Linux it
-    also ends with the build, even one killed outright (SIGKILL, the OOM killer), instead of training on unowned."""
+def _leave_ctrl_c_to_the_build() -> None:
+    """A worker ignores Ctrl-C (sent to the whole process group): the build stops every worker at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-        if os.getppid() != build_pid:  # the build died before the line above
-            os._exit(1)
 
 
 def _train_in_workers(chains: list[tuple]) -> list[dict[str, float]]:
     """``_train_chain`` of each chain in its own spawned process. A stop (Ctrl-C, or SIGTERM, which the CLI turns into
     KeyboardInterrupt) ends the workers at once: the executor's shutdown alone would wait out minutes of training."""
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_bind_worker_to_the_build,
-                             initargs=(os.getpid(),)) as ex:
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_leave_ctrl_c_to_the_build) as ex:
         futures = [ex.submit(_train_chain, *chain) for chain in chains]
         try:
             return [f.result() for f in futures]
