@@ -92,12 +92,14 @@ def _load(args):
     if args.config_file is not None or bool(args.config) != bool(args.signal):
         raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL together, or neither (then it trains "
                         "the diagnosis' recommendation), and no config file")
+    from opsd_diag.run import Run
     from trainer.from_diagnosis import from_diagnosis, recommended
 
-    name, signal = (args.config, args.signal) if args.config else recommended(args.from_diagnosis)
+    run = Run.load(args.from_diagnosis)
+    name, signal = (args.config, args.signal) if args.config else recommended(run)
     if not args.config and _is_main():
         print(f"opsd-train: training the diagnosis' recommendation: config {name}, signal {signal}", file=sys.stderr)
-    cfg, predicted, note = from_diagnosis(args.from_diagnosis, name, signal,
+    cfg, predicted, note = from_diagnosis(run, name, signal,
                                           trust_remote_code=args.trust_remote_code, **overrides)
     source = f"training from {args.from_diagnosis}"
     tc = config.resolve_training(cfg, source)

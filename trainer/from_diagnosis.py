@@ -98,24 +98,24 @@ def v2_prediction(run: Run, config: str, signal: str) -> dict | None:
             "verdict": row.verdict, "drift": row.drift, "ranked_by": p.ranked_by, "calibration": p.calibration.source}
 
 
-def from_diagnosis(run_dir: str | Path, config: str, signal: str, *, trust_remote_code: bool = False,
+def from_diagnosis(run_dir: str | Path | Run, config: str, signal: str, *, trust_remote_code: bool = False,
                    **overrides) -> tuple[DiagnosisConfig, dict, str | None]:
     """(the training config, the prediction record, the trust rule's note or None) of (config, signal) of the
-    finished run in ``run_dir``; remote code only as ``trust_remote_code`` (the user's flag) says."""
-    run = Run.load(run_dir)
+    finished run in ``run_dir`` (or that run, loaded); remote code only as ``trust_remote_code`` (the user's flag)
+    says."""
+    run = run_dir if isinstance(run_dir, Run) else Run.load(run_dir)
     cfg = training_config(run, config, signal, trust_remote_code=trust_remote_code, **overrides)
     check_scored(run, cfg, config)
     return cfg, prediction(run, config, signal), run.config_for_models(trust_remote_code)[1]
 
 
-def recommended(run_dir: str | Path) -> tuple[str, str]:
+def recommended(run: Run) -> tuple[str, str]:
     """(config, signal) of the finished run's recommendation, the row its report and the app's **Train it** give:
     predictor v2's best-ranked trainable row that its ranking supports."""
-    run = Run.load(run_dir)
     p = run.predictions()
     rec = p.recommended(lambda config, signal: why_not(run.config, config, signal) is None) if p else None
     if rec is None:
-        raise OpsdError(f"the diagnosis {run_dir} recommends nothing to train (see opsd-diag report {run_dir}): "
+        raise OpsdError(f"the diagnosis {run.path} recommends nothing to train (see opsd-diag report {run.path}): "
                         "choose what to train with --config NAME --signal SIGNAL")
     return rec.config, rec.signal
 
