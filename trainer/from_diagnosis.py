@@ -19,6 +19,7 @@ from pathlib import Path
 
 from opsd_diag.errors import OpsdError
 from opsd_diag.run import Run
+from opsd_diag.config.spec import DiagnosisConfig
 from opsd_diag.config.training import with_training
 
 EXTERNAL = {"r_opd": {"method": "opd"}, "jsd": {"method": "jsd"}, "rev_kl": {"method": "jsd", "beta": 1.0},
