@@ -29,9 +29,20 @@ def env() -> dict:
     return {"PYTHONPATH": str(REPO) + (os.pathsep + rest if rest else "")}
 
 
-def start(config: str | Path, out_dir: str | Path) -> jobs.Job:
-    """Check the config and the run directory here (a mistake is an error in place), then start the job."""
+def checked_config(config: str | Path):
+    """The diagnosis config, read and validated, whose every model can be found (a local directory with its
+    config.json, or a hub id in the local cache unless downloads are on): a typo is an error here, not a failed job."""
+    from opsd_diag.io.models import check_sources, config_models  # imports torch: only on a check or a start
+
     cfg = load_config(config)
+    check_sources(config_models(cfg))
+    return cfg
+
+
+def start(config: str | Path, out_dir: str | Path) -> jobs.Job:
+    """Check the config, its models and the run directory here (a mistake is an error in place), then start the
+    job."""
+    cfg = checked_config(config)
     out_dir = Path(out_dir)
     store.check_run_dir(out_dir, cfg.model_dump(mode="json"))
     if (out_dir / "manifest.json").is_file() and store.read_manifest(out_dir).get("status") == "finished":

@@ -193,9 +193,32 @@ def test_new_run_bad_config_shows_error_in_place(runs_root, tmp_path):
     assert not at.exception and not at.error and "Valid" in at.success[0].value
 
 
-def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path):
+def test_new_run_refuses_a_model_it_cannot_find_before_starting(runs_root, tmp_path):
+    """A teacher model that is not there is an error in the form (Validate and Start alike); nothing starts."""
     cfg = yaml.safe_load((runs_root.parent / "tiny.yaml").read_text())
-    cfg["student"]["model"] = str(tmp_path / "no_such_model")
+    cfg["teachers"][0]["model"] = str(tmp_path / "no_such_teacher")
+    (tmp_path / "missing.yaml").write_text(yaml.safe_dump(cfg))
+    at = _app(runs_root).switch_page("views/new_run.py").run()
+    at.radio(key="nr_mode").set_value("file").run()
+    at.text_input(key="config_path").input(str(tmp_path / "missing.yaml")).run()
+    at.text_input(key="out_dir").input(str(tmp_path / "runs" / "missing")).run()
+    for button in ("validate", "start"):
+        at.button(key=button).click().run()
+        assert not at.exception and not at.success
+        assert [e.value for e in at.error] == [f"teacher 'teacher': model directory {tmp_path / 'no_such_teacher'} "
+                                               f"does not exist: check the path (relative paths start from "
+                                               f"{Path.cwd()})"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path):
+    """A model that is found but cannot load (its weights damaged) fails in the job, and the page follows it there."""
+    cfg = yaml.safe_load((runs_root.parent / "tiny.yaml").read_text())
+    broken = tmp_path / "no_such_model"
+    shutil.copytree(cfg["student"]["model"], broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.write_bytes(b"not a safetensors file")
+    cfg["student"]["model"] = str(broken)
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(cfg))
     at = _app(runs_root).switch_page("views/new_run.py").run()
     at.radio(key="nr_mode").set_value("file").run()
@@ -212,7 +235,7 @@ def test_new_run_launch_failure_is_followed_from_the_run_dir(runs_root, tmp_path
         __import__("time").sleep(0.2)
     at.run()
     assert not at.exception
-    assert any("no_such_model does not exist" in e.value for e in at.error), [e.value for e in at.error]
+    assert any(f"cannot load model '{broken}'" in e.value for e in at.error), [e.value for e in at.error]
     # the job directory holds only the job's own files: status, log and the (empty) lock file, no half-written run
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "status.json", "stdout.log"]
     assert (run_dir / ".lock").read_text() == ""

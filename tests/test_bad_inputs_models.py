@@ -258,6 +258,11 @@ CASES: list[Case] = [
              "cannot load model 'no-such-org/teacher': it is not in the local Hugging Face cache"),
     run_over("model-bare-name-not-cached", {"student": {"model": "no-such-model-name"}},
              "there is no directory of that name and it is not in the local Hugging Face cache"),
+    run_over("model-name-blank", {"student": {"model": " "}},
+             "the model name ' ' is empty: give a local directory or a hub id 'org/name'"),
+    train("train-teacher-model-missing", lambda e: [e.train_cfg({}, {"teachers": [
+        {"name": "teacher", "model": str(e.tmp / "gone")}]}), "--out", e.out],
+        "teacher 'teacher': model directory "),
     device_map_row("device-map-unknown-module", {"model.nope": "cpu"}, "device_map of model '"),
     device_map_row("device-map-unknown-module-named", {"model": "cpu", "lm_head": "cpu", "model.vision": "cpu"},
                    "names 'model.vision', which is not a module of that model: use its module names (at the top: "

@@ -83,10 +83,18 @@ def _refuse(method: str):
     return refuse
 
 
+def loads_base(tc: TrainConfig) -> bool:
+    """Whether the run loads the teacher's base model: OPD² always, ExOPD when its reference is the base."""
+    spec = tc.spec
+    return tc.cfg.base is not None and (spec.method == "opd2" or (spec.method == "exopd"
+                                                                   and spec.exopd_reference == "base"))
+
+
 def check_inputs(tc: TrainConfig) -> tuple[list[dict], list[dict] | None, list[dict] | None]:
     """(training, held-out, regression problems), checked against the contexts and targets that render
-    them, before any model loads; errors name the config key."""
+    them, and the models the run loads found, before any model loads; errors name the config key."""
     cfg, spec, ev = tc.cfg, tc.spec, tc.spec.eval
+    hub.check_sources(hub.config_models(cfg, [tc.teacher.name] if tc.teacher is not None else [], base=loads_base(tc)))
     train_key = "data" if spec.data == cfg.data else "training.data"  # left out: inherited from data
     train = load_set(spec.data, train_key)
     held_out = load_set(ev.data, "training.eval.data") if ev.data is not None else None
@@ -115,7 +123,7 @@ def prepare(tc: TrainConfig, device: torch.device, ckpt: Path | None = None) -> 
     teachers = (tc.teacher,) if tc.teacher is not None else ()
     own = "data.system_prompt" if spec.data == cfg.data else "training.data.system_prompt"  # inherited or own
     roles = shared.SetupRoles(
-        train_problems, teachers, cfg.base is not None and (spec.method == "opd2" or ref == "base"), str(device),
+        train_problems, teachers, loads_base(tc), str(device),
         spec.max_completion_length, "training.max_completion_length", own, spec.data.system_prompt,
         _student_loader(tc, device, ckpt, made), _refuse(spec.loss_method), every_model_fits=False,
         every_base_view=True, problem="training problem", teacher_who=lambda t: f"teacher '{t.name}' (model '{t.model}')",

@@ -12,7 +12,6 @@ from app import common, draft, jobs, workbench
 from opsd_diag import jobs as job_protocol
 from opsd_diag.errors import OpsdError
 from opsd_diag.io import store
-from opsd_diag.config.spec import load_config
 
 st.title("New diagnosis")
 root = Path(st.session_state.get("runs_root", jobs.RUNS_ROOT))
@@ -195,7 +194,7 @@ if validate or start:
         common.check_fields({"config file": config_path, "run directory": out})
         if mode == "form":  # the YAML is the artefact the run is made from: saved first, never over another
             workbench.save_config(cfg, config_path, overwrite=st.session_state.get("nr_replace", False))
-        checked = load_config(config_path)
+        checked = jobs.checked_config(config_path)
     except OpsdError as e:
         st.error(common.plain(str(e)))
     else:

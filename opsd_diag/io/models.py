@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from opsd_diag.config.model_options import teacher_model_spec
 from opsd_diag.errors import OpsdError
 from opsd_diag.io.adapters import merge_adapter
 from opsd_diag.io.chat_template import has_chat_template  # defined there, below io.views; still io.models' name
@@ -48,6 +49,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_remote_code: bool) -> dict:
+    if not name.strip():
+        raise OpsdError(f"the model name {name!r} is empty: give a local directory or a hub id 'org/name'")
     local = Path(name).expanduser()
     if local.is_file():
         raise OpsdError(f"model {name} is a file: point to the directory of a saved transformers model (its "
@@ -70,6 +73,28 @@ def _source_kwargs(name: str, revision: str | None, allow_download: bool, trust_
                               "it is not in the local Hugging Face cache and allow_download is false: set "
                               "allow_download: true for this model to fetch it, or give a local directory")}
     return {"pretrained_model_name_or_path": name, "revision": revision, "trust_remote_code": trust_remote_code}
+
+
+def check_sources(models) -> None:
+    """The load's own refusal of a model it cannot find (no such directory, no config.json, not in the local cache
+    while downloads are off), raised before anything loads or starts: ``models`` are (who, ``ModelSpec``-like)
+    pairs, and the message names who."""
+    for who, m in models:
+        try:
+            uncached = _source_kwargs(m.model, m.revision, m.allow_download, False).get("_uncached")
+        except OpsdError as e:
+            raise OpsdError(f"{who}: {e}") from None
+        if uncached and not _cached(m.model, m.revision):
+            raise OpsdError(f"{who}: cannot load model '{m.model}': {uncached}")
+
+
+def config_models(cfg, teachers=None, base: bool = True) -> list[tuple[str, object]]:
+    """(who, ``ModelSpec``) of the models a diagnosis config names: the student, its base (when ``base``), and
+    ``teachers`` (names; default every teacher) that are models, not the student shown a context, each as its load
+    sees it."""
+    out = [("student", cfg.student), *([("base", cfg.base)] if base and cfg.base is not None else [])]
+    return out + [(f"teacher '{t.name}'", teacher_model_spec(cfg.student, t)) for t in cfg.teachers
+                  if not t.is_self and (teachers is None or t.name in teachers)]
 
 
 def _cached(name: str, revision: str | None) -> bool:
