@@ -712,3 +712,21 @@ def test_the_hurts_misses_recompute_and_the_verdict_doc_quotes_them():
     assert (f"Of B's {n} calls, {missed} did not degrade and {improved} of those clearly improved" in verdict
             and f"(median lookahead KL {float(med['did not degrade']):.4f} against {float(med['degraded']):.4f})"
             in verdict)
+
+
+def test_the_recommendation_misses_are_recomputed_and_read_as_written():
+    """explore_recommended_miss.txt is what its script prints from the committed rows (the 87 worlds checked when it
+    was written), and its reading holds: every recommended self_answer row landed outside the top ten and realised
+    below +0.01, every self_partial50 one outside the top four, and all but two self_full or teacher picks in the top
+    five."""
+    from benchmarks.validity.v2 import explore_recommended_miss as miss
+
+    _reruns("explore_recommended_miss")
+    rec, _ = miss.report()
+    assert len(rec) == 87
+    picks = lambda c: [r for r in rec.values() if r["config"] == c]  # noqa: E731
+    assert len(picks("self_answer")) == 5 and all(r["place"] > 10 and r["realised"] < 0.01
+                                                   for r in picks("self_answer"))
+    assert len(picks("self_partial50")) == 4 and all(r["place"] >= 5 for r in picks("self_partial50"))
+    strong = picks("self_full") + picks("teacher")
+    assert len(strong) == 72 and sum(r["place"] > 5 for r in strong) == 2
