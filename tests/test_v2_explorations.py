@@ -730,3 +730,13 @@ def test_the_recommendation_misses_are_recomputed_and_read_as_written():
     assert len(picks("self_partial50")) == 4 and all(r["place"] >= 5 for r in picks("self_partial50"))
     strong = picks("self_full") + picks("teacher")
     assert len(strong) == 72 and sum(r["place"] > 5 for r in strong) == 2
+
+
+def test_the_extra_columns_exploration_recomputes_and_finds_no_candidate():
+    """explore_extra_columns.txt is what its script prints from the committed rows; as its reading says, no column
+    adds more than +0.01 to the refitted gain model's mean per-world Spearman."""
+    import re
+
+    committed = _reruns("explore_extra_columns")
+    gains = [float(x) for x in re.findall(r"minus v2_far refitted ([+-]\d\.\d+)", committed)]
+    assert len(gains) == 10 and max(gains) < 0.01
