@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from opsd_diag.core import failure_checks as fc
@@ -45,8 +46,47 @@ def for_run(run, tokenizer=None) -> list[fc.Check]:
     own = next((c for c in run.configs if c not in cross), None)
     h = [] if own is None else [g.to_numpy() for _, g in by_config[own].groupby("rollout_id")["h_s"]]
     checks += [fc.headroom(dict(s.pass_at_k)), fc.distinct(groups), fc.entropy(h)]
+    checks.append(fc.answer_signal(answer_mass(by_config, rollouts, [c for c in run.configs if c not in cross])))
     mismatch = fc.sampler_mismatch(s.sampler_mismatch)
     return checks + ([mismatch] if mismatch is not None else [])
+
+
+def answer_mass(by_config: dict[str, pd.DataFrame], rollouts: pd.DataFrame, configs: list[str]) -> dict:
+    """``core.failure_checks.answer_signal``'s input: per config (same tokenizer as the student), its JSD on the final
+    answer's tokens and on all tokens, and both token counts, over the rollouts whose extracted answer (``answer_pred``)
+    is written in their tokens' text."""
+    if not configs or "answer_pred" not in rollouts:
+        return {}
+    answers = rollouts.set_index("rollout_id")["answer_pred"]
+    marked = []
+    for rid, g in by_config[configs[0]].sort_values("pos").groupby("rollout_id", sort=False):
+        ans = answers.get(rid)
+        m = fc.answer_positions(g["token"].astype(str).tolist(), ans if isinstance(ans, str) else None)
+        if m.any():
+            marked.append(pd.DataFrame({"rollout_id": rid, "pos": g["pos"].to_numpy()[m], "answer": True}))
+    if not marked:
+        return {}
+    spans = pd.concat(marked, ignore_index=True)
+    out = {}
+    for c in configs:
+        t = by_config[c]
+        t = t[t["rollout_id"].isin(spans["rollout_id"].unique())].merge(spans, on=["rollout_id", "pos"], how="left")
+        on = t["answer"].eq(True).to_numpy()
+        v = t["jsd"].to_numpy(float)
+        out[c] = (float(np.nansum(v[on])), float(np.nansum(v)), int(on.sum()), len(t))
+    return out
+
+
+def cautions(checks: list[fc.Check]) -> dict[str, str]:
+    """Config -> the caution the decision panel adds when it recommends that config: a failure check that fired for
+    it (today the answer-only signal)."""
+    c = next((c for c in checks if c.name == "answer-only signal" and c.fired), None)
+    if c is None:
+        return {}
+    n = c.numbers
+    return {k: (f"Caution: the failure checks find {k}'s signal on the final answer ({n['answer_share'][k]:.0%} of "
+                f"its JSD on {n['answer_tokens'][k]:.1%} of the tokens): it teaches the answer more than the steps "
+                "(docs/design.md#failure-checks).") for k in n["fired"]}
 
 
 def lines(checks: list[fc.Check]) -> list[str]:

@@ -66,7 +66,7 @@ COLUMNS = {  # the prediction table (``Predictions.frame``, ``Run.predictions``)
                      "and its interval (the study's residuals) never saw such a row",
     "calibration": "shipped (the package's model file) or the calibration file's path",
 }
-PANEL_TEXT = ("effects", "why", "ranking", "record", "tiers", "calibration")  # the panel's paragraphs, in order
+PANEL_TEXT = ("caution", "effects", "why", "ranking", "record", "tiers", "calibration")  # the paragraphs, in order
 JOINED = ("rank", "method", "tier", "predicted_gain", "lo", "hi", "verdict", "drift", "forgetting", "pass4", "collapse")
 WORDS = {"accuracy_gap": "accuracy gap G", "lookahead_dv": "lookahead success change",
          "lookahead_dll": "lookahead log-likelihood gap", "lookahead_kl": "lookahead KL", "teachability": "teachability",
@@ -316,13 +316,16 @@ def outside_text(rows: list[Row]) -> str:
             "`opsd-diag scoreboard --fit` on your own finished runs gives a calibration fitted to them.")
 
 
-def panel(p: Predictions, trainable=None) -> dict[str, str]:
-    """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, effects, why, ranking, record
-    (what the ranking did on worlds built after it), tiers, calibration, looks (the history that chose the rule in
-    force); plain text, names as the run holds them."""
+def panel(p: Predictions, trainable=None, cautions: dict[str, str] | None = None) -> dict[str, str]:
+    """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, caution (``cautions``' line for
+    the recommended config: a failure check that fired for it), effects, why, ranking, record (what the ranking did on
+    worlds built after it), tiers, calibration, looks (the history that chose the rule in force); plain text, names as
+    the run holds them."""
     cal, rec = p.calibration, p.recommended(trainable)
     best = rec or (p.rows[0] if p.rows else None)
     out, history = {}, []
+    if rec is not None and rec.config in (cautions or {}):
+        out["caution"] = cautions[rec.config]
     if p.ranked_by == "accuracy_gap":
         v2_first = cal.method_order in ("v2_gain", "v2_config")  # v2 ranks, G gates (the eighth look)
         study = (f"{cal.reason}. G's Spearman with the realised pass@1 change was {_rho(cal.accuracy_gap)}; v2's "

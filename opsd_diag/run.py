@@ -320,7 +320,7 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
         maps = [self.heatmap(rid, first, signal, tokenizer) for rid in self.pick_rollouts(n_heatmaps)] if first else []
         return html.report_html(self.facts(), self.summary, self.figures(signal), maps,
                                 heatmap_title=f"{first[0]}, coloured by {signal}" if first else "", title=title,
-                                predictions=self.predictions(), checks=checks.lines(self.failure_checks(tokenizer)))
+                                predictions=self.predictions(), checks=self.failure_checks(tokenizer))
 
     def tokenizer(self):
         """The student's tokenizer for decoding top-k ids, or None (ids are shown) when it is not here.

@@ -100,11 +100,90 @@ def test_entropy_sums_per_rollout():
     assert not fc.entropy([rng.uniform(0, 1, 20) for _ in range(8)]).fired
 
 
+def _answer_reference(tokens, answer):
+    """The tokens overlapping the last occurrence of ``answer``, character by character."""
+    text = "".join(tokens)
+    if not answer or answer not in text:
+        return [False] * len(tokens)
+    start = max(i for i in range(len(text)) if text.startswith(answer, i))
+    chars = set(range(start, start + len(answer)))
+    out, at = [], 0
+    for t in tokens:
+        out.append(any(i in chars for i in range(at, at + len(t))))
+        at += len(t)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_answer_positions_against_a_character_loop(seed):
+    rng = np.random.default_rng(seed)
+    pieces = ["Step", " 1", ":", " 3", "+", "4", "=", "7", "\n", "Answer", ":", " 7", "7", "", " ", "12", "1", "2"]
+    for _ in range(50):
+        tokens = [pieces[i] for i in rng.integers(0, len(pieces), rng.integers(0, 14))]
+        for answer in ("7", "12", "77", "Answer: 7", "9", "", None):
+            got = fc.answer_positions(tokens, answer)
+            assert got.dtype == bool and got.tolist() == _answer_reference(tokens, answer), (tokens, answer)
+
+
+def test_answer_signal_fires_where_the_answer_carries_the_jsd():
+    quiet = fc.answer_signal({"teacher": (0.01, 10.0, 3, 100), "self_full": (0.2, 8.0, 3, 100)})
+    assert not quiet.fired and quiet.numbers["answer_share"]["self_full"] == pytest.approx(0.025)
+    assert "highest: self_full 2.5%, on 3.0% of tokens" in quiet.line
+    loud = fc.answer_signal({"teacher": (0.01, 10.0, 3, 100), "self_answer": (6.0, 10.0, 3, 100)})
+    assert loud.fired and loud.numbers["fired"] == ["self_answer"]
+    assert loud.line == ("self_answer puts 60% of its JSD on the final answer's tokens (3.0% of tokens): it teaches "
+                         "the answer more than the steps")
+    # an answer that is most of the completion (no steps to teach) does not fire, nor does a share of exactly 0.5
+    assert not fc.answer_signal({"mc": (9.0, 10.0, 40, 100), "half": (5.0, 10.0, 3, 100)}).fired
+    assert not fc.answer_signal({}).fired and fc.answer_signal({}).line.startswith("n/a")
+
+
+def test_a_fired_answer_check_is_a_caution_for_its_configs_only():
+    from opsd_diag.checks import cautions
+
+    loud = fc.answer_signal({"teacher": (0.01, 10.0, 3, 100), "self_answer": (6.0, 10.0, 3, 100)})
+    assert cautions([loud]) == {"self_answer": "Caution: the failure checks find self_answer's signal on the final "
+                                               "answer (60% of its JSD on 3.0% of the tokens): it teaches the answer "
+                                               "more than the steps (docs/design.md#failure-checks)."}
+    assert cautions([fc.answer_signal({"teacher": (0.01, 10.0, 3, 100)})]) == {} and cautions([]) == {}
+
+
+def test_answer_mass_against_an_explicit_loop():
+    """checks.answer_mass on a small tokens table: per config the JSD on the answer's tokens and on all, summed
+    token by token over the rollouts whose answer is written in them."""
+    import pandas as pd
+
+    from opsd_diag.checks import answer_mass
+
+    rng = np.random.default_rng(0)
+    texts = {0: ["3", "+", "4", "=", "7", " Answer", ":", " 7"], 1: ["2", "*", "5", "=", "1", "0", " Answer:", "10"],
+             2: ["no", " answer", " here"], 3: ["5", " Answer", ":", " 6"]}
+    answers = {0: "7", 1: "10", 2: None, 3: "9"}  # 3: the extracted answer is not written in its tokens
+    rows = [{"config": c, "rollout_id": r, "pos": i, "token": tok, "jsd": float(rng.uniform(0, 1))}
+            for c in ("a", "b") for r, toks in texts.items() for i, tok in enumerate(toks)]
+    tokens = pd.DataFrame(rows).sample(frac=1.0, random_state=1)  # any order
+    rollouts = pd.DataFrame({"rollout_id": list(answers), "answer_pred": list(answers.values())})
+    got = answer_mass(dict(tuple(tokens.groupby("config"))), rollouts, ["a", "b"])
+    for c in ("a", "b"):
+        on = total = n_on = n = 0
+        for r, toks in texts.items():
+            marks = _answer_reference(toks, answers[r])
+            if not any(marks):
+                continue
+            for i, m in enumerate(marks):
+                v = float(tokens[(tokens.config == c) & (tokens.rollout_id == r) & (tokens.pos == i)]["jsd"].iloc[0])
+                total, n = total + v, n + 1
+                if m:
+                    on, n_on = on + v, n_on + 1
+        assert got[c][2:] == (n_on, n) == (2, 16)
+        assert got[c][0] == pytest.approx(on, abs=1e-12) and got[c][1] == pytest.approx(total, abs=1e-12)
+
+
 def test_thresholds_are_documented():
     text = (REPO / "docs" / "design.md").read_text()
     section = text[text.index("## Failure checks"):]
     for name in ("NEAR_ZERO", "DEAD_SHARE", "TRUNCATED_MAX", "HEADROOM_MIN", "DISTINCT_N", "DISTINCT_MIN", "ENTROPY_MIN",
-                 "COLLAPSED_SHARE"):
+                 "COLLAPSED_SHARE", "ANSWER_SIGNAL_MAX", "ANSWER_TOKENS_MAX"):
         assert f"`{name}` = {getattr(fc, name):g}" in section, name
 
 
@@ -156,7 +235,7 @@ def test_checks_fire_on_a_run_built_to_trigger_them(ci_zoo, problems_file, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # about a CPU-minute; the wall time grows with the machine's load
-def test_every_check_is_silent_on_the_bundled_example(tmp_path):
+def test_on_the_bundled_example_only_the_answer_only_check_fires(tmp_path):
     """The bundled example (sample_data/configs/quickstart.yaml; its predictor and lookahead left out: they read
     the same rollouts and change none of the checks' inputs)."""
     from opsd_diag.run import Run
@@ -165,7 +244,8 @@ def test_every_check_is_silent_on_the_bundled_example(tmp_path):
     cfg.pop("ideal"), cfg.pop("lookahead")
     run = Run.load(_run(tmp_path, cfg, "bundled"))
     checks = run.failure_checks()
-    assert [c.name for c in checks if c.fired] == [], [c.text() for c in checks]
+    # the one that fires is true of the example: its self_answer_only teacher is the student shown only the answer
+    assert [c.name for c in checks if c.fired] == ["answer-only signal"], [c.text() for c in checks]
     assert {c.name for c in checks} >= {"near-zero signal", "temperature", "truncation", "chat template",
                                         "collapse: pass@k headroom", f"collapse: distinct-{fc.DISTINCT_N}",
                                         "collapse: entropy"}
@@ -178,5 +258,8 @@ def test_every_check_is_silent_on_the_bundled_example(tmp_path):
         if c.name.startswith("collapse: distinct"):
             groups = [list(map(list, g)) for _, g in run.rollouts.groupby("problem_index")["completion_ids"]]
             assert c.numbers["distinct_n"] == pytest.approx(_distinct_reference(groups, fc.DISTINCT_N))
+        if c.name == "answer-only signal":
+            assert c.numbers["fired"] == ["self_answer_only"]
+            assert c.numbers["answer_share"]["self_full_solution"] < 0.05  # the full solution teaches the steps
     json.dumps([c.numbers for c in checks])  # plain numbers, exportable
-    assert Counter(c.fired for c in checks)[True] == 0
+    assert Counter(c.fired for c in checks)[True] == 1

@@ -440,12 +440,37 @@ def test_without_a_model_file_nothing_is_predicted(tiny_run, monkeypatch):
     assert "predictions" not in run.table_names()
 
 
+def test_a_failure_check_on_the_recommended_config_is_a_caution_beside_it(tiny_run, shipped):
+    """A caution (``checks.cautions``) for the recommended config goes right under the headline in every report and
+    the terminal's closing line points to it; one for another config is not shown."""
+    from opsd_diag.report.terminal import decision_line, prediction_text
+
+    import dataclasses
+
+    p = Run.load(tiny_run).predictions()
+    rows = [dataclasses.replace(r, accuracy_gap=0.3 if i == 0 else -0.1, verdict="helps" if i == 0 else "unclear")
+            for i, r in enumerate(p.rows)]
+    p = dataclasses.replace(p, rows=rows)  # the first row recommended, whatever the tiny run's gaps
+    rec = p.recommended()
+    assert rec is rows[0]
+    other = next(r.config for r in p.rows if r.config != rec.config)
+    assert "caution" not in prediction.panel(p, cautions={other: "Caution: not this one."})
+    flagged = {rec.config: "Caution: this one."}
+    assert prediction.panel(p, cautions=flagged)["caution"] == "Caution: this one."
+    lines = prediction_text(p, flagged).splitlines()
+    assert lines[lines.index(prediction.panel(p)["headline"] + ".") + 1] == "Caution: this one."
+    assert decision_line(p, flagged).endswith("secondary evidence. A failure check fires for it: see the caution there.")
+    assert decision_line(p).endswith("secondary evidence.")
+
+
 def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, capsys, monkeypatch):
     from opsd_diag import cli
 
+    from opsd_diag import checks
+
     run = Run.load(tiny_run)
     p = run.predictions()
-    text = prediction.panel(p)
+    text = prediction.panel(p, cautions=checks.cautions(run.failure_checks()))
     html = run.report_html(n_heatmaps=0)
     assert "Decision (predictor v2)" in html and "secondary evidence" in html
     assert html.index("Decision (predictor v2)") < html.index("Verdict (v1 rule")
@@ -459,7 +484,7 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
     assert out.index("decision (predictor v2)") < out.index("v1 verdicts, ranked")
     assert out.rstrip("\n").splitlines()[-1] == (  # a terminal shows the end: v2's call, not the v1 rule's
         f"in short: {text['headline']}. Why, and how sure: 'decision (predictor v2)' above; the v1 rule's pick is "
-        "secondary evidence.")
+        "secondary evidence." + (" A failure check fires for it: see the caution there." if "caution" in text else ""))
     assert "recommended:" not in out  # one recommendation: the v1 rule's row is its pick
     looks = {"look2": {"summary": "look 2 (a rule): on the new world w +0.1: G stays"}}
     cal = write(tmp_path / "g.json", choice="accuracy_gap", later_looks=looks)

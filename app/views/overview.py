@@ -14,7 +14,7 @@ BADGE = {"helps": ":blue-background[:blue[**helps**]]", "hurts": ":red-backgroun
 COLOUR = {"helps": "background-color: #b9ccff", "hurts": "background-color: #ffc2c2", "unclear": ""}
 
 run = common.require_run()  # a run in progress stops here, before the heavy imports below
-from opsd_diag import decision, levers, prediction, schedule_points  # noqa: E402 (these import opsd_diag.run and the summary model: only
+from opsd_diag import checks as failure_checks, decision, levers, prediction, schedule_points  # noqa: E402 (these import opsd_diag.run and the summary model: only
 from trainer import from_diagnosis  # noqa: E402  once a finished run is shown)
 
 s, f = run.summary, run.facts()
@@ -53,9 +53,9 @@ def lever_lines() -> None:
         st.markdown(":material/tune: " + common.md(line))
 
 
-def prediction_panel(p: prediction.Predictions) -> None:
+def prediction_panel(p: prediction.Predictions, cautions: dict[str, str]) -> None:
     """Predictor v2's call (prediction.panel: the same text as the reports), in one box at the top."""
-    text, rec = prediction.panel(p, trainable), p.recommended(trainable)
+    text, rec = prediction.panel(p, trainable, cautions), p.recommended(trainable)
     with st.container(border=True, key="v2-panel"):
         a, b = st.columns([5, 1.3], vertical_alignment="center")
         a.markdown("#### " + common.md(text["headline"]))
@@ -63,6 +63,8 @@ def prediction_panel(p: prediction.Predictions) -> None:
             with b:
                 train_button(rec.config, rec.signal, "Train it", "decide-train", type="primary")
         by_gap = p.ranked_by == "accuracy_gap"  # said plainly, in the panel's own text size: the ranking and its record
+        if "caution" in text:
+            st.warning(common.md(text["caution"]))
         for k in ("ranking", "record", "effects", "why") if by_gap else ("effects", "why"):
             if k in text:
                 st.markdown(common.md(text[k]))
@@ -160,7 +162,7 @@ def verdict_rows(d: decision.Decision) -> None:
 
 pred = run.predictions()
 if pred is not None:
-    prediction_panel(pred)
+    prediction_panel(pred, failure_checks.cautions(run.failure_checks()))
 dec = decision.decide(s, trainable) if s.ranking else None
 if dec is not None:
     decision_panel(dec, secondary=pred is not None)

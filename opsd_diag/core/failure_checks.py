@@ -23,6 +23,8 @@ DISTINCT_MIN = 0.3       # mean within-prompt distinct-n below this: the samples
 ENTROPY_MIN = 0.1        # nats: a rollout whose student entropies sum to less hardly leaves the greedy path
 COLLAPSED_SHARE = 0.5    # ... and more than this share of such rollouts is a collapsed policy
 LOSS_SIGNALS = ("r_opd", "a_opd", "a_d2", "a_ex", "jsd", "kl_rev")  # what the methods train on
+ANSWER_SIGNAL_MAX = 0.5  # share of a config's JSD on the final answer's tokens above which it teaches the answer
+ANSWER_TOKENS_MAX = 0.2  # ... while those tokens are at most this share of the tokens (an answer after steps)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,43 @@ def entropy(h_student: list[np.ndarray]) -> Check:
             f"{ENTROPY_MIN} nats" + (f" (above {COLLAPSED_SHARE:.0%}: near-deterministic sampling)" if fired else ""))
     return Check("collapse: entropy", fired, line, {"mean_entropy": mean, "low_entropy_share": share,
                                                     "n_rollouts": int(seq.size)})
+
+
+def answer_positions(tokens: list[str], answer: str | None) -> np.ndarray:
+    """``[L]`` bool: the tokens whose text overlaps the last occurrence of ``answer`` in the completion (the tokens'
+    texts joined); none where there is no answer or it is not written there."""
+    text = "".join(tokens)
+    if not answer or answer not in text:
+        return np.zeros(len(tokens), bool)
+    start = text.rindex(answer)
+    ends = np.cumsum([len(t) for t in tokens])
+    starts = ends - np.array([len(t) for t in tokens], dtype=ends.dtype)
+    return (ends > start) & (starts < start + len(answer)) & (ends > starts)  # an empty token covers no text
+
+
+def answer_signal(mass: dict[str, tuple[float, float, int, int]]) -> Check:
+    """``mass``: config -> (its JSD summed over the final answer's tokens, over all tokens, the number of answer
+    tokens, of tokens), over the rollouts whose answer is written in them. Fires for every config whose answer tokens,
+    at most ANSWER_TOKENS_MAX of the tokens, carry more than ANSWER_SIGNAL_MAX of its JSD: such a teacher differs from
+    the student at the answer, not along the steps that lead to it (a teacher shown only the answer), so training on
+    it pushes the answer without the reasoning."""
+    shares = {c: (a / t if t > 0 else float("nan"), n_a / n if n else float("nan")) for c, (a, t, n_a, n) in
+              mass.items()}
+    if not shares:
+        return Check("answer-only signal", False, "n/a (no rollout writes its extracted answer, or no config has "
+                                                  "per-token JSD)", {})
+    fired = {c: x for c, x in shares.items() if x[0] > ANSWER_SIGNAL_MAX and x[1] <= ANSWER_TOKENS_MAX}
+    if fired:
+        line = "; ".join(f"{c} puts {a:.0%} of its JSD on the final answer's tokens ({n:.1%} of tokens)"
+                         for c, (a, n) in fired.items())
+        line += ": it teaches the answer more than the steps"
+    else:
+        c, (a, n) = max(shares.items(), key=lambda kv: kv[1][0] if np.isfinite(kv[1][0]) else -1.0)
+        line = (f"no config puts more than {ANSWER_SIGNAL_MAX:.0%} of its JSD on the final answer's tokens (highest: "
+                f"{c} {a:.1%}, on {n:.1%} of tokens)")
+    return Check("answer-only signal", bool(fired), line,
+                 {"answer_share": {c: a for c, (a, _) in shares.items()},
+                  "answer_tokens": {c: n for c, (_, n) in shares.items()}, "fired": sorted(fired)})
 
 
 def sampler_mismatch(block: dict | None) -> Check | None:

@@ -10,7 +10,7 @@ import html
 
 import plotly.graph_objects as go
 
-from opsd_diag import prediction
+from opsd_diag import checks as failure_checks, prediction
 from opsd_diag.report.export import figure_html
 from opsd_diag.report.figures import FIGURE_HELP
 from opsd_diag.summary import Summary
@@ -18,15 +18,16 @@ from opsd_diag.summary import Summary
 
 def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], heatmaps: list[str], *,
                 heatmap_title: str = "", title: str = "", predictions: prediction.Predictions | None = None,
-                checks: list[str] | None = None) -> str:
+                checks: list | None = None) -> str:
     """The page; ``facts`` are shown as a line of key/value pairs, ``heatmaps`` are HTML fragments,
-    ``predictions`` predictor v2's (none: the section is left out), ``checks`` the failure checks' lines."""
+    ``predictions`` predictor v2's (none: the section is left out), ``checks`` the failure checks (``Check``s), with
+    what they say of a config the decision recommends (``opsd_diag.checks.cautions``)."""
     e = html.escape
     title = title or "OPSD-Diag report"
     parts = [f"<h1>{e(title)}</h1>",
              "<p>" + " · ".join(f"<b>{e(str(k))}</b> {e(str(v))}" for k, v in facts.items()) + "</p>"]
     if predictions is not None:
-        text = prediction.panel(predictions)
+        text = prediction.panel(predictions, cautions=failure_checks.cautions(checks or []))
         parts += ["<h2>Decision (predictor v2)</h2>", f"<p><b>{e(text['headline'])}</b></p>",
                   *(f"<p>{e(text[k])}</p>" for k in prediction.PANEL_TEXT if k in text),
                   *(["<details><summary>How the rule in force was chosen</summary><p>"
@@ -35,7 +36,8 @@ def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], he
                   predictions.frame().drop(columns="calibration").to_html(
                       index=False, float_format=lambda v: f"{v:+.4f}", na_rep="n/a")]
     if checks:
-        parts += ["<h2>Failure checks</h2>", "<ul>" + "".join(f"<li>{e(c)}</li>" for c in checks) + "</ul>"]
+        parts += ["<h2>Failure checks</h2>",
+                  "<ul>" + "".join(f"<li>{e(c)}</li>" for c in failure_checks.lines(checks)) + "</ul>"]
     parts += ["<h2>Summary per teacher config</h2>",
               summary.headline_frame().to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="n/a")]
     verdicts = summary.verdict_frame()
