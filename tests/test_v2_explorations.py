@@ -740,3 +740,21 @@ def test_the_extra_columns_exploration_recomputes_and_finds_no_candidate():
     committed = _reruns("explore_extra_columns")
     gains = [float(x) for x in re.findall(r"minus v2_far refitted ([+-]\d\.\d+)", committed)]
     assert len(gains) == 10 and max(gains) < 0.01
+
+
+def test_the_answer_guard_exploration_recomputes_from_the_stored_answer_shares():
+    """explore_answer_guard.txt is what its script prints from answer_shares.json and the committed rows, and its
+    reading holds: the check flags self_answer alone; guarding the recommendation changes it in danburite and zincite,
+    each for the better; moving the flagged rows to the bottom lowers the ranking's mean Spearman."""
+    from benchmarks.validity.v2 import answer_shares
+    from benchmarks.validity.v2 import explore_answer_guard as guard
+
+    _reruns("explore_answer_guard")
+    res = guard.report()
+    assert set(guard.WORLDS) <= set(answer_shares.load()) and len(res) == 16
+    assert {c for r in res.values() for c in r["flagged"]} == {"self_answer"}
+    changed = {w for w, r in res.items() if r["product"]["row"] != r["guarded"]["row"]}
+    assert changed == {"danburite", "zincite"}
+    assert all(res[w]["guarded"]["realised"] > res[w]["product"]["realised"] for w in changed)
+    mean = {k: sum(r[k]["spearman"] for r in res.values()) / len(res) for k in ("product", "guarded")}
+    assert mean["guarded"] < mean["product"]

@@ -15,7 +15,9 @@ accuracy of every model the file ships, of the accuracy gap G on the same rows, 
 when G ranks (the file's ranking rule on G, then its method order, then v2's predicted gain:
 ``looks.product_order``), and each model's Spearman with the realised d_pass4, forgetting-set change
 (d_regression) and KL to the initial student. ``--keep`` copies the world's analysis and lookahead rows into ``checks/`` here, where
-a later look reads them as a seen world's and tests/test_v2_checks.py recomputes the figures from them.
+a later look reads them as a seen world's and tests/test_v2_checks.py recomputes the figures from them, and stores
+the world's answer-only failure check per config in answer_shares.json (answer_shares.py: it needs the diagnosis'
+tokens, which the rows do not hold).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
-from benchmarks.validity.v2 import report_look2, report_v2, run_v2  # noqa: E402
+from benchmarks.validity.v2 import answer_shares, report_look2, report_v2, run_v2  # noqa: E402
 from benchmarks.validity.v2.looks import product_order, shipped_gain  # noqa: E402
 from benchmarks.validity.worlds import analyze_worlds, run_worlds  # noqa: E402
 from opsd_diag.core import predictor  # noqa: E402
@@ -180,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text(c))
     if args.keep:
         report_look2.store_added(world, args.study, args.lookahead, report_look2.CHECKS / f"{world}_analysis.json")
+        if (shares := answer_shares.measure(study, world)) is not None:  # the answer-only check, per config
+            answer_shares.store(world, shares)
     if args.write:
         args.write.write_text(json.dumps(report_v2.stats_jsonable(c), indent=1) + "\n")
     return 0
