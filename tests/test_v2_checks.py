@@ -117,7 +117,7 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "prehnite", "apatite", "titanite", "kunzite", "rutile", "tremolite", "idocrase", "axinite",
                        "zincite", "scapolite", "cordierite", "petalite", "danburite", "vanadinite", "wulfenite",
                        "sodalite", "rhodonite", "sphalerite", "anglesite", "benitoite",
-                       "scheelite", "smithsonite", "wick"]
+                       "scheelite", "smithsonite", "celestine", "datolite", "howlite", "kernite", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
     # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b, 48b: the level rule
@@ -420,3 +420,17 @@ def test_the_verdict_column_on_the_worlds_built_after_the_ranking_shipped():
     assert (f"Over the {len(s8['per_world'])} worlds built after the ranking shipped it held the realised change on "
             f"{sum(inside) / len(inside):.0%} of rows (the issue asks 85% to 98%) at a median width of {median:.2f}"
             in doc_text("docs/verdict.md"))
+
+
+def test_the_seventeenth_look_reports_its_judged_worlds_from_the_committed_rows():
+    """RESULTS_look17.md is what report_look17.py makes of the committed rows and answer_shares.json; its judged worlds
+    are plan_checks.yaml's from howlite on (built after plan_look17.yaml), each with its answer shares stored."""
+    from benchmarks.validity.v2 import answer_shares, report_look17
+
+    assert report_look17.main(["--check"]) == 0
+    planned = list(yaml.safe_load(report_checks.PLAN.read_text())["after_look8"])
+    a = report_look17.analyse()
+    assert [*a["judged"], *a["reported"]] == [w for w in planned[planned.index("howlite"):]
+                                              if report_checks.status(w) == "checked"]
+    assert set(a["judged"]) <= set(answer_shares.load())
+    assert a["done"] == (len(a["changed"]) == 3 or len(a["judged"]) == 24)
