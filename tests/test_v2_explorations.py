@@ -730,6 +730,10 @@ def test_the_recommendation_misses_are_recomputed_and_read_as_written():
     assert len(picks("self_partial50")) == 4 and all(r["place"] >= 5 for r in picks("self_partial50"))
     strong = picks("self_full") + picks("teacher")
     assert len(strong) == 72 and sum(r["place"] > 5 for r in strong) == 2
+    # the docs quote it: five recommendations of a teacher shown only the answer, each below +0.01
+    assert "each of the five recommendations of a teacher shown only the final answer realised below +0.01" in \
+        doc_text("docs/verdict.md")
+    assert "each of the five recommendations of such a teacher realised below +0.01" in doc_text("docs/design.md")
 
 
 def test_the_extra_columns_exploration_recomputes_and_finds_no_candidate():
