@@ -58,15 +58,16 @@ def answer_mass(by_config: dict[str, pd.DataFrame], rollouts: pd.DataFrame, conf
     if not configs or "answer_pred" not in rollouts:
         return {}
     answers = rollouts.set_index("rollout_id")["answer_pred"]
-    marked = []
+    rids, positions = [], []
     for rid, g in by_config[configs[0]].sort_values("pos").groupby("rollout_id", sort=False):
         ans = answers.get(rid)
         m = fc.answer_positions(g["token"].astype(str).tolist(), ans if isinstance(ans, str) else None)
         if m.any():
-            marked.append(pd.DataFrame({"rollout_id": rid, "pos": g["pos"].to_numpy()[m], "answer": True}))
-    if not marked:
+            rids += [rid] * int(m.sum())
+            positions.append(g["pos"].to_numpy()[m])
+    if not rids:
         return {}
-    spans = pd.concat(marked, ignore_index=True)
+    spans = pd.DataFrame({"rollout_id": rids, "pos": np.concatenate(positions), "answer": True})
     out = {}
     for c in configs:
         t = by_config[c]
