@@ -283,6 +283,29 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _square(x: int) -> int:
+    return x * x
+
+
+def _fail_or_wait(x: int) -> int:
+    if x < 0:
+        raise ValueError(f"chain {x} failed")
+    time.sleep(x)
+    return x
+
+
+def test_the_build_s_workers_return_in_order_and_a_chain_s_error_ends_them_at_once():
+    """``_train_in_workers`` (the full build's two spawned workers), with stand-in chains: the results in the chains'
+    order; a chain that fails ends the build at once with its error, the other worker (a minute of work) ended too."""
+    from opsd_diag.zoo import build
+
+    assert build._train_in_workers([(2,), (3,)], _square) == [4, 9]
+    start = time.time()
+    with pytest.raises(ValueError, match="chain -1 failed"):
+        build._train_in_workers([(60,), (-1,)], _fail_or_wait)
+    assert time.time() - start < 40  # not the other chain's minute
+
+
 @pytest.mark.parametrize("stop", ["term", "int"], ids=["sigterm-to-the-build", "ctrl-c-to-the-group"])
 def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
     """SIGTERM to ``opsd-diag zoo build`` (a stop from a job manager, or ``timeout``), or Ctrl-C to its whole process
@@ -293,7 +316,8 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
     proc = subprocess.Popen([sys.executable, "-m", "opsd_diag.cli", "zoo", "build", "--world",
                              str(REPO / "sample_data" / "worlds" / "kiln.yaml"), "--out", str(out),
                              "--problems-dir", str(tmp_path / "problems")],
-                            env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps every thread's stack
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # its own group: Ctrl-C reaches the build and its workers only
     try:
         deadline = time.time() + 120
@@ -308,7 +332,18 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal(signal.SIGTERM)
-        err = proc.communicate(timeout=60)[1]  # before the fix: until both chains had finished training
+        try:
+            err = proc.communicate(timeout=60)[1]  # before the fix: until both chains had finished training
+        except subprocess.TimeoutExpired:  # say where it hung: the build's stacks, or a worker holding stderr open
+            state = "still running" if proc.poll() is None else f"exited {proc.returncode}, stderr still open"
+            alive = [pid for pid in workers if _running(pid)]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGABRT)
+            for pid in workers:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            dump = proc.communicate(timeout=30)[1]
+            pytest.fail(f"the build did not end within 60 s of the stop: {state}; workers alive {alive}\n{dump}")
         deadline = time.time() + 10
         while any(map(_running, workers)) and time.time() < deadline:
             time.sleep(0.1)  # a terminated worker is reaped by the build's own shutdown, an orphan by init

@@ -20,7 +20,7 @@ import shutil
 import signal
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -160,14 +160,20 @@ def _leave_ctrl_c_to_the_build() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _train_in_workers(chains: list[tuple]) -> list[dict[str, float]]:
-    """``_train_chain`` of each chain in its own spawned process. A stop (Ctrl-C, or SIGTERM, which the CLI turns into
-    KeyboardInterrupt) ends the workers at once: the executor's shutdown alone would wait out minutes of training."""
+def _train_in_workers(chains: list[tuple], train=None) -> list[dict[str, float]]:
+    """``train`` (default ``_train_chain``) of each chain in its own spawned process. A stop (Ctrl-C, or SIGTERM, which
+    the CLI turns into KeyboardInterrupt) or a chain's error ends the workers at once: the executor's shutdown alone
+    would wait out minutes of training."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_leave_ctrl_c_to_the_build) as ex:
-        futures = [ex.submit(_train_chain, *chain) for chain in chains]
+        futures = [ex.submit(train or _train_chain, *chain) for chain in chains]
         try:
-            return [f.result() for f in futures]
+            while True:  # waits of 0.5 s: a stop that lands on another thread is seen at the next return to Python
+                done, running = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+                if failed := next((f for f in done if f.exception() is not None), None):
+                    raise failed.exception()
+                if not running:
+                    return [f.result() for f in futures]
         except BaseException:
             for process in list(ex._processes.values()):  # no public way to end a running worker before Python 3.14
                 process.terminate()
