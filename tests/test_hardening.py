@@ -318,7 +318,10 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
                              "--problems-dir", str(tmp_path / "problems")],
                             env={**ENV, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps every thread's stack
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own group: Ctrl-C reaches the build and its workers only
+                            start_new_session=True,  # its own group: Ctrl-C reaches the build and its workers only
+                            # as a terminal's foreground job: a test run started in the background (`cmd &`) ignores
+                            # SIGINT, and an ignored SIGINT is inherited, so the build would never see the Ctrl-C
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
         while len(workers) < 2 and proc.poll() is None and time.time() < deadline:
