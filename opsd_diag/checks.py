@@ -81,7 +81,7 @@ def answer_mass(by_config: dict[str, pd.DataFrame], rollouts: pd.DataFrame, conf
 def cautions(checks: list[fc.Check]) -> dict[str, str]:
     """Config -> the caution the decision panel adds when it recommends that config: a failure check that fired for
     it (today the answer-only signal)."""
-    c = next((c for c in checks if c.name == "answer-only signal" and c.fired), None)
+    c = next((c for c in checks if c.name == fc.ANSWER_CHECK and c.fired), None)
     if c is None:
         return {}
     n = c.numbers

@@ -25,6 +25,7 @@ COLLAPSED_SHARE = 0.5    # ... and more than this share of such rollouts is a co
 LOSS_SIGNALS = ("r_opd", "a_opd", "a_d2", "a_ex", "jsd", "kl_rev")  # what the methods train on
 ANSWER_SIGNAL_MAX = 0.5  # share of a config's JSD on the final answer's tokens above which it teaches the answer
 ANSWER_TOKENS_MAX = 0.2  # ... while those tokens are at most this share of the tokens (an answer after steps)
+ANSWER_CHECK = "answer-only signal"  # its name: the decision's caution and the studies look it up
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def answer_signal(mass: dict[str, tuple[float, float, int, int]]) -> Check:
     shares = {c: (a / t if t > 0 else float("nan"), n_a / n if n else float("nan")) for c, (a, t, n_a, n) in
               mass.items()}
     if not shares:
-        return Check("answer-only signal", False, "n/a (no rollout writes its extracted answer, or no config has "
+        return Check(ANSWER_CHECK, False, "n/a (no rollout writes its extracted answer, or no config has "
                                                   "per-token JSD)", {})
     fired = {c: x for c, x in shares.items() if x[0] > ANSWER_SIGNAL_MAX and x[1] <= ANSWER_TOKENS_MAX}
     if fired:
@@ -193,7 +194,7 @@ def answer_signal(mass: dict[str, tuple[float, float, int, int]]) -> Check:
         c, (a, n) = max(shares.items(), key=lambda kv: kv[1][0] if np.isfinite(kv[1][0]) else -1.0)
         line = (f"no config puts more than {ANSWER_SIGNAL_MAX:.0%} of its JSD on the final answer's tokens (highest: "
                 f"{c} {a:.1%}, on {n:.1%} of tokens)")
-    return Check("answer-only signal", bool(fired), line,
+    return Check(ANSWER_CHECK, bool(fired), line,
                  {"answer_share": {c: a for c, (a, _) in shares.items()},
                   "answer_tokens": {c: n for c, (_, n) in shares.items()}, "fired": sorted(fired)})
 

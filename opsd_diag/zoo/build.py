@@ -168,7 +168,7 @@ def _train_in_workers(chains: list[tuple], train=None) -> list[dict[str, float]]
     with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_leave_ctrl_c_to_the_build) as ex:
         futures = [ex.submit(train or _train_chain, *chain) for chain in chains]
         try:
-            while True:  # waits of 0.5 s: a stop that lands on another thread is seen at the next return to Python
+            while True:  # short waits: a chain's error ends the build at once, whichever chain fails first
                 done, running = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
                 if failed := next((f for f in done if f.exception() is not None), None):
                     raise failed.exception()

@@ -25,6 +25,7 @@ FILE = HERE / "answer_shares.json"
 def measure(study: Path, world: str) -> dict | None:
     """Config -> {answer_share, answer_tokens} of ``world``'s diagnoses under the study directory ``study``; None
     when the study holds no finished diagnosis of it."""
+    from opsd_diag.core.failure_checks import ANSWER_CHECK
     from opsd_diag.run import Run
 
     diag = study / world / "diag"
@@ -34,7 +35,7 @@ def measure(study: Path, world: str) -> dict | None:
     for name, keep in (("main", None), ("other_solution", {"self_full": "self_other"})):
         if not (diag / name / "manifest.json").is_file():
             continue
-        c = next(c for c in Run.load(diag / name).failure_checks() if c.name == "answer-only signal")
+        c = next(c for c in Run.load(diag / name).failure_checks() if c.name == ANSWER_CHECK)
         for config, share in c.numbers.get("answer_share", {}).items():
             if keep is None or config in keep:
                 out[(keep or {}).get(config, config)] = {"answer_share": share,
