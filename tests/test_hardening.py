@@ -306,11 +306,13 @@ def test_the_build_s_workers_return_in_order_and_a_chain_s_error_ends_them_at_on
     assert time.time() - start < 40  # not the other chain's minute
 
 
-@pytest.mark.parametrize("stop", ["term", "int"], ids=["sigterm-to-the-build", "ctrl-c-to-the-group"])
+@pytest.mark.parametrize("stop", ["term", "int", "kill"],
+                         ids=["sigterm-to-the-build", "ctrl-c-to-the-group", "sigkill-to-the-build"])
 def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
     """SIGTERM to ``opsd-diag zoo build`` (a stop from a job manager, or ``timeout``), or Ctrl-C to its whole process
     group, ends the two training workers at once instead of waiting out minutes of training: the build exits 130
-    with its one-line message and leaves neither models nor its staging folder nor a worker behind."""
+    with its one-line message and leaves neither models nor its staging folder nor a worker behind. A build killed
+    outright (SIGKILL, the OOM killer) cannot clean up, but its workers end with it instead of training on."""
 
     out, workers = tmp_path / "models", []
     proc = subprocess.Popen([sys.executable, "-m", "opsd_diag.cli", "zoo", "build", "--world",
@@ -334,7 +336,7 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
         if stop == "int":
             os.killpg(proc.pid, signal.SIGINT)
         else:
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM if stop == "term" else signal.SIGKILL)
         try:
             err = proc.communicate(timeout=60)[1]  # before the fix: until both chains had finished training
         except subprocess.TimeoutExpired:  # say where it hung: the build's stacks, or a worker holding stderr open
@@ -359,6 +361,9 @@ def test_a_stop_ends_a_full_zoo_build_and_its_workers_at_once(tmp_path, stop):
                 os.kill(pid, signal.SIGKILL)
     assert not alive, "a training worker outlived the build"
     assert not out.exists()
+    if stop == "kill":  # before PR_SET_PDEATHSIG: the orphaned workers held stderr open, trained on for minutes
+        assert proc.returncode == -signal.SIGKILL
+        return
     assert proc.returncode == 130, err
     assert "opsd-diag: interrupted; run zoo build again" in err and "Traceback" not in err, err
     assert not list(tmp_path.glob(".zoo-build-*"))

@@ -11,6 +11,7 @@ folder, a link, or the shipped data at another size) is checked first, by ``guar
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import multiprocessing
@@ -18,6 +19,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -155,9 +157,14 @@ def train(model, tok, sample, steps: int, size: BuildSize, seed: int, log) -> fl
 
 # ---------------------------------------------------------------- the build
 
-def _leave_ctrl_c_to_the_build() -> None:
-    """A worker ignores Ctrl-C (sent to the whole process group): the build stops every worker at once."""
+def _leave_ctrl_c_to_the_build(build_pid: int) -> None:
+    """A worker ignores Ctrl-C (sent to the whole process group): the build stops every worker at once. On Linux it
+    also ends with the build, even one killed outright (SIGKILL, the OOM killer), instead of training on unowned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != build_pid:  # the build died before the line above
+            os._exit(1)
 
 
 def _train_in_workers(chains: list[tuple], train=None) -> list[dict[str, float]]:
@@ -165,7 +172,8 @@ def _train_in_workers(chains: list[tuple], train=None) -> list[dict[str, float]]
     the CLI turns into KeyboardInterrupt) or a chain's error ends the workers at once: the executor's shutdown alone
     would wait out minutes of training."""
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_leave_ctrl_c_to_the_build) as ex:
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_leave_ctrl_c_to_the_build,
+                             initargs=(os.getpid(),)) as ex:
         futures = [ex.submit(train or _train_chain, *chain) for chain in chains]
         try:
             while True:  # short waits: a chain's error ends the build at once, whichever chain fails first
