@@ -98,8 +98,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     beryl, topaz, onyx, agate, cairn, lapis, zircon, marble, chalk, pyrite and galena (amendments 4 to 32) and wick
     (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model file's
     checks sentence quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss, gabbro
-    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar, scapolite, wulfenite and rhodonite (amendments 33b,
-    33c, 45b, 47b, 48b) were excluded by the level rule and are reported as such."""
+    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar, scapolite, wulfenite, rhodonite and larimar
+    (amendments 33b, 33c, 45b, 47b, 48b, 52b) were excluded by the level rule and are reported as such."""
     import numpy as np
 
     from opsd_diag import prediction
@@ -117,15 +117,15 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "prehnite", "apatite", "titanite", "kunzite", "rutile", "tremolite", "idocrase", "axinite",
                        "zincite", "scapolite", "cordierite", "petalite", "danburite", "vanadinite", "wulfenite",
                        "sodalite", "rhodonite", "sphalerite", "anglesite", "benitoite",
-                       "scheelite", "smithsonite", "celestine", "datolite", "howlite", "kernite", "mimetite", "thulite", "larimar",
-                           "wick"]
+                       "scheelite", "smithsonite", "celestine", "datolite", "howlite", "kernite", "mimetite",
+                       "thulite", "larimar", "eudialyte", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
-    # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b, 48b: the level rule
+    # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b, 48b, 52b: the level rule
     assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal", "obsidian", "feldspar", "scapolite",
-                              "wulfenite", "rhodonite"]
-    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar, scapolite, wulfenite and rhodonite were "
-            "excluded by the plan's level rule") in (HERE / "CHECKS.md").read_text()
+                              "wulfenite", "rhodonite", "larimar"]
+    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar, scapolite, wulfenite, rhodonite and larimar "
+            "were excluded by the plan's level rule") in (HERE / "CHECKS.md").read_text()
     for w in s8["excluded"]:
         assert report_checks.status(w) == "excluded"
         assert f"{w}: no level where ['teacher', 'student + full solution'] beat the student by 0.1" in (
