@@ -85,7 +85,7 @@ def raw_rows(path: str | Path, n: int = 5, fmt: str = "auto") -> pd.DataFrame:
         if suffix == ".csv":
             return pd.read_csv(data, nrows=n, dtype=str, keep_default_na=False)
         if suffix == ".parquet":
-            return pd.read_parquet(data).head(n)
+            return store.parquet_table(data.getvalue()).to_pandas().head(n)
     except Exception as e:  # pandas raises many types for a malformed file
         raise OpsdError(f"cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
     raise OpsdError(f"cannot tell the format of {path}: use a .jsonl, .csv or .parquet file")

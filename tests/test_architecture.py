@@ -98,6 +98,22 @@ def test_modules_are_small():
     assert not big, f"modules over {MAX_LINES} lines: {big}"
 
 
+
+def test_parquet_is_read_only_through_store_parquet_table():
+    """Arrow reading from a Python object can abort the process at exit (``store.parquet_table`` says why;
+    ``benchmarks/bench_exit.py`` counts it): every Parquet read of the packages goes through that one function."""
+    readers = {"read_parquet", "read_table", "ParquetFile", "ParquetDataset"}
+    found = []
+    for mod, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in readers
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("pd", "pq", "pandas")):
+                found.append(f"{mod}:{node.lineno}")
+    assert found == ["opsd_diag.io.store:" + str(next(
+        i for i, line in enumerate((REPO / "opsd_diag/io/store.py").read_text().splitlines(), 1)
+        if "return pq.read_table(pa.BufferReader(sink.getvalue()))" in line))]
+
+
 if __name__ == "__main__":
     known = modules()
     g = imports(known)

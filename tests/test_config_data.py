@@ -61,6 +61,23 @@ def test_jsonl_csv_parquet_agree(tmp_path):
             [("a", "q1", "s1", "1"), ("b", "q2", None, "2")]
 
 
+
+def test_the_app_s_raw_preview_reads_every_format_alike(tmp_path):
+    """The New run page's preview of a data file as stored (``app.workbench.raw_rows``): the same first records from
+    JSONL, CSV and Parquet (Parquet through ``store.parquet_table``), and one clear error for a corrupt file."""
+    from app.workbench import raw_rows
+
+    write_jsonl(tmp_path / "p.jsonl", ROWS)
+    pd.DataFrame(ROWS).astype({"answer": str}).to_csv(tmp_path / "p.csv", index=False)
+    pd.DataFrame(ROWS).astype({"answer": str}).to_parquet(tmp_path / "p.parquet")
+    frames = [raw_rows(tmp_path / f"p.{ext}", n=1) for ext in ("jsonl", "csv", "parquet")]
+    for f in frames:
+        assert list(f["id"]) == ["a"] and list(f["prompt"]) == ["q1"] and [str(x) for x in f["answer"]] == ["1"]
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not parquet")
+    with pytest.raises(OpsdError, match=r"cannot read .*bad\.parquet"):
+        raw_rows(tmp_path / "bad.parquet")
+
+
 def test_field_mapping_chat_prompts_and_limit(tmp_path):
     rows = [{"question": [{"role": "system", "content": "be brief"}, {"role": "user", "content": f"q{i}"}],
              "gold": str(i)} for i in range(5)]

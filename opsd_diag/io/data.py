@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from opsd_diag.errors import OpsdError
-from opsd_diag.io import safe
+from opsd_diag.io import safe, store
 from opsd_diag.config.spec import DataSpec
 from opsd_diag.config.yamlfile import decode, read_bytes
 
@@ -68,7 +68,7 @@ def _read_rows(path: Path, data: bytes, fmt: str, key: str) -> tuple[list[dict],
         if fmt == "csv":
             frame = pd.read_csv(io.StringIO(decode(data, path, "data")), dtype=str, keep_default_na=False)
         else:
-            frame = pd.read_parquet(io.BytesIO(data))
+            frame = store.parquet_table(data).to_pandas()
     except OpsdError:
         raise
     except Exception as e:  # pandas/pyarrow raise many types for a corrupt file

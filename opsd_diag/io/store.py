@@ -175,16 +175,27 @@ def read_manifest(run_dir: Path) -> dict:
     return read_json(path)
 
 
+def parquet_table(data: bytes):
+    """A Parquet file's bytes as an Arrow table, read from a copy Arrow owns. Read from a Python object (a file, a
+    ``bytes``), the reader's last reference may be dropped by a thread of Arrow's own pool, which then needs the GIL:
+    after the program's end, while Python shuts down, that thread cannot have it and the process aborts
+    ("terminate called without an active exception", exit 134) after its work is done."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    sink.write(data)
+    return pq.read_table(pa.BufferReader(sink.getvalue()))
+
+
 def _read_parquet(path: Path, expected_id: str | None, columns: dict[str, str] | None = None,
                   vocab_size=None) -> pd.DataFrame:
     """A parquet file of a run, refused when it is not a regular file, does not hold ``columns``
     (``check_table``) or carries another run's id."""
-    import pyarrow.parquet as pq
-
     try:
         with os.fdopen(safe.open_regular(path), "rb") as f:
-            table = pq.read_table(f)
-            frame = table.to_pandas()
+            table = parquet_table(f.read())
+        frame = table.to_pandas()
     except OpsdError:
         raise
     except Exception as e:  # pyarrow raises several types for a corrupt file
