@@ -117,7 +117,11 @@ def _cmd_export(args) -> None:
     from opsd_diag.run import Run
 
     run = Run.load(Path(args.run_dir))
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs else [run.top_config()]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()] if args.configs is not None \
+        else [run.top_config()]
+    if not configs:
+        raise OpsdError(f"--configs names no config: give one or more of {', '.join(run.configs)}, "
+                        "separated by commas")
     for c in configs:
         if c not in run.configs:
             raise OpsdError(f"unknown config '{c}': this run has {', '.join(run.configs)}")

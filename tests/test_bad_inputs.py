@@ -676,6 +676,8 @@ CASES: list[Case] = [
     diag("report-summary-missing", corrupt_run(remove("summary.json")), "summary.json is missing"),
     diag("report-summary-corrupt", corrupt_run(write("summary.json", "nan{")), "summary.json is unreadable or corrupt"),
     diag("report-summary-schema", corrupt_run(write("summary.json", '{"configs": 5}')), "does not match the summary"),
+    diag("export-configs-empty", lambda e: ["export", str(e.run), "--configs", " , ", "--out", str(e.tmp / "h.html")],
+         "--configs names no config"),
     diag("show-rollout-unknown", lambda e: ["show", str(e.run), "--rollout", "999"], "no rollout 999"),
     diag("show-rollout-negative", lambda e: ["show", str(e.run), "--rollout", "-1"], "no rollout -1"),
     diag("show-config-unknown", lambda e: ["show", str(e.run), "--config", "nope"], "unknown config 'nope'"),
