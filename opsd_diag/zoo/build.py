@@ -157,7 +157,7 @@ def train(model, tok, sample, steps: int, size: BuildSize, seed: int, log) -> fl
 
 # ---------------------------------------------------------------- the build
 
-def _leave_ctrl_c_to_the_build(build_pid: int) -> None:
+def _bind_worker_to_the_build(build_pid: int) -> None:
     """A worker ignores Ctrl-C (sent to the whole process group): the build stops every worker at once. On Linux it
     also ends with the build, even one killed outright (SIGKILL, the OOM killer), instead of training on unowned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -172,7 +172,7 @@ def _train_in_workers(chains: list[tuple], train=None) -> list[dict[str, float]]
     the CLI turns into KeyboardInterrupt) or a chain's error ends the workers at once: the executor's shutdown alone
     would wait out minutes of training."""
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_leave_ctrl_c_to_the_build,
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=_bind_worker_to_the_build,
                              initargs=(os.getpid(),)) as ex:
         futures = [ex.submit(train or _train_chain, *chain) for chain in chains]
         try:
