@@ -269,8 +269,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rollout", type=int, default=0, help="rollout id (default 0)")
     s.add_argument("--config", help="teacher config name (default: the first)")
     s.add_argument("--signal", default="r_opd", help="per-token column that colours the tokens")
-    s.add_argument("--no-color", action="store_true", help="plain text (the default when stdout is not a terminal)")
-    s.add_argument("--color", action="store_true", help="colour even when stdout is not a terminal")
+    colour = s.add_mutually_exclusive_group()
+    colour.add_argument("--no-color", action="store_true",
+                        help="plain text (the default when stdout is not a terminal)")
+    colour.add_argument("--color", action="store_true", help="colour even when stdout is not a terminal")
     s.set_defaults(func=_cmd_show)
 
     e = sub.add_parser("export", help="one rollout's token heatmap (one config or several stacked) as a file")

@@ -681,6 +681,8 @@ CASES: list[Case] = [
     diag("show-rollout-unknown", lambda e: ["show", str(e.run), "--rollout", "999"], "no rollout 999"),
     diag("show-rollout-negative", lambda e: ["show", str(e.run), "--rollout", "-1"], "no rollout -1"),
     diag("show-config-unknown", lambda e: ["show", str(e.run), "--config", "nope"], "unknown config 'nope'"),
+    diag("show-color-and-no-color", lambda e: ["show", str(e.run), "--color", "--no-color"],
+         "--no-color: not allowed with argument --color"),
     diag("show-signal-token", lambda e: ["show", str(e.run), "--signal", "token"], "unknown signal 'token'"),
     diag("show-signal-key-column", lambda e: ["show", str(e.run), "--signal", "rollout_id"],
          "unknown signal 'rollout_id'"),
