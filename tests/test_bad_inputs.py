@@ -809,6 +809,12 @@ CASES: list[Case] = [
               "training.per_device_train_batch_size"),
     from_diag("fd-eval-data-missing", ["--config", "teacher", "--signal", "r_opd", "--eval-data", "held.jsonl"],
               "training.eval.data.path: data file held.jsonl not found"),
+    from_diag("fd-eval-problems-without-data", ["--config", "teacher", "--signal", "r_opd", "--eval-problems", "5"],
+              "training.eval.data.limit is set but no held-out file is"),
+    from_diag("fd-eval-samples-without-data", ["--config", "teacher", "--signal", "r_opd", "--eval-samples", "3"],
+              "so --eval-samples would change nothing"),
+    train("train-eval-steps-without-eval", lambda e: [e.train_cfg(), "--eval-steps", "5", "--out", e.out],
+          "so --eval-steps would change nothing"),
     from_diag("fd-models-gone", ["--config", "teacher", "--signal", "r_opd"], "model directory /gone/t does not",
               change=manifest_config(teachers=[{"name": "teacher", "model": "/gone/t"}])),
     # --- issue 19: run directories, writes, locks, limits ---

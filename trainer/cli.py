@@ -73,6 +73,17 @@ def eval_overrides(data: str | None, problems: int | None, samples: int | None) 
     return ev or None
 
 
+def check_evaluated(ev, args) -> None:
+    """--eval-samples and --eval-steps change an evaluation: refuse them where the run evaluates nothing (no
+    held-out problems and no regression set), rather than ignore them."""
+    given = [flag for flag, v in (("--eval-samples", args.eval_samples), ("--eval-steps", args.eval_steps))
+             if v is not None]
+    if given and ev.data is None and ev.regression is None:
+        raise OpsdError(f"this run has nothing to evaluate on, so {' and '.join(given)} would change nothing: "
+                        "add --eval-data FILE (held-out problems), or set training.eval.data or "
+                        "training.eval.regression in the config")
+
+
 def _load(args):
     """(resolved training config, prediction record or None, a name for the default run directory)."""
     from opsd_diag.config import training as config
@@ -88,7 +99,9 @@ def _load(args):
         if args.config or args.signal:
             raise OpsdError("--config and --signal choose what to train from a diagnosis: use them with "
                             "--from-diagnosis RUN_DIR (a config file names its method in its training section)")
-        return config.load(args.config_file, **overrides), None, args.config_file
+        tc = config.load(args.config_file, **overrides)
+        check_evaluated(tc.spec.eval, args)
+        return tc, None, args.config_file
     if args.config_file is not None or bool(args.config) != bool(args.signal):
         raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL together, or neither (then it trains "
                         "the diagnosis' recommendation), and no config file")
@@ -104,6 +117,7 @@ def _load(args):
     source = f"training from {args.from_diagnosis}"
     tc = config.resolve_training(cfg, source)
     config.check_environment(tc.spec, source)
+    check_evaluated(tc.spec.eval, args)
     if note and _is_main():
         print(f"opsd-train: {note}", file=sys.stderr)
     return tc, predicted, f"{name}-{signal}"

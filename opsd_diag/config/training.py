@@ -104,7 +104,12 @@ def with_training(cfg: DiagnosisConfig, changes: dict, source: str) -> Diagnosis
         return out
 
     base = cfg.model_dump(mode="json", exclude_none=False)
-    return validate(DiagnosisConfig, {**base, "training": merge(base.get("training") or {}, changes)}, source)
+    training = merge(base.get("training") or {}, changes)
+    held_out = (training.get("eval") or {}).get("data") or {}
+    if held_out and not held_out.get("path"):
+        raise OpsdError(f"{source}: training.eval.data.limit is set but no held-out file is: set "
+                        "training.eval.data.path (opsd-train --eval-data FILE)")
+    return validate(DiagnosisConfig, {**base, "training": training}, source)
 
 
 def load(path: str | Path, **changes) -> TrainConfig:
