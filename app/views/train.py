@@ -154,8 +154,9 @@ def from_verdict() -> None:
     out = st.text_input("Run directory", key="tt_out", placeholder=f"{root}/train-{config}-{signal}-<time> (default)")
     over = {"max_steps": int(steps), "learning_rate": float(lr), "batch_size": int(batch), "seed": int(seed),
             "eval_data": eval_data or None, "eval_problems": int(eval_n) if eval_data else None,
-            "eval_samples": int(eval_k) if eval_data else None, "eval_steps": eval_steps or None, "token_mask": mask,
-            "reveal": reveal}
+            "eval_samples": int(eval_k) if eval_data else None,
+            "eval_steps": (eval_steps or None) if eval_data else None,  # opsd-train refuses it with nothing to evaluate
+            "token_mask": mask, "reveal": reveal}
     training_cost(run, over, min(int(eval_n), n_held) if eval_data and n_held else 0, eval_steps)
     with st.expander("The exact command and the config it trains (YAML)"):
         st.code(shlex.join(launch.from_diagnosis_command(run_dir, config, signal, out or f"{root}/train-…", **over)),
