@@ -310,7 +310,7 @@ def test_the_docs_quote_the_worlds_built_after_the_ranking_shipped():
     mean = (f"the {len(per)} worlds built after it shipped {fmt(ms[p])} against G's {fmt(ms['accuracy_gap'])} "
             f"(paired {s8['paired_vs_g']['estimate']:+.3f} [{s8['paired_vs_g']['lo']:+.3f}, "
             f"{s8['paired_vs_g']['hi']:+.3f}]), method pairs {right} of {pairs}")
-    assert len(per) == 94 and mean in readme
+    assert len(per) == 96 and mean in readme
     below = sum(per[w]["models"][p]["spearman"] < per[w]["models"]["accuracy_gap"]["spearman"] for w in per)
     assert f"(below it on {below} of the {len(per)};" in verdict
     d = s8["paired_vs_g"]  # the paired difference against G, recomputed from the per-world figures above
