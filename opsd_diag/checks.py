@@ -79,15 +79,15 @@ def answer_mass(by_config: dict[str, pd.DataFrame], rollouts: pd.DataFrame, conf
 
 
 def cautions(checks: list[fc.Check]) -> dict[str, str]:
-    """Config -> the caution the decision panel adds when it recommends that config: a failure check that fired for
-    it (today the answer-only signal)."""
+    """Config -> what a failure check that fired for it says (today the answer-only signal): the decision panel's
+    caution when it recommends that config, and why the answer guard passes it over."""
     c = next((c for c in checks if c.name == fc.ANSWER_CHECK and c.fired), None)
     if c is None:
         return {}
     n = c.numbers
-    return {k: (f"Caution: the failure checks find {k}'s signal on the final answer ({n['answer_share'][k]:.0%} of "
+    return {k: (f"the failure checks find {k}'s signal on the final answer ({n['answer_share'][k]:.0%} of "
                 f"its JSD on {n['answer_tokens'][k]:.1%} of the tokens): it teaches the answer more than the steps "
-                "(docs/design.md#failure-checks).") for k in n["fired"]}
+                "(docs/design.md#failure-checks)") for k in n["fired"]}
 
 
 def lines(checks: list[fc.Check]) -> list[str]:

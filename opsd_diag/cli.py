@@ -67,7 +67,7 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
                                             for k, v in s.pass_at_k.items()))
     with _pd_options():
         lines.append(s.headline_frame().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    from opsd_diag.checks import cautions, lines as check_lines
+    from opsd_diag.checks import lines as check_lines
     found = run.failure_checks()
     lines += ["failure checks (thresholds: docs/design.md#failure-checks):", *check_lines(found)]
     if s.ideal is not None and s.ideal.status != "ok":
@@ -75,7 +75,7 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
     pred = run.predictions(calibration)
     if pred is not None:
         from opsd_diag.report.terminal import decision_line, prediction_text
-        lines.append(prediction_text(pred, cautions(found)))
+        lines.append(prediction_text(pred))
     from opsd_diag.levers import text as lever_lines
     lines += [printable(x) for x in lever_lines(s.levers)]
     from opsd_diag.schedule_points import text as schedule_lines
@@ -90,7 +90,7 @@ def _print_report(run_dir: Path, calibration: str | None = None) -> None:
         from opsd_diag import decision
         lines.append(decision.text(decision.decide(s)))
     if pred is not None:
-        lines.append(decision_line(pred, cautions(found)))
+        lines.append(decision_line(pred))
     print(printable("\n".join(lines), keep_newlines=True))
 
 

@@ -13,6 +13,7 @@ SHIPPED = "predictor_v2.json"  # in opsd_diag/data/
 TIERS = {"v2": ("accuracy_gap", "lookahead_dv", "lookahead_dll", "lookahead_kl", "teachability", "mean_jsd", "is_jsd"),
          "v2_no_lookahead": ("accuracy_gap", "teachability", "mean_jsd", "is_jsd")}
 CHOICES = (*TIERS, "accuracy_gap")
+RECOMMENDATIONS = ("best", "answer_guard")  # which row is recommended: the best-ranked, or the best a check spares
 OUTCOMES = ("d_pass1", "d_pass4", "d_regression", "kl_to_initial")
 
 
@@ -35,6 +36,7 @@ class Calibration:
     checks: str = ""  # the file as shipped, checked on worlds built after its last look (report_checks.py)
     method_order_look: int | None = None  # the later look that chose ``method_order`` (its record: later_looks)
     checks_forgetting: str = ""  # what the forgetting column ranked well on those worlds, and what not
+    recommendation: str = "best"  # answer_guard: the recommendation skips a config the answer-only check flags
 
 
 def parse(d: dict, source: str) -> Calibration:
@@ -49,6 +51,9 @@ def parse(d: dict, source: str) -> Calibration:
     scale = float(d.get("method_order", {}).get("sampled_scale", 1.0))
     if not 0.0 <= scale <= 1.0:
         raise ValueError(f"method_order's sampled_scale {scale!r} is not in [0, 1]")
+    recommendation = (d.get("recommendation") or {}).get("rule", "best")
+    if recommendation not in RECOMMENDATIONS:
+        raise ValueError(f"recommendation {recommendation!r} is none of {', '.join(RECOMMENDATIONS)}")
     for tier, outcome in ((t, o) for t in TIERS for o in OUTCOMES):
         m = d["models"][tier][outcome]
         n = len(m["features"])
@@ -73,7 +78,7 @@ def parse(d: dict, source: str) -> Calibration:
                                                 key=lambda kv: (len(kv[0]), kv[0]))  # look2 .. look10
                         if isinstance(v, dict) and isinstance(v.get("summary"), str)}, order, scale,
                        str(checks.get("summary") or ""), _look_number(d.get("method_order", {})),
-                       str(checks.get("forgetting") or ""))
+                       str(checks.get("forgetting") or ""), recommendation)
 
 
 def _look_number(order: dict) -> int | None:

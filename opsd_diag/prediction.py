@@ -17,7 +17,7 @@ lookahead feature imputed. Pure functions of a ``Summary`` and the model file.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -205,6 +205,7 @@ class Predictions:
     calibration: Calibration
     ranked_by: str  # "predicted_gain" or "accuracy_gap"
     note: str = ""  # the run's lookahead settings differ from the study's (its lookahead features are out of range)
+    cautions: dict[str, str] = field(default_factory=dict)  # config -> a failure check that fired for it
 
     def frame(self) -> pd.DataFrame:
         """One row per (config, method), ranked; columns: ``COLUMNS``."""
@@ -220,17 +221,21 @@ class Predictions:
     def row(self, config: str, method: str) -> Row | None:
         return next((r for r in self.rows if (r.config, r.method) == (config, method)), None)
 
-    def recommended(self, trainable=None) -> Row | None:
-        """The best-ranked trainable row that the ranking supports: verdict helps (v2), or G > 0 (G ranks)."""
+    def recommended(self, trainable=None, guarded: bool = True) -> Row | None:
+        """The best-ranked trainable row that the ranking supports: verdict helps (v2), or G > 0 (G ranks); under
+        the model file's answer_guard (the seventeenth look) not of a config the answer-only check flags, unless
+        ``guarded`` is False."""
         ok = trainable or (lambda config, signal: True)
         good = (lambda r: r.accuracy_gap > 0) if self.ranked_by == "accuracy_gap" else (lambda r: r.verdict == "helps")
-        return next((r for r in self.rows if good(r) and ok(r.config, r.signal)), None)
+        skip = self.cautions if guarded and self.calibration.recommendation == "answer_guard" else {}
+        return next((r for r in self.rows if good(r) and ok(r.config, r.signal) and r.config not in skip), None)
 
 
 def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibration: str | Path | None = None,
-            ) -> Predictions | None:
+            cautions: dict[str, str] | None = None) -> Predictions | None:
     """Every (config, method) of ``summary`` predicted and ranked; ``self_teachers``: the configs that are the
-    student shown a context; None when there is no model file (an installation without one)."""
+    student shown a context; ``cautions``: the failure checks that fired per config (``checks.cautions``); None when
+    there is no model file (an installation without one)."""
     cal = load(calibration)
     if cal is None:
         return None
@@ -241,7 +246,8 @@ def predict(summary: Summary, self_teachers=(), has_base: bool = False, calibrat
     keys = [predictor.gap_rank_key(r.method, r.accuracy_gap, r.gain, cal.method_order, cal.sampled_scale, c)
             if by_gap else _key(r.gain) for r, c in zip(rows, cg)]
     rows = [replace(rows[j], rank=i + 1) for i, j in enumerate(sorted(range(len(rows)), key=keys.__getitem__))]
-    return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain", settings_note(summary, cal))
+    return Predictions(rows, cal, "accuracy_gap" if by_gap else "predicted_gain", settings_note(summary, cal),
+                       dict(cautions or {}))
 
 
 def settings_note(summary: Summary, cal: Calibration) -> str:
@@ -316,16 +322,20 @@ def outside_text(rows: list[Row]) -> str:
             "`opsd-diag scoreboard --fit` on your own finished runs gives a calibration fitted to them.")
 
 
-def panel(p: Predictions, trainable=None, cautions: dict[str, str] | None = None) -> dict[str, str]:
-    """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, caution (``cautions``' line for
-    the recommended config: a failure check that fired for it), effects, why, ranking, record (what the ranking did on
-    worlds built after it), tiers, calibration, looks (the history that chose the rule in force); plain text, names as
-    the run holds them."""
-    cal, rec = p.calibration, p.recommended(trainable)
+def panel(p: Predictions, trainable=None) -> dict[str, str]:
+    """The decision panel's text (app, ``opsd-diag report``, HTML report): headline, caution (a failure check that
+    fired for the recommended config, or for the row the answer guard passed over), effects, why, ranking, record
+    (what the ranking did on worlds built after it), tiers, calibration, looks (the history that chose the rule in
+    force); plain text, names as the run holds them."""
+    cal, rec, first = p.calibration, p.recommended(trainable), p.recommended(trainable, guarded=False)
     best = rec or (p.rows[0] if p.rows else None)
     out, history = {}, []
-    if rec is not None and rec.config in (cautions or {}):
-        out["caution"] = cautions[rec.config]
+    if first is not None and first is not rec:  # the answer guard skipped it
+        out["caution"] = (f"Passed over: {first.config} with {first.method} ranks above it, but "
+                          f"{p.cautions[first.config]}; the recommendation skips such a config (the seventeenth "
+                          "look, docs/verdict.md).")
+    elif rec is not None and rec.config in p.cautions:
+        out["caution"] = f"Caution: {p.cautions[rec.config]}."
     if p.ranked_by == "accuracy_gap":
         v2_first = cal.method_order in ("v2_gain", "v2_config")  # v2 ranks, G gates (the eighth look)
         study = (f"{cal.reason}. G's Spearman with the realised pass@1 change was {_rho(cal.accuracy_gap)}; v2's "
@@ -344,6 +354,8 @@ def panel(p: Predictions, trainable=None, cautions: dict[str, str] | None = None
         by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"
         out["headline"] = (f"Recommended by {by}: {rec.config} trained with {rec.method} (G {rec.accuracy_gap:+.3f}; "
                            f"v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
+                           "Every teacher config with a positive accuracy gap G is flagged by a failure check: "
+                           "nothing is recommended" if first else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")
     else:
         tier = cal.lowo.get(cal.choice, {})
@@ -353,7 +365,8 @@ def panel(p: Predictions, trainable=None, cautions: dict[str, str] | None = None
                           f"accuracy gap G's {_rho(cal.accuracy_gap)}).")
         out["headline"] = (f"Recommended: {rec.config} trained with {rec.method}: predicted Δpass@1 "
                            f"{rec.interval()}, helps (95% interval above +{cal.delta:g})" if rec else
-                           "No (config, method) is predicted to help" + (
+                           "Every (config, method) predicted to help is flagged by a failure check: nothing is "
+                           "recommended" if first else "No (config, method) is predicted to help" + (
                                f": the best, {best.config} with {best.method}, is predicted {best.interval()} "
                                f"({best.verdict}); helps needs the whole 95% interval above +{cal.delta:g}"
                                if best else ""))

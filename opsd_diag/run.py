@@ -117,9 +117,8 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
         return facts
 
     def predictions(self, calibration: str | Path | None = None) -> prediction.Predictions | None:
-        """Predictor v2 on this run (``opsd_diag.prediction``): the models of the calibration file ``calibration``,
-        else of the one the run's config names (``ideal.calibration``), else the shipped ones; None when the
-        installation has no model file."""
+        """Predictor v2 (``opsd_diag.prediction``) with what the failure checks say per config: the models of the file
+        ``calibration``, else the config's ``ideal.calibration``, else the shipped ones; None without a model file."""
         cfg = _section(self.manifest, "config")  # read leniently: a hand-edited manifest still predicts
         named = _section(cfg, "ideal").get("calibration") if calibration is None else None
         calibration = named if isinstance(named, str) else calibration
@@ -128,7 +127,8 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
             teachers = cfg.get("teachers") if isinstance(cfg.get("teachers"), list) else []
             own = {t.get("name") for t in teachers if isinstance(t, dict) and t.get("model", "self") == "self"}
             try:
-                self._memo[key] = prediction.predict(self.summary, own, isinstance(cfg.get("base"), dict), calibration)
+                base, cautions = isinstance(cfg.get("base"), dict), checks.cautions(self.failure_checks())
+                self._memo[key] = prediction.predict(self.summary, own, base, calibration, cautions)
             except OpsdError as e:
                 if not isinstance(named, str):
                     raise

@@ -51,6 +51,6 @@ def model_file(choice: str = "v2", delta: float = 0.02, studies: dict | None = N
             "later_looks": later_looks or {}}
 
 
-def write(path: Path, **kw) -> Path:
-    path.write_text(json.dumps(model_file(**kw)))
+def write(path: Path, recommendation: dict | None = None, **kw) -> Path:
+    path.write_text(json.dumps({**model_file(**kw), **({"recommendation": recommendation} if recommendation else {})}))
     return path

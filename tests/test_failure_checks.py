@@ -142,9 +142,9 @@ def test_a_fired_answer_check_is_a_caution_for_its_configs_only():
     from opsd_diag.checks import cautions
 
     loud = fc.answer_signal({"teacher": (0.01, 10.0, 3, 100), "self_answer": (6.0, 10.0, 3, 100)})
-    assert cautions([loud]) == {"self_answer": "Caution: the failure checks find self_answer's signal on the final "
-                                               "answer (60% of its JSD on 3.0% of the tokens): it teaches the answer "
-                                               "more than the steps (docs/design.md#failure-checks)."}
+    assert cautions([loud]) == {"self_answer": "the failure checks find self_answer's signal on the final answer (60% "
+                                               "of its JSD on 3.0% of the tokens): it teaches the answer more than "
+                                               "the steps (docs/design.md#failure-checks)"}
     assert cautions([fc.answer_signal({"teacher": (0.01, 10.0, 3, 100)})]) == {} and cautions([]) == {}
 
 

@@ -441,26 +441,59 @@ def test_without_a_model_file_nothing_is_predicted(tiny_run, monkeypatch):
 
 
 def test_a_failure_check_on_the_recommended_config_is_a_caution_beside_it(tiny_run, shipped):
-    """A caution (``checks.cautions``) for the recommended config goes right under the headline in every report and
-    the terminal's closing line points to it; one for another config is not shown."""
+    """Without the answer guard a caution (``checks.cautions``) for the recommended config goes right under the
+    headline in every report and the terminal's closing line points to it; one for another config is not shown."""
     from opsd_diag.report.terminal import decision_line, prediction_text
 
     import dataclasses
 
     p = Run.load(tiny_run).predictions()
+    assert p.calibration.recommendation == "best"  # the synthetic model file names no rule
     rows = [dataclasses.replace(r, accuracy_gap=0.3 if i == 0 else -0.1, verdict="helps" if i == 0 else "unclear")
             for i, r in enumerate(p.rows)]
-    p = dataclasses.replace(p, rows=rows)  # the first row recommended, whatever the tiny run's gaps
+    p = dataclasses.replace(p, rows=rows, cautions={})  # the first row recommended, whatever the tiny run's gaps
     rec = p.recommended()
     assert rec is rows[0]
     other = next(r.config for r in p.rows if r.config != rec.config)
-    assert "caution" not in prediction.panel(p, cautions={other: "Caution: not this one."})
-    flagged = {rec.config: "Caution: this one."}
-    assert prediction.panel(p, cautions=flagged)["caution"] == "Caution: this one."
-    lines = prediction_text(p, flagged).splitlines()
+    assert "caution" not in prediction.panel(dataclasses.replace(p, cautions={other: "not this one"}))
+    flagged = dataclasses.replace(p, cautions={rec.config: "this one"})
+    assert flagged.recommended() is rec and prediction.panel(flagged)["caution"] == "Caution: this one."
+    lines = prediction_text(flagged).splitlines()
     assert lines[lines.index(prediction.panel(p)["headline"] + ".") + 1] == "Caution: this one."
-    assert decision_line(p, flagged).endswith("secondary evidence. A failure check fires for it: see the caution there.")
+    assert decision_line(flagged).endswith("secondary evidence. A failure check bears on it: see the caution there.")
     assert decision_line(p).endswith("secondary evidence.")
+
+
+def test_the_answer_guard_passes_over_a_flagged_config_and_says_so(tiny_run, shipped, tmp_path):
+    """Under a model file whose recommendation rule is answer_guard (the seventeenth look), the recommendation is
+    the best-ranked row with G > 0 whose config no failure check flags, in every report, the Train button and
+    ``opsd-train --from-diagnosis`` alike; the panel names the row passed over and why. The ranking is unchanged."""
+    import dataclasses
+
+    from opsd_diag.report.terminal import prediction_text
+
+    p = Run.load(tiny_run).predictions()
+    cal = dataclasses.replace(p.calibration, recommendation="answer_guard")
+    rows = [dataclasses.replace(r, accuracy_gap=0.3 - 0.01 * i, verdict="helps") for i, r in enumerate(p.rows)]
+    first = rows[0]
+    spared = next(r for r in rows if r.config != first.config)
+    guarded = dataclasses.replace(p, rows=rows, calibration=cal, cautions={first.config: "it is flagged"})
+    assert guarded.recommended() is spared and guarded.recommended(guarded=False) is first
+    assert guarded.frame().equals(dataclasses.replace(guarded, cautions={}).frame())  # the ranking as it was
+    text = prediction.panel(guarded)
+    assert text["caution"] == (f"Passed over: {first.config} with {first.method} ranks above it, but it is flagged; "
+                               "the recommendation skips such a config (the seventeenth look, docs/verdict.md).")
+    assert f": {spared.config} trained with {spared.method}" in text["headline"]
+    assert text["caution"] in prediction_text(guarded)
+    # every config flagged: nothing is recommended
+    everyone = dataclasses.replace(guarded, cautions={r.config: "flagged" for r in rows})
+    assert everyone.recommended() is None
+    assert prediction.panel(everyone)["headline"].endswith("is flagged by a failure check: nothing is recommended")
+    # the rule is read from the model file, and a file naming an unknown rule is refused
+    assert prediction.load(write(tmp_path / "g.json", recommendation={"rule": "answer_guard", "look": 17})
+                           ).recommendation == "answer_guard"
+    with pytest.raises(OpsdError, match="recommendation 'first' is none of best, answer_guard"):
+        prediction.load(write(tmp_path / "bad.json", recommendation={"rule": "first"}))
 
 
 def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, capsys, monkeypatch):
@@ -470,7 +503,8 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
 
     run = Run.load(tiny_run)
     p = run.predictions()
-    text = prediction.panel(p, cautions=checks.cautions(run.failure_checks()))
+    assert p.cautions == checks.cautions(run.failure_checks())  # what the failure checks say, read by the panel
+    text = prediction.panel(p)
     html = run.report_html(n_heatmaps=0)
     assert "Decision (predictor v2)" in html and "secondary evidence" in html
     assert html.index("Decision (predictor v2)") < html.index("Verdict (v1 rule")
@@ -484,7 +518,7 @@ def test_report_html_and_export_show_the_decision(tiny_run, shipped, tmp_path, c
     assert out.index("decision (predictor v2)") < out.index("v1 verdicts, ranked")
     assert out.rstrip("\n").splitlines()[-1] == (  # a terminal shows the end: v2's call, not the v1 rule's
         f"in short: {text['headline']}. Why, and how sure: 'decision (predictor v2)' above; the v1 rule's pick is "
-        "secondary evidence." + (" A failure check fires for it: see the caution there." if "caution" in text else ""))
+        "secondary evidence." + (" A failure check bears on it: see the caution there." if "caution" in text else ""))
     assert "recommended:" not in out  # one recommendation: the v1 rule's row is its pick
     looks = {"look2": {"summary": "look 2 (a rule): on the new world w +0.1: G stays"}}
     cal = write(tmp_path / "g.json", choice="accuracy_gap", later_looks=looks)

@@ -1,6 +1,7 @@
 """The shipped model checked on worlds built after the last look (check_world.py --spec ... --keep): the committed
 figures are recomputed from the committed rows, the printed report is rendered from them, the world's spec came
 before its results in git history, and the README and docs/verdict.md quote them."""
+import json
 import subprocess
 import sys
 
@@ -435,3 +436,17 @@ def test_the_seventeenth_look_reports_its_judged_worlds_from_the_committed_rows(
                                               if report_checks.status(w) == "checked"]
     assert set(a["judged"]) <= set(answer_shares.load())
     assert a["done"] == (len(a["changed"]) == 3 or len(a["judged"]) == 24)
+    # judged: its record in the model file, and the recommendation rule the product reads from there
+    from opsd_diag import prediction
+
+    shipped = json.loads(report_v2.SHIPPED.read_text())
+    assert ("look17" in shipped["later_looks"]) == a["done"]
+    assert prediction.load().recommendation == ("answer_guard" if a["ships"] else "best")
+    if a["ships"]:  # the prose quotes the analysis
+        m = a["mean_realised"]
+        assert (f"the guarded recommendation realised {m['guarded']:+.3f} on average against {m['product']:+.3f}"
+                in doc_text("docs/verdict.md"))
+        assert f"its picks realised {m['guarded']:+.2f} against {m['product']:+.2f} on {len(a['judged'])} new worlds" \
+            in doc_text("README.md")
+        for w in a["changed"]:
+            assert f"{a['per_world'][w]['guarded']['realised']:+.3f}" in doc_text("docs/verdict.md")

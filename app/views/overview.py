@@ -14,7 +14,7 @@ BADGE = {"helps": ":blue-background[:blue[**helps**]]", "hurts": ":red-backgroun
 COLOUR = {"helps": "background-color: #b9ccff", "hurts": "background-color: #ffc2c2", "unclear": ""}
 
 run = common.require_run()  # a run in progress stops here, before the heavy imports below
-from opsd_diag import checks as failure_checks, decision, levers, prediction, schedule_points  # noqa: E402 (these import opsd_diag.run and the summary model: only
+from opsd_diag import decision, levers, prediction, schedule_points  # noqa: E402 (these import opsd_diag.run and the summary model: only
 from trainer import from_diagnosis  # noqa: E402  once a finished run is shown)
 
 s, f = run.summary, run.facts()
@@ -53,9 +53,9 @@ def lever_lines() -> None:
         st.markdown(":material/tune: " + common.md(line))
 
 
-def prediction_panel(p: prediction.Predictions, cautions: dict[str, str]) -> None:
+def prediction_panel(p: prediction.Predictions) -> None:
     """Predictor v2's call (prediction.panel: the same text as the reports), in one box at the top."""
-    text, rec = prediction.panel(p, trainable, cautions), p.recommended(trainable)
+    text, rec = prediction.panel(p, trainable), p.recommended(trainable)
     with st.container(border=True, key="v2-panel"):
         a, b = st.columns([5, 1.3], vertical_alignment="center")
         a.markdown("#### " + common.md(text["headline"]))
@@ -162,7 +162,7 @@ def verdict_rows(d: decision.Decision) -> None:
 
 pred = run.predictions()
 if pred is not None:
-    prediction_panel(pred, failure_checks.cautions(run.failure_checks()))
+    prediction_panel(pred)
 dec = decision.decide(s, trainable) if s.ranking else None
 if dec is not None:
     decision_panel(dec, secondary=pred is not None)

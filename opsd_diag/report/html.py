@@ -20,14 +20,13 @@ def report_html(facts: dict, summary: Summary, figures: dict[str, go.Figure], he
                 heatmap_title: str = "", title: str = "", predictions: prediction.Predictions | None = None,
                 checks: list | None = None) -> str:
     """The page; ``facts`` are shown as a line of key/value pairs, ``heatmaps`` are HTML fragments,
-    ``predictions`` predictor v2's (none: the section is left out), ``checks`` the failure checks (``Check``s), with
-    what they say of a config the decision recommends (``opsd_diag.checks.cautions``)."""
+    ``predictions`` predictor v2's (none: the section is left out), ``checks`` the failure checks (``Check``s)."""
     e = html.escape
     title = title or "OPSD-Diag report"
     parts = [f"<h1>{e(title)}</h1>",
              "<p>" + " · ".join(f"<b>{e(str(k))}</b> {e(str(v))}" for k, v in facts.items()) + "</p>"]
     if predictions is not None:
-        text = prediction.panel(predictions, cautions=failure_checks.cautions(checks or []))
+        text = prediction.panel(predictions)
         parts += ["<h2>Decision (predictor v2)</h2>", f"<p><b>{e(text['headline'])}</b></p>",
                   *(f"<p>{e(text[k])}</p>" for k in prediction.PANEL_TEXT if k in text),
                   *(["<details><summary>How the rule in force was chosen</summary><p>"

@@ -51,18 +51,17 @@ def render_rollout(row: pd.Series, t: pd.DataFrame, config: str, signal: str = "
     return f"{printable(head)}\n\n{body}\n\n{printable(table, keep_newlines=True)}"
 
 
-def decision_line(p: prediction.Predictions, cautions: dict[str, str] | None = None) -> str:
+def decision_line(p: prediction.Predictions) -> str:
     """The report's last line: v2's recommendation again, below the secondary evidence a terminal shows last."""
-    text = prediction.panel(p, cautions=cautions)
-    flagged = " A failure check fires for it: see the caution there." if "caution" in text else ""
+    text = prediction.panel(p)
+    flagged = " A failure check bears on it: see the caution there." if "caution" in text else ""
     return (f"\nin short: {text['headline']}. Why, and how sure: 'decision (predictor v2)' above; the v1 rule's pick "
             f"is secondary evidence.{flagged}")
 
 
-def prediction_text(p: prediction.Predictions, cautions: dict[str, str] | None = None) -> str:
-    """The decision panel's text and the ranked (config, method) table, as ``opsd-diag report`` prints them
-    (``cautions``: ``checks.cautions``)."""
-    text = prediction.panel(p, cautions=cautions)
+def prediction_text(p: prediction.Predictions) -> str:
+    """The decision panel's text and the ranked (config, method) table, as ``opsd-diag report`` prints them."""
+    text = prediction.panel(p)
     lines = ["\ndecision (predictor v2):", text["headline"] + "."]
     lines += [text[k] for k in prediction.PANEL_TEXT if k in text]
     if "looks" in text:  # the history last, under the heading the app and the HTML report fold it under

@@ -6,7 +6,9 @@ failure check (``answer_guard``), on the worlds built after the plan; look17_ana
 Reads only committed files: each judged world's rows (``checks/``, check_world.py --keep) and its answer shares
 (answer_shares.json, stored by the same command). The look stays open until the plan's ``when_judged`` holds (3 judged
 worlds where the guard changes the recommendation, or 24 judged worlds); until then this reports its progress and
-judges nothing. ``--check`` fails when the committed outputs differ from what the committed rows give.
+judges nothing. Once judged, its record goes into the package's model file (``later_looks.look17``), and where the
+guard ships, the file's recommendation rule (``recommendation``: ``answer_guard``), which the product reads. ``--check``
+fails when the committed outputs differ from what the committed rows give.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ if __package__ in (None, ""):
 
 from benchmarks.validity.v2 import answer_shares  # noqa: E402
 from benchmarks.validity.v2 import explore_answer_guard as guard  # noqa: E402
+from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_checks as rc  # noqa: E402
 from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 
@@ -93,6 +96,28 @@ def render(a: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def later_look(a: dict) -> dict:
+    """The look's record in the model file (``later_looks.look17``), once judged."""
+    m, n, c = a["mean_realised"], len(a["judged"]), len(a["changed"])
+    outcome = ("answer_guard ships: the recommendation skips a config the answer-only check flags" if a["ships"]
+               else "nothing ships")
+    return {"plan": "benchmarks/validity/v2/plan_look17.yaml", "study": "benchmarks/validity/v2/RESULTS_look17.md",
+            "model": "answer_guard", "choice": "answer_guard" if a["ships"] else "shipped",
+            "added_world": ", ".join(a["judged"]),
+            "summary": f"look 17 (the recommendation guarded by the answer-only failure check, on the {n} worlds built "
+                       f"since its plan): it changed the recommendation in {c} (its row realised more in {a['changed_up']}, "
+                       f"less in {a['changed_down']}); the recommended rows realised {m['guarded']:+.2f} against the "
+                       f"shipped {m['product']:+.2f} on average: {outcome}"}
+
+
+def record(shipped: dict, a: dict) -> dict:
+    """The model file with the judged look's record, and its recommendation rule where the guard ships."""
+    shipped = look_record.record_look(shipped, 17, later_look(a))
+    if a["ships"]:
+        shipped["recommendation"] = {"rule": "answer_guard", "look": 17}
+    return shipped
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail when the committed outputs differ")
@@ -101,13 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     a = json.loads(json.dumps(v2.stats_jsonable(analyse())))
     out, md = HERE / "look17_analysis.json", HERE / "RESULTS_look17.md"
     text = json.dumps(a, indent=1, sort_keys=True) + "\n"
+    shipped = json.loads(v2.SHIPPED.read_text())
+    recorded = json.loads(json.dumps(v2.stats_jsonable(record(json.loads(json.dumps(shipped)), a))))
     if args.check:
-        if not out.is_file() or not md.is_file() or md.read_text() != render(a):  # the rounded figures
+        if not out.is_file() or not md.is_file() or md.read_text() != render(a) or (  # the rounded figures
+                a["done"] and recorded != shipped):
             print("report_look17: the committed outputs differ: run it without --check", file=sys.stderr)
             return 1
         return 0
     out.write_text(text)
     md.write_text(render(a))
+    if a["done"]:
+        v2.SHIPPED.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
     print(md.read_text())
     return 0
 
