@@ -442,6 +442,13 @@ def test_the_seventeenth_look_reports_its_judged_worlds_from_the_committed_rows(
     shipped = json.loads(report_v2.SHIPPED.read_text())
     assert ("look17" in shipped["later_looks"]) == a["done"]
     assert prediction.load().recommendation == ("answer_guard" if a["ships"] else "best")
+    # CHECKS.md's recommended row under the guard (amendment 55, for worlds built after it ships) is look 17's
+    for w in a["judged"]:
+        skip = answer_shares.flagged(answer_shares.load()[w])
+        pick = report_checks.recommended(report_checks.rows_of(w), report_checks.as_checked(w), skip)["product"]
+        assert pick["row"] == a["per_world"][w]["guarded"]["row"]
+        assert pick["realised"] == pytest.approx(a["per_world"][w]["guarded"]["realised"], abs=1e-12)
+    assert all(not report_checks.guarded(w) for w in a["judged"])  # checked with the recommendation before the guard
     if a["ships"]:  # the prose quotes the analysis
         m = a["mean_realised"]
         assert (f"the guarded recommendation realised {m['guarded']:+.3f} on average against {m['product']:+.3f}"

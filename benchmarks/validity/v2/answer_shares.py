@@ -43,6 +43,14 @@ def measure(study: Path, world: str) -> dict | None:
     return out
 
 
+def flagged(shares: dict) -> set[str]:
+    """The configs of one world's ``shares`` that the answer-only check flags (its constants as the package has them)."""
+    from opsd_diag.core import failure_checks as fc
+
+    return {c for c, x in shares.items() if x["answer_share"] > fc.ANSWER_SIGNAL_MAX
+            and x["answer_tokens"] <= fc.ANSWER_TOKENS_MAX}
+
+
 def load() -> dict:
     return json.loads(FILE.read_text()) if FILE.is_file() else {}
 

@@ -38,17 +38,10 @@ WORLDS = ("anglesite", "axinite", "benitoite", "celestine", "cordierite", "danbu
           "scheelite", "smithsonite", "sodalite", "sphalerite", "tremolite", "vanadinite", "zincite")  # measured then
 
 
-def flagged(shares: dict) -> set[str]:
-    from opsd_diag.core import failure_checks as fc
-
-    return {c for c, x in shares.items() if x["answer_share"] > fc.ANSWER_SIGNAL_MAX
-            and x["answer_tokens"] <= fc.ANSWER_TOKENS_MAX}
-
-
 def world(w: str, shares: dict) -> dict:
     rows = rc.rows_of(w)
     order = product_order(rows, product_gain(rows, rc.as_checked(w)), rc.LATER)
-    flag = flagged(shares)
+    flag = answer_shares.flagged(shares)
     guarded = order - len(rows) * np.array([r["config"] in flag for r in rows], float)  # flagged rows last
     g = np.array([v2._num(r["accuracy_gap"]) for r in rows])
     y = v2.target(rows, "d_pass1")

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.validity import stats  # noqa: E402
-from benchmarks.validity.v2 import check_world, looks, report_look2, report_v2  # noqa: E402
+from benchmarks.validity.v2 import answer_shares, check_world, looks, report_look2, report_v2  # noqa: E402
 from benchmarks.validity.v2.checks_words import (  # noqa: E402
     forgetting_words, in_force_words, listed, product_key, since_sentence, size_words, verdict_words)
 from benchmarks.validity.v2.looks import product_gain, product_order, product_verdicts, shipped_gain  # noqa: E402
@@ -85,15 +85,17 @@ def world_figures(world: str, rows: list[dict] | None = None) -> dict:
     return json.loads(json.dumps(report_v2.stats_jsonable(figures)))
 
 
-def recommended(rows: list[dict], ship: dict) -> dict:
+def recommended(rows: list[dict], ship: dict, skip: set[str] = frozenset()) -> dict:
     """What the product decides on one world: the realised Δpass@1 of the row it recommends (the best-ranked with
-    G > 0) under the eighth look's ranking and under the ranking by G before it, each with its place among the
-    world's rows (1: the best realised), and the best row's."""
+    G > 0, of a config not in ``skip``: the answer guard's) under the eighth look's ranking and under the ranking by G
+    before it (never guarded), each with its place among the world's rows (1: the best realised), and the best
+    row's."""
     y = report_v2.target(rows, "d_pass1")
     g = np.array([report_v2._num(r["accuracy_gap"]) for r in rows])
     out, gain = {"best": float(np.nanmax(y)), "n_rows": len(rows)}, product_gain(rows, ship)  # the product's tiers
     for name, rule in (("product", LATER), ("by_g", ORDER)):
-        order, k = product_order(rows, gain, rule), np.flatnonzero(g > 0)
+        spared = [name == "by_g" or r["config"] not in skip for r in rows]
+        order, k = product_order(rows, gain, rule), np.flatnonzero((g > 0) & np.array(spared))
         i = int(k[np.argmax(order[k])]) if k.size else None
         out[name] = None if i is None else {"row": f"{rows[i]['config']} with {rows[i]['method']}",
                                             "realised": float(y[i]), "place": int((y > y[i]).sum()) + 1,
@@ -107,6 +109,13 @@ def recommended_size(picks: dict) -> float | None:
     p = [d["product"] for d in picks.values() if d["product"]]
     return stats.spearman(np.array([x["predicted"] for x in p]), np.array([x["realised"] for x in p])) \
         if len(p) > 2 else None
+
+
+def guarded(world: str) -> set[str]:
+    """The configs the product's recommendation skipped on ``world``: those the answer-only check flagged, where the
+    plan checks its recommendation with the seventeenth look's answer guard (amendment 55); none before."""
+    entry = (yaml.safe_load(PLAN.read_text()).get("after_look8") or {}).get(world) or {}
+    return answer_shares.flagged(answer_shares.load()[world]) if entry.get("recommendation") == "answer_guard" else set()
 
 
 def status(world: str) -> str:
@@ -148,7 +157,7 @@ def analysis() -> dict:
     forgetting = {tier: stats.spearman(x, report_v2.target(every, "d_regression")) if since else None
                   for tier, x in forget.items()}
     ships = {w: as_checked(w) for w in since}  # the model file as each world was checked with it
-    picks = {w: recommended(later_rows[w], ships[w]) for w in since}
+    picks = {w: recommended(later_rows[w], ships[w], guarded(w)) for w in since}
     whole = summary(later, picks, since)
     shown = scored([v for w in since for v in product_verdicts(later_rows[w], ships[w])],
                    [r for w in since for r in later_rows[w]]) if since else None  # the verdict column, as shown
