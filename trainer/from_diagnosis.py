@@ -112,7 +112,7 @@ def from_diagnosis(run_dir: str | Path | Run, config: str, signal: str, *, trust
 
 def recommended(run: Run) -> tuple[str, str]:
     """(config, signal) of the finished run's recommendation, the row its report and the app's **Train it** give:
-    predictor v2's best-ranked trainable row that its ranking supports."""
+    predictor v2's best-ranked trainable row that its ranking supports (``Predictions.recommended``: the guarded)."""
     p = run.predictions()
     rec = p.recommended(lambda config, signal: why_not(run.config, config, signal) is None) if p else None
     if rec is None:
