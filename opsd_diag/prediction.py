@@ -331,7 +331,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
     best = rec or (p.rows[0] if p.rows else None)
     out, history = {}, []
     if first is not None and first is not rec:  # the answer guard skipped it
-        out["caution"] = (f"Passed over: {first.config} with {first.method} ranks above it, but "
+        where = "above it" if rec else "first"
+        out["caution"] = (f"Passed over: {first.config} with {first.method} ranks {where}, but "
                           f"{p.cautions[first.config]}; the recommendation skips such a config (the seventeenth "
                           "look, docs/verdict.md).")
     elif rec is not None and rec.config in p.cautions:
@@ -354,7 +355,7 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
         by = "predictor v2 among configs with G > 0" if v2_first else "the accuracy gap"
         out["headline"] = (f"Recommended by {by}: {rec.config} trained with {rec.method} (G {rec.accuracy_gap:+.3f}; "
                            f"v2 predicts {rec.interval()}; verdict {rec.verdict})" if rec else
-                           "Every teacher config with a positive accuracy gap G is flagged by a failure check: "
+                           "Every trainable config with a positive accuracy gap G is flagged by a failure check: "
                            "nothing is recommended" if first else
                            "No teacher config has a positive accuracy gap G: nothing is recommended")
     else:
@@ -365,8 +366,8 @@ def panel(p: Predictions, trainable=None) -> dict[str, str]:
                           f"accuracy gap G's {_rho(cal.accuracy_gap)}).")
         out["headline"] = (f"Recommended: {rec.config} trained with {rec.method}: predicted Δpass@1 "
                            f"{rec.interval()}, helps (95% interval above +{cal.delta:g})" if rec else
-                           "Every (config, method) predicted to help is flagged by a failure check: nothing is "
-                           "recommended" if first else "No (config, method) is predicted to help" + (
+                           "Every trainable (config, method) predicted to help is flagged by a failure check: "
+                           "nothing is recommended" if first else "No (config, method) is predicted to help" + (
                                f": the best, {best.config} with {best.method}, is predicted {best.interval()} "
                                f"({best.verdict}); helps needs the whole 95% interval above +{cal.delta:g}"
                                if best else ""))

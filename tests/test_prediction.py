@@ -489,6 +489,8 @@ def test_the_answer_guard_passes_over_a_flagged_config_and_says_so(tiny_run, shi
     everyone = dataclasses.replace(guarded, cautions={r.config: "flagged" for r in rows})
     assert everyone.recommended() is None
     assert prediction.panel(everyone)["headline"].endswith("is flagged by a failure check: nothing is recommended")
+    assert prediction.panel(everyone)["caution"].startswith(f"Passed over: {first.config} with {first.method} ranks "
+                                                            "first, but flagged;")
     # the rule is read from the model file, and a file naming an unknown rule is refused
     assert prediction.load(write(tmp_path / "g.json", recommendation={"rule": "answer_guard", "look": 17})
                            ).recommendation == "answer_guard"
