@@ -99,8 +99,7 @@ def render(a: dict) -> str:
 def later_look(a: dict) -> dict:
     """The look's record in the model file (``later_looks.look17``), once judged."""
     m, n, c = a["mean_realised"], len(a["judged"]), len(a["changed"])
-    outcome = ("answer_guard ships: the recommendation skips a config the answer-only check flags" if a["ships"]
-               else "nothing ships")
+    outcome = "answer_guard ships" if a["ships"] else "the recommendation stays"  # "ships" ends a changing look's
     return {"plan": "benchmarks/validity/v2/plan_look17.yaml", "study": "benchmarks/validity/v2/RESULTS_look17.md",
             "model": "answer_guard", "choice": "answer_guard" if a["ships"] else "shipped",
             "added_world": ", ".join(a["judged"]),
