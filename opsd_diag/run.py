@@ -126,8 +126,8 @@ class Run(levers.LeverView, schedule_points.ScheduleView):
         if key not in self._memo:
             teachers = cfg.get("teachers") if isinstance(cfg.get("teachers"), list) else []
             own = {t.get("name") for t in teachers if isinstance(t, dict) and t.get("model", "self") == "self"}
-            try:
-                base, cautions = isinstance(cfg.get("base"), dict), checks.cautions(self.failure_checks())
+            base, cautions = isinstance(cfg.get("base"), dict), checks.cautions(self.failure_checks())
+            try:  # only the calibration's own errors are put down to the config naming it
                 self._memo[key] = prediction.predict(self.summary, own, base, calibration, cautions)
             except OpsdError as e:
                 if not isinstance(named, str):

@@ -99,9 +99,7 @@ def _load(args):
         if args.config or args.signal:
             raise OpsdError("--config and --signal choose what to train from a diagnosis: use them with "
                             "--from-diagnosis RUN_DIR (a config file names its method in its training section)")
-        tc = config.load(args.config_file, **overrides)
-        check_evaluated(tc.spec.eval, args)
-        return tc, None, args.config_file
+        return config.load(args.config_file, **overrides), None, args.config_file
     if args.config_file is not None or bool(args.config) != bool(args.signal):
         raise OpsdError("--from-diagnosis takes --config NAME and --signal SIGNAL together, or neither (then it trains "
                         "the diagnosis' recommendation), and no config file")
@@ -117,7 +115,6 @@ def _load(args):
     source = f"training from {args.from_diagnosis}"
     tc = config.resolve_training(cfg, source)
     config.check_environment(tc.spec, source)
-    check_evaluated(tc.spec.eval, args)
     if note and _is_main():
         print(f"opsd-train: {note}", file=sys.stderr)
     return tc, predicted, f"{name}-{signal}"
@@ -160,6 +157,7 @@ def _main(args, argv) -> int:
         if run_dir is not None:
             jobs.check_free(run_dir)  # another run writes there: say so at once, before the heavy imports
         tc, predicted, name = _load(args)  # a config mistake is reported before torch is imported
+        check_evaluated(tc.spec.eval, args)
         if args.resume and run_dir is None:
             raise OpsdError("--resume needs --out RUN_DIR: the run directory to continue")
         from transformers.utils import logging as hf_logging

@@ -51,11 +51,15 @@ def rows_of(world: str) -> list[dict]:
 
 
 @functools.cache
+def after_look8() -> dict:
+    """The plan's worlds after the eighth look, each with its entry (read once)."""
+    return yaml.safe_load(PLAN.read_text()).get("after_look8") or {}
+
+
 def shipping_notes() -> dict[str, str]:
     """World -> why its build, though it met its spec, is not shipped (the plan's ``not_shipped`` of the worlds
     after the eighth look); a world whose spec sits in ``checks/`` without one missed its spec's expectations."""
-    worlds = yaml.safe_load(PLAN.read_text()).get("after_look8") or {}
-    return {w: d["not_shipped"] for w, d in worlds.items() if d.get("not_shipped")}
+    return {w: d["not_shipped"] for w, d in after_look8().items() if d.get("not_shipped")}
 
 
 def since_look8() -> list[str]:
@@ -114,7 +118,7 @@ def recommended_size(picks: dict) -> float | None:
 def guarded(world: str) -> set[str]:
     """The configs the product's recommendation skipped on ``world``: those the answer-only check flagged, where the
     plan checks its recommendation with the seventeenth look's answer guard (amendment 55); none before."""
-    entry = (yaml.safe_load(PLAN.read_text()).get("after_look8") or {}).get(world) or {}
+    entry = after_look8().get(world) or {}
     return answer_shares.flagged(answer_shares.load()[world]) if entry.get("recommendation") == "answer_guard" else set()
 
 
