@@ -99,8 +99,8 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
     beryl, topaz, onyx, agate, cairn, lapis, zircon, marble, chalk, pyrite and galena (amendments 4 to 32) and wick
     (the ninth look's world), each checked with the eighth look's ranking: the mean the report and the model file's
     checks sentence quote is the mean of their recomputed figures; lantern (amendment 3), schist, gneiss, gabbro
-    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar, scapolite, wulfenite, rhodonite and larimar
-    (amendments 33b, 33c, 45b, 47b, 48b, 52b) were excluded by the level rule and are reported as such."""
+    (amendments 20 to 22), opal (amendment 28), obsidian, feldspar, scapolite, wulfenite, rhodonite, larimar and
+    scolecite (amendments 33b, 33c, 45b, 47b, 48b, 52b, 56b) were excluded by the level rule and are reported as such."""
     import numpy as np
 
     from opsd_diag import prediction
@@ -122,10 +122,11 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "thulite", "larimar", "eudialyte", "cuprite", "wavellite", "variscite", "scolecite", "hemimorphite", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
-    # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b, 48b, 52b: the level rule
+    # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b, 48b, 52b, 56b: the level rule
     assert s8["excluded"] == ["lantern", "schist", "gneiss", "gabbro", "opal", "obsidian", "feldspar", "scapolite",
-                              "wulfenite", "rhodonite", "larimar"]
-    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar, scapolite, wulfenite, rhodonite and larimar "
+                              "wulfenite", "rhodonite", "larimar", "scolecite"]
+    assert ("lantern, schist, gneiss, gabbro, opal, obsidian, feldspar, scapolite, wulfenite, rhodonite, larimar and "
+            "scolecite "
             "were excluded by the plan's level rule") in (HERE / "CHECKS.md").read_text()
     for w in s8["excluded"]:
         assert report_checks.status(w) == "excluded"
