@@ -119,7 +119,7 @@ def test_the_ranking_shipped_since_the_eighth_look_is_reported_on_the_worlds_bui
                        "zincite", "scapolite", "cordierite", "petalite", "danburite", "vanadinite", "wulfenite",
                        "sodalite", "rhodonite", "sphalerite", "anglesite", "benitoite",
                        "scheelite", "smithsonite", "celestine", "datolite", "howlite", "kernite", "mimetite",
-                       "thulite", "larimar", "eudialyte", "cuprite", "wavellite", "variscite", "scolecite", "hemimorphite", "wick"]
+                       "thulite", "larimar", "eudialyte", "cuprite", "wavellite", "variscite", "scolecite", "hemimorphite", "chrysocolla", "wick"]
     checked = [w for w in planned if report_checks.status(w) == "checked"]
     assert {"tallow", "flint", "wick"} <= set(checked) and list(s8["per_world"]) == checked
     # amendments 3, 20-22, 28, 33b, 33c, 45b, 47b, 48b, 52b, 56b: the level rule
