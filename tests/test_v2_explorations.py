@@ -414,7 +414,7 @@ def test_the_recommended_rows_size_is_recomputed_two_ways_and_quoted():
     res = size.report()
     s8 = report_checks.analysis()["since_look8"]
     since = list(s8["per_world"])
-    assert len(since) == 96 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
+    assert len(since) == 99 and len([w for w in since if w in res["rows"]]) == 16  # the seven checked after it
     rows = {w: size.recommended_rows(report_checks.as_checked(w), [w])[w] for w in since}  # its pick, as checked
     assert s8["recommended_size"] == pytest.approx(size.summary(rows, since)["spearman_predicted"], abs=1e-9)
     for w in since:  # the same row, its realised change
