@@ -3,8 +3,12 @@ in the package's model file; and which of a plan's added worlds have committed r
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
+
+import yaml
 
 from benchmarks.validity.v2 import report_v2 as v2
 from benchmarks.validity.v2.looks import before_look
@@ -54,3 +58,29 @@ def record_look(shipped: dict, look: int, entry: dict, outcome: str = "", models
         for t, m in models.items():
             shipped["models"][t][outcome] = m
     return shipped
+
+
+def judged_main(look: int, doc: str, argv: list[str] | None, analyse, render, record) -> int:
+    """The script body of a look judged once enough new worlds are checked (``report_look17.py``,
+    ``report_look18.py``): its analysis and results written, and once ``done``, ``record(shipped, analysis)`` as the
+    model file; ``--check`` fails when the committed outputs differ from what the committed rows give."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="fail when the committed outputs differ")
+    args = ap.parse_args(argv)
+    yaml.safe_load((HERE / f"plan_look{look}.yaml").read_text())  # the plan is there and reads
+    a = json.loads(json.dumps(v2.stats_jsonable(analyse())))
+    out, md = HERE / f"look{look}_analysis.json", HERE / f"RESULTS_look{look}.md"
+    shipped = json.loads(v2.SHIPPED.read_text())
+    recorded = json.loads(json.dumps(v2.stats_jsonable(record(json.loads(json.dumps(shipped)), a))))
+    if args.check:
+        if not out.is_file() or not md.is_file() or md.read_text() != render(a) or (  # the rounded figures
+                a["done"] and recorded != shipped):
+            print(f"report_look{look}: the committed outputs differ: run it without --check", file=sys.stderr)
+            return 1
+        return 0
+    out.write_text(json.dumps(a, indent=1, sort_keys=True) + "\n")
+    md.write_text(render(a))
+    if a["done"]:
+        v2.SHIPPED.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+    print(md.read_text())
+    return 0

@@ -12,8 +12,6 @@ fails when the committed outputs differ from what the committed rows give.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -27,10 +25,8 @@ from benchmarks.validity.v2 import answer_shares  # noqa: E402
 from benchmarks.validity.v2 import explore_answer_guard as guard  # noqa: E402
 from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_checks as rc  # noqa: E402
-from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-PLAN = HERE / "plan_look17.yaml"
 FIRST = "howlite"  # the first world of plan_checks.yaml built after the plan's commit (plan_look17.yaml)
 CHANGED_TO_JUDGE, WORLDS_TO_JUDGE, MIN_CHANGED = 3, 24, 3  # the plan's when_judged and ship rule (1)
 
@@ -118,27 +114,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="fail when the committed outputs differ")
-    args = ap.parse_args(argv)
-    yaml.safe_load(PLAN.read_text())  # the plan is there and reads
-    a = json.loads(json.dumps(v2.stats_jsonable(analyse())))
-    out, md = HERE / "look17_analysis.json", HERE / "RESULTS_look17.md"
-    text = json.dumps(a, indent=1, sort_keys=True) + "\n"
-    shipped = json.loads(v2.SHIPPED.read_text())
-    recorded = json.loads(json.dumps(v2.stats_jsonable(record(json.loads(json.dumps(shipped)), a))))
-    if args.check:
-        if not out.is_file() or not md.is_file() or md.read_text() != render(a) or (  # the rounded figures
-                a["done"] and recorded != shipped):
-            print("report_look17: the committed outputs differ: run it without --check", file=sys.stderr)
-            return 1
-        return 0
-    out.write_text(text)
-    md.write_text(render(a))
-    if a["done"]:
-        v2.SHIPPED.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
-    print(md.read_text())
-    return 0
+    return look_record.judged_main(17, __doc__, argv, analyse, render, record)
 
 
 if __name__ == "__main__":

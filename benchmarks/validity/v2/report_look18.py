@@ -12,13 +12,10 @@ progress and judges nothing. Once judged, its record goes into the package's mod
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
@@ -26,10 +23,8 @@ if __package__ in (None, ""):
 from benchmarks.validity.v2 import decisive  # noqa: E402
 from benchmarks.validity.v2 import look_record  # noqa: E402
 from benchmarks.validity.v2 import report_checks as rc  # noqa: E402
-from benchmarks.validity.v2 import report_v2 as v2  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-PLAN = HERE / "plan_look18.yaml"
 FIRST = "variscite"  # the first world of plan_checks.yaml whose study finished after the plan's commit
 FIT_WORLDS, FIT_ROWS = 102, 2340  # the rows the plan's commit held (checks/*_analysis.json)
 COLUMNS = ("G", "full", "G*full", "|G|", "teachability", "topk_overlap", "log1p mean_jsd", "log1p mean_rev_kl",
@@ -206,26 +201,7 @@ def record(shipped: dict, a: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="fail when the committed outputs differ")
-    args = ap.parse_args(argv)
-    yaml.safe_load(PLAN.read_text())  # the plan is there and reads
-    a = json.loads(json.dumps(v2.stats_jsonable(analyse())))
-    out, md = HERE / "look18_analysis.json", HERE / "RESULTS_look18.md"
-    shipped = json.loads(v2.SHIPPED.read_text())
-    recorded = json.loads(json.dumps(v2.stats_jsonable(record(json.loads(json.dumps(shipped)), a))))
-    if args.check:
-        if not out.is_file() or not md.is_file() or md.read_text() != render(a) or (
-                a["done"] and recorded != shipped):
-            print("report_look18: the committed outputs differ: run it without --check", file=sys.stderr)
-            return 1
-        return 0
-    out.write_text(json.dumps(a, indent=1, sort_keys=True) + "\n")
-    md.write_text(render(a))
-    if a["done"]:
-        v2.SHIPPED.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
-    print(md.read_text())
-    return 0
+    return look_record.judged_main(18, __doc__, argv, analyse, render, record)
 
 
 if __name__ == "__main__":
